@@ -1,0 +1,128 @@
+"""Cell records -> tables: every repeat, and the seed's table (median over repeats) with Speed and GPU Efficiency."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .util import atomic_write_text
+
+# The seed's columns, exact names and order, then ours.
+SEED_COLUMNS = ["Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s", "Speed", "GPU Efficiency"]
+KEYS = ["Dataloader", "Disk", "GPU", "Batch size", "Precision"]
+# A loader with no 1-GPU mode of its own takes another loader's 1-GPU cell as its GPU Efficiency baseline.
+ONE_GPU_BASELINE = {"dali-mc": "dali-sc"}
+
+
+def repeats_table(records: list[dict]) -> pd.DataFrame:
+    """One row per cell record (every repeat, every status)."""
+    rows = []
+    for r in records:
+        s, m = r["spec"], r.get("metrics") or {}
+        peak = m.get("peak_gpu_mem_mb") or []
+        rows.append(
+            {
+                "cell_id": r["cell_id"],
+                "Dataloader": s["loader"],
+                "Disk": s["tier"],
+                "GPU": s["gpus"],
+                "Batch size": s["batch_size"],
+                "Precision": s["precision"],
+                "repeat": s["repeat"],
+                "status": r["status"],
+                "reason": r.get("reason"),
+                "Time(s)": m.get("time_s"),
+                "Steps": m.get("steps"),
+                "Samples/s": m.get("samples_per_s"),
+                "data_wait_ms": (m.get("data_wait_ms") or {}).get("mean"),
+                "compute_ms": (m.get("compute_ms") or {}).get("mean"),
+                "data_wait_fraction": m.get("data_wait_fraction"),
+                "half_ratio": m.get("half_ratio"),
+                "peak_gpu_mem_mb": max(peak) if peak else None,
+                "device": (m.get("device") or {}).get("type"),
+                "workers": m.get("workers"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
+    ok = g[g["status"] == "ok"]
+    statuses = set(g["status"])
+    status = "ok" if statuses == {"ok"} else ("failed" if "failed" in statuses else "skipped")
+    if status != "ok" and not ok.empty:
+        status = "partial"
+    reasons = [x for x in g.loc[g["status"] != "ok", "reason"] if isinstance(x, str)]
+    sps = ok["Samples/s"].astype(float)
+    med = float(sps.median()) if len(sps) else np.nan
+    spread = float((sps.max() - sps.min()) / med) if len(sps) > 1 and med > 0 else (0.0 if len(sps) == 1 else np.nan)
+    return pd.Series(
+        {
+            "Time(s)": float(ok["Time(s)"].median()) if len(ok) else np.nan,
+            "Steps": float(ok["Steps"].median()) if len(ok) else np.nan,
+            "Samples/s": med,
+            "Samples/s min": float(sps.min()) if len(sps) else np.nan,
+            "Samples/s max": float(sps.max()) if len(sps) else np.nan,
+            "Spread": spread,
+            "Spread flag": bool(len(sps) > 1 and spread > spread_warn),
+            "Repeats": len(g),
+            "Repeats ok": len(ok),
+            "Status": status,
+            "Reason": reasons[0] if reasons else "",
+            "Data wait (ms/step)": float(ok["data_wait_ms"].median()) if len(ok) else np.nan,
+            "Compute (ms/step)": float(ok["compute_ms"].median()) if len(ok) else np.nan,
+            "Data wait fraction": float(ok["data_wait_fraction"].median()) if len(ok) else np.nan,
+            "Peak GPU mem (MB)": float(ok["peak_gpu_mem_mb"].max()) if ok["peak_gpu_mem_mb"].notna().any() else np.nan,
+            "Device": ",".join(sorted({d for d in ok["device"] if isinstance(d, str)})),
+        }
+    )
+
+
+def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05) -> pd.DataFrame:
+    """The seed's table: median over repeats, min-max, Speed and GPU Efficiency."""
+    rows = [
+        {**dict(zip(KEYS, key)), **_group(g, spread_warn).to_dict()}
+        for key, g in repeats.groupby(KEYS, sort=False, dropna=False)
+    ]
+    t = pd.DataFrame(rows)
+    base = t[
+        (t["Dataloader"] == baseline["loader"])
+        & (t["Disk"] == baseline["tier"])
+        & (t["GPU"] == baseline["gpus"])
+        & (t["Batch size"] == baseline["batch_size"])
+        & (t["Precision"] == baseline["precision"])
+    ]["Samples/s"]
+    t["Speed"] = speed(t["Samples/s"], float(base.iloc[0]) if len(base) else np.nan)
+    t["GPU Efficiency"] = gpu_efficiency(t)
+    return t[SEED_COLUMNS + [c for c in t.columns if c not in SEED_COLUMNS]]
+
+
+def speed(samples_per_s: pd.Series, baseline_samples_per_s: float) -> pd.Series:
+    """Speed = Samples/s / the baseline cell's Samples/s (NaN when the baseline has no result)."""
+    if not np.isfinite(baseline_samples_per_s) or baseline_samples_per_s <= 0:
+        return pd.Series(np.nan, index=samples_per_s.index)
+    return samples_per_s / baseline_samples_per_s
+
+
+def gpu_efficiency(t: pd.DataFrame) -> pd.Series:
+    """Samples/s / (GPUs x the same group's 1-GPU Samples/s); dali-mc's group baseline is dali-sc."""
+    one = t[t["GPU"] == 1].set_index(["Dataloader", "Disk", "Batch size", "Precision"])["Samples/s"]
+    out = []
+    for _, r in t.iterrows():
+        loader = ONE_GPU_BASELINE.get(r["Dataloader"], r["Dataloader"])
+        base = one.get((loader, r["Disk"], r["Batch size"], r["Precision"]), np.nan)
+        out.append(r["Samples/s"] / (r["GPU"] * base) if base and np.isfinite(base) and base > 0 else np.nan)
+    return pd.Series(out, index=t.index, dtype=float)
+
+
+def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_dir: Path) -> pd.DataFrame:
+    records = [json.loads(Path(p).read_text()) for p in cell_files]
+    repeats = repeats_table(records)
+    table = cells_table(repeats, baseline, spread_warn)
+    out_dir = Path(out_dir)
+    atomic_write_text(out_dir / "repeats.csv", repeats.to_csv(index=False))
+    atomic_write_text(out_dir / "cells.csv", table.to_csv(index=False, float_format="%.4g"))
+    return table

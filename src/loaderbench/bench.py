@@ -1,0 +1,59 @@
+"""Loader-only throughput (images/s, no model): how fast each loader can feed, on the same staged files."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+
+def loader_images_per_s(loader: str, data_root: Path, allowed: frozenset[str], batch_size: int, crop_size: int,
+                        workers: int, seconds: float, seed: int = 0) -> float:  # fmt: skip
+    """Images/s delivered by `loader` to the CPU device over `seconds`, after a warm-up that drains the prefetch."""
+    import torch
+
+    from .loaders import get_loader
+    from .loaders.common import LoaderContext
+
+    ctx = LoaderContext(
+        data_root=data_root, allowed=allowed, batch_size=batch_size, crop_size=crop_size, workers=workers,
+        prefetch_factor=2, seed=seed, device=torch.device("cpu"), channels_last=True,
+    )  # fmt: skip
+    batches = get_loader(loader).build(ctx)
+    for _ in range(workers * 2 + 2):  # start-up and the prefetch backlog stay outside the window
+        next(batches)
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        images, _ = next(batches)
+        n += images.shape[0]
+    elapsed = time.perf_counter() - t0
+    del batches
+    return n / elapsed
+
+
+def bench(manifest: Path, loaders: list[str], batch_size: int, crop_size: int, workers: int | None,
+          seconds: float, rounds: int) -> dict:  # fmt: skip
+    man = json.loads(Path(manifest).read_text())
+    allowed = frozenset(f["path"] for f in man["files"])
+    workers = workers or len(os.sched_getaffinity(0))
+    results: dict[str, list[float]] = {lo: [] for lo in loaders}
+    for r in range(rounds):  # interleaved rounds, so drift in machine load hits every loader alike
+        for lo in loaders:
+            results[lo].append(
+                loader_images_per_s(lo, Path(man["root"]), allowed, batch_size, crop_size, workers, seconds, seed=r)
+            )
+    return {
+        "manifest": str(manifest),
+        "tier": man["tier"],
+        "files": len(allowed),
+        "batch_size": batch_size,
+        "crop_size": crop_size,
+        "workers": workers,
+        "seconds": seconds,
+        "rounds": rounds,
+        "images_per_s": {lo: statistics.median(v) for lo, v in results.items()},
+        "images_per_s_all": results,
+    }

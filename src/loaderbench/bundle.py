@@ -1,0 +1,128 @@
+"""The results bundle: index.html linking every figure and table with the run's provenance, and a zip of it."""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+import time
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from .figures import FIGURES, seed_table_frame
+from .util import atomic_write_text
+
+def load_captions(captions_dir: Path) -> dict[str, str]:
+    """Figure captions, one `<figure>.rst` each: the same files Snakemake's --report uses."""
+    return {name: " ".join((Path(captions_dir) / f"{name}.rst").read_text().split()) for name in FIGURES}
+
+
+def _summarize_provenance(records: list[dict]) -> dict:
+    """The distinct values each provenance field took across the cells (normally one each)."""
+    seen: dict[str, Counter] = {}
+    for r in records:
+        p = r.get("provenance") or {}
+        flat = {f"versions.{k}": v for k, v in (p.get("versions") or {}).items()}
+        flat.update({f"host.{k}": v for k, v in (p.get("host") or {}).items()})
+        flat.update({f"git.{k}": v for k, v in (p.get("git") or {}).items()})
+        flat.update({f"container.{k}": v for k, v in (p.get("container") or {}).items()})
+        for k, v in flat.items():
+            seen.setdefault(k, Counter())[json.dumps(v) if not isinstance(v, str) else v] += 1
+    return {k: dict(c) for k, c in seen.items()}
+
+
+def make_bundle(
+    config_json: Path, tables_dir: Path, figures_dir: Path, check_json: Path, manifests: list[Path],
+    cell_files: list[Path], captions_dir: Path, out_dir: Path, zip_path: Path,
+) -> Path:  # fmt: skip
+    out_dir, zip_path = Path(out_dir), Path(zip_path)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    (out_dir / "figures").mkdir(parents=True)
+    (out_dir / "tables").mkdir()
+    (out_dir / "cells").mkdir()
+    for name in FIGURES:
+        for ext in ("png", "svg"):
+            shutil.copyfile(Path(figures_dir) / f"{name}.{ext}", out_dir / "figures" / f"{name}.{ext}")
+    for name in ("cells.csv", "repeats.csv"):
+        shutil.copyfile(Path(tables_dir) / name, out_dir / "tables" / name)
+    shutil.copyfile(Path(figures_dir) / "seed_table.html", out_dir / "tables" / "seed_table.html")
+    records = []
+    for f in cell_files:
+        shutil.copyfile(f, out_dir / "cells" / Path(f).name)
+        records.append(json.loads(Path(f).read_text()))
+    config = json.loads(Path(config_json).read_text())
+    check = json.loads(Path(check_json).read_text())
+    (out_dir / "dataset_check.txt").write_text(Path(check_json).with_suffix(".txt").read_text())
+    tiers = []
+    for m in manifests:
+        man = json.loads(Path(m).read_text())
+        tiers.append({k: man[k] for k in ("tier", "tier_path", "root", "filesystem", "counts", "sha256")})
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    provenance = {"generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "tiers": tiers,
+                  "cells": _summarize_provenance(records)}  # fmt: skip
+    (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=2))
+    table = pd.read_csv(Path(tables_dir) / "cells.csv")
+    captions = load_captions(captions_dir)
+    (out_dir / "index.html").write_text(_index_html(config, table, check, tiers, provenance, records, captions))
+    tmp = zip_path.with_name(f".{zip_path.name}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(out_dir.rglob("*")):
+            if f.is_file():
+                z.write(f, Path("bundle") / f.relative_to(out_dir))
+    tmp.replace(zip_path)
+    return out_dir / "index.html"
+
+
+def _index_html(
+    config: dict, table: pd.DataFrame, check: dict, tiers: list, provenance: dict, records: list, captions: dict
+) -> str:
+    e = html.escape
+    status = Counter(r["status"] for r in records)
+    c = check["counts"]
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>loaderbench: {e(config['name'])}</title>",
+        "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
+        "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#444}</style></head><body>",
+        f"<h1>loaderbench results: {e(config['name'])}</h1>",
+        f"<p>{len(records)} cells: " + ", ".join(f"{v} {k}" for k, v in sorted(status.items())) + ". "
+        f"Generated {e(provenance['generated_at'])}.</p>",
+        "<h2>Table (the seed's columns)</h2>",
+        seed_table_frame(table).to_html(index=False, border=0),
+        "<p>Downloads: <a href='tables/cells.csv'>cells.csv</a> (median over repeats, all columns), "
+        "<a href='tables/repeats.csv'>repeats.csv</a> (every repeat), "
+        "<a href='tables/seed_table.html'>seed_table.html</a>, <a href='config.json'>config.json</a>, "
+        "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>",
+        "<h2>Figures</h2>",
+    ]
+    for name in FIGURES:
+        parts.append(
+            f"<figure><a href='figures/{name}.svg'><img src='figures/{name}.png' alt='{name}'></a>"
+            f"<figcaption>{e(captions[name])} (<a href='figures/{name}.svg'>SVG</a>)</figcaption></figure>"
+        )
+    parts.append("<h2>Dataset and storage tiers</h2>")
+    parts.append(
+        f"<p>Source {e(check['source'])}: {c['files']} files, {c['ok']} ok, {c['odd']} odd but decodable (kept), "
+        f"{c['bad']} undecodable (quarantined). Issues: {e(json.dumps(check['issues']))}.</p><ul>"
+    )
+    for t in tiers:
+        fs = t["filesystem"]
+        parts.append(
+            f"<li><b>{e(t['tier'])}</b>: {e(t['root'])} on {e(str(fs.get('device')))} ({e(str(fs.get('fstype')))}, "
+            f"mounted at {e(str(fs.get('mount_point')))}); {t['counts']['files']} files, "
+            f"{t['counts']['bytes'] / 1e6:.1f} MB; manifest {e(t['sha256'])}</li>"
+        )
+    parts.append("</ul><h2>Provenance</h2><table><tr><th>field</th><th>values (cells)</th></tr>")
+    for k, vals in provenance["cells"].items():
+        parts.append(f"<tr><td>{e(k)}</td><td>{e('; '.join(f'{v} ({n})' for v, n in vals.items()))}</td></tr>")
+    parts.append("</table><h2>Cells</h2><ul>")
+    for r in sorted(records, key=lambda r: r["cell_id"]):
+        why = f": {e(r['reason'])}" if r.get("reason") else ""
+        parts.append(f"<li><a href='cells/{e(r['cell_id'])}.json'>{e(r['cell_id'])}</a> {e(r['status'])}{why}</li>")
+    parts.append("</ul></body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,226 @@
+"""`loaderbench` command line: one subcommand per pipeline job (Snakemake calls these)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .check import DatasetError
+from .config import ConfigError, cell_ids, cell_spec, load_config
+from .stage import StagingError
+
+
+def _cfg(a) -> dict:
+    return load_config(a.config)
+
+
+def cmd_validate(a) -> int:
+    cfg = _cfg(a)
+    print(json.dumps(cfg, indent=2) if a.show else f"{a.config}: valid ({len(cell_ids(cfg))} cells)")
+    return 0
+
+
+def cmd_make_dataset(a) -> int:
+    from .dataset import DatasetParams, make_dataset
+
+    stats = make_dataset(
+        DatasetParams(images=a.images, classes=a.classes, seed=a.seed, quality=a.quality), Path(a.out), jobs=a.jobs
+    )
+    print(f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB", file=sys.stderr)
+    return 0
+
+
+def cmd_check(a) -> int:
+    from .check import check_dataset, render_report
+
+    result = check_dataset(Path(a.source), Path(a.out), Path(a.quarantine), strict=a.strict, jobs=a.jobs)
+    print(render_report(result), file=sys.stderr, end="")
+    return 0
+
+
+def cmd_stage(a) -> int:
+    from .stage import stage
+
+    m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir))
+    c = m["counts"]
+    print(f"staged {c['files']} files ({c['bytes'] / 1e6:.1f} MB) on tier {a.tier} at {m['root']}: "
+          f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_run_cell(a) -> int:
+    from .config import CellSpec
+    from .runcell import run_cell
+
+    if a.spec:
+        spec = CellSpec.from_dict(json.loads(a.spec))
+    elif a.config and a.cell:
+        spec = cell_spec(_cfg(a), a.cell)
+    else:
+        raise ConfigError("run-cell needs --spec, or --config with --cell")
+    manifest = Path(a.manifest or f"results/staging/{spec.tier}.json")
+    if not manifest.is_file():
+        raise StagingError(f"tier manifest {manifest} is missing: stage the dataset first (snakemake {manifest})")
+    run_cell(spec, manifest, Path(a.out or f"results/cells/{spec.cell_id}.json"))
+    return 0
+
+
+def cmd_cells(a) -> int:
+    cfg = _cfg(a)
+    for cid in cell_ids(cfg):
+        path = Path(a.results) / "cells" / f"{cid}.json"
+        if a.status:
+            status = json.loads(path.read_text())["status"] if path.is_file() else "missing"
+            print(f"{cid}\t{status}")
+        else:
+            print(cid)
+    return 0
+
+
+def cmd_aggregate(a) -> int:
+    from .aggregate import aggregate
+
+    table = aggregate([Path(p) for p in a.cells], json.loads(a.baseline), a.spread_warn, Path(a.out_dir))
+    print(f"aggregated {len(a.cells)} cell records into {len(table)} rows in {a.out_dir}/cells.csv", file=sys.stderr)
+    return 0
+
+
+def cmd_figures(a) -> int:
+    from .figures import make_figures
+
+    make_figures(Path(a.table), Path(a.repeats), Path(a.out_dir))
+    return 0
+
+
+def cmd_bundle(a) -> int:
+    from .bundle import make_bundle
+
+    index = make_bundle(
+        Path(a.config_json), Path(a.tables), Path(a.figures), Path(a.check), [Path(m) for m in a.manifests],
+        [Path(c) for c in a.cells], Path(a.captions), Path(a.out_dir), Path(a.zip),
+    )  # fmt: skip
+    print(f"bundle: {index.resolve()}  (zip: {Path(a.zip).resolve()})")
+    return 0
+
+
+def cmd_bench(a) -> int:
+    from .bench import bench
+
+    cfg = _cfg(a)
+    tier = a.tier or cfg["tiers"][0]
+    loaders = a.loaders or ["torchvision", "opencv"]
+    r = bench(Path(a.results) / "staging" / f"{tier}.json", loaders, a.batch_size, cfg["crop_size"], a.workers,
+              a.seconds, a.rounds)  # fmt: skip
+    print(f"loader-only throughput (no model, CPU tensors), tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
+          f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:")  # fmt: skip
+    for lo, v in r["images_per_s"].items():
+        runs = ", ".join(f"{x:.0f}" for x in r["images_per_s_all"][lo])
+        print(f"  {lo:12s} {v:8.1f} images/s (median; rounds: {runs})")
+    if {"torchvision", "opencv"} <= set(loaders):
+        print(f"  opencv / torchvision = {r['images_per_s']['opencv'] / r['images_per_s']['torchvision']:.2f}x")
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="loaderbench", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("validate-config", help="validate a config file and print the cell count")
+    s.add_argument("--config", required=True)
+    s.add_argument("--show", action="store_true", help="print the config with defaults filled in")
+    s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("make-dataset", help="write a deterministic ImageNet-like JPEG class-folder tree")
+    s.add_argument("--out", required=True)
+    s.add_argument("--images", type=int, default=256)
+    s.add_argument("--classes", type=int, default=4)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--quality", type=int, default=90)
+    s.add_argument("--jobs", type=int, default=None)
+    s.set_defaults(func=cmd_make_dataset)
+
+    s = sub.add_parser("check", help="check every image of a dataset source once; quarantine undecodable ones")
+    s.add_argument("--source", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--quarantine", required=True)
+    s.add_argument("--strict", action="store_true")
+    s.add_argument("--jobs", type=int, default=None)
+    s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("stage", help="stage the checked dataset onto one tier and write its manifest")
+    s.add_argument("--check", required=True)
+    s.add_argument("--tier", required=True)
+    s.add_argument("--tier-path", required=True)
+    s.add_argument("--dataset", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--project-dir", default=".")
+    s.set_defaults(func=cmd_stage)
+
+    s = sub.add_parser("run-cell", help="measure one cell and write its record")
+    s.add_argument("--spec", help="cell spec as JSON (what Snakemake passes)")
+    s.add_argument("--config", help="config file, with --cell")
+    s.add_argument("--cell", help="cell id (see `loaderbench cells`)")
+    s.add_argument("--manifest", help="tier manifest (default results/staging/<tier>.json)")
+    s.add_argument("--out", help="record path (default results/cells/<cell>.json)")
+    s.set_defaults(func=cmd_run_cell)
+
+    s = sub.add_parser("cells", help="list the cell ids of a config")
+    s.add_argument("--config", required=True)
+    s.add_argument("--status", action="store_true", help="also show each cell's status in --results")
+    s.add_argument("--results", default="results")
+    s.set_defaults(func=cmd_cells)
+
+    s = sub.add_parser("aggregate", help="cell records -> results tables")
+    s.add_argument("--cells", nargs="+", required=True)
+    s.add_argument("--baseline", required=True, help="baseline cell as JSON")
+    s.add_argument("--spread-warn", type=float, default=0.05)
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_aggregate)
+
+    s = sub.add_parser("figures", help="tables -> figures (PNG + SVG)")
+    s.add_argument("--table", required=True)
+    s.add_argument("--repeats", required=True)
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_figures)
+
+    s = sub.add_parser("bundle", help="figures + tables + provenance -> results/bundle/ and bundle.zip")
+    s.add_argument("--config-json", required=True)
+    s.add_argument("--tables", required=True)
+    s.add_argument("--figures", required=True)
+    s.add_argument("--check", required=True)
+    s.add_argument("--manifests", nargs="+", required=True)
+    s.add_argument("--cells", nargs="+", required=True)
+    s.add_argument("--captions", required=True)
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--zip", required=True)
+    s.set_defaults(func=cmd_bundle)
+
+    s = sub.add_parser("bench", help="loader-only throughput (images/s, no model) on a staged tier")
+    s.add_argument("--config", required=True)
+    s.add_argument("--tier", help="tier to read (default: the config's first)")
+    s.add_argument("--loaders", nargs="+")
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--workers", type=int, default=None, help="default: all usable CPUs")
+    s.add_argument("--seconds", type=float, default=10.0)
+    s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--results", default="results")
+    s.add_argument("--json", help="also write the figures as JSON here")
+    s.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        return a.func(a)
+    except (ConfigError, DatasetError, StagingError) as e:
+        print(f"loaderbench {a.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Configuration: schema validation with defaults, semantic checks, and the grid of cells."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import re
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .loaders import LOADERS
+from .util import stable_hash
+
+PRECISIONS = ("fp32", "amp")
+CELL_ID_RE = re.compile(
+    r"^(?P<loader>[a-z0-9-]+)_(?P<tier>[a-z][a-z0-9-]*)_g(?P<gpus>[1-9]\d*)_b(?P<batch_size>[1-9]\d*)"
+    r"_(?P<precision>fp32|amp)_r(?P<repeat>\d+)$"
+)
+# Snakemake wildcard constraint for a cell id: the same grammar, unanchored, without named groups.
+CELL_ID_PATTERN = re.sub(r"\(\?P<\w+>", "(?:", CELL_ID_RE.pattern.strip("^$"))
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the offending key."""
+
+
+def load_schema() -> dict:
+    text = resources.files("loaderbench").joinpath("schemas/config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _with_defaults(validator_cls):
+    validate_props = validator_cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft7Validator)
+
+
+def _key(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
+    """Validate against the schema, fill defaults, check cross-key rules; return a new dict."""
+    cfg = copy.deepcopy(raw) if raw else {}
+    if not isinstance(cfg, dict):
+        raise ConfigError("config must be a mapping of keys to values")
+    errors = sorted(_Validator(load_schema()).iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for e in errors:
+            if e.validator == "additionalProperties" and not e.absolute_path:
+                lines.append(f"unknown key: {e.message}")
+            else:
+                lines.append(f"config key '{_key(e.absolute_path)}': {e.message}")
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+
+    unknown = [name for name in cfg["loaders"] if name not in LOADERS]
+    if unknown:
+        raise ConfigError(
+            f"config key 'loaders': unknown loader {', '.join(map(repr, unknown))}; known: {', '.join(LOADERS)}"
+        )
+    if cfg["tiers"] is None:
+        cfg["tiers"] = list(cfg["storage"])
+    missing = [t for t in cfg["tiers"] if t not in cfg["storage"]]
+    if missing:
+        raise ConfigError(
+            f"config key 'tiers': {', '.join(map(repr, missing))} not defined under 'storage' "
+            f"(defined: {', '.join(cfg['storage'])})"
+        )
+    win = cfg["window"]
+    if win.get("steps") is not None and "seconds" not in (raw or {}).get("window", {}):
+        win["seconds"] = None  # steps given alone: drop the default seconds
+    if (win["steps"] is None) == (win["seconds"] is None):
+        raise ConfigError("config key 'window': give exactly one of 'steps' or 'seconds'")
+    ds = cfg["dataset"]
+    if ds["source"] == "path" and not ds["path"]:
+        raise ConfigError("config key 'dataset.path': required when dataset.source is 'path'")
+    if ds["source"] == "generated" and ds["classes"] > ds["images"]:
+        raise ConfigError(f"config key 'dataset.classes': {ds['classes']} classes exceed dataset.images {ds['images']}")
+    base_dir = Path(base_dir or os.getcwd())
+    cfg["storage"] = {k: str(_resolve(v, base_dir)) for k, v in cfg["storage"].items()}
+    if ds["path"]:
+        ds["path"] = str(_resolve(ds["path"], base_dir))
+    if ds["name"] is None:
+        ds["name"] = dataset_name(cfg)
+    return cfg
+
+
+def _resolve(p: str, base_dir: Path) -> Path:
+    path = Path(os.path.expanduser(os.path.expandvars(p)))
+    return path if path.is_absolute() else (base_dir / path)
+
+
+def load_config(path: str | Path, base_dir: Path | None = None) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+    return validate_config(raw, base_dir)
+
+
+def dataset_name(cfg: dict) -> str:
+    ds = cfg["dataset"]
+    if ds["source"] == "path":
+        return Path(ds["path"]).name or "dataset"
+    key = {k: ds[k] for k in ("images", "classes", "seed", "quality")}
+    return f"generated-{ds['images']}x{ds['classes']}-{stable_hash(key)[:8]}"
+
+
+def dataset_source_dir(cfg: dict) -> Path:
+    """The ImageFolder root (class folders) the staging step reads."""
+    ds = cfg["dataset"]
+    if ds["source"] == "path":
+        return Path(ds["path"])
+    return Path("resources/datasets") / ds["name"] / "train"
+
+
+def staged_root(tier_path: str | Path, dataset: str) -> Path:
+    """ImageFolder root of the staged copy: staging owns only `<tier>/loaderbench/`."""
+    return Path(tier_path) / "loaderbench" / dataset / "train"
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything one cell job needs; its hash decides whether a stored result is still valid."""
+
+    loader: str
+    tier: str
+    tier_path: str
+    dataset: str
+    gpus: int
+    batch_size: int
+    precision: str
+    repeat: int
+    seed: int
+    window_steps: int | None
+    window_s: float | None
+    warmup_steps: int
+    crop_size: int
+    workers: int | str
+    prefetch_factor: int
+    channels_last: bool
+    amp_dtype: str
+    lr: float
+    momentum: float
+    weight_decay: float
+    timeout_s: float
+
+    @property
+    def data_root(self) -> Path:
+        return staged_root(self.tier_path, self.dataset)
+
+    @property
+    def cell_id(self) -> str:
+        return cell_id(self.loader, self.tier, self.gpus, self.batch_size, self.precision, self.repeat)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CellSpec:
+        return cls(**d)
+
+
+def cell_id(loader: str, tier: str, gpus: int, batch_size: int, precision: str, repeat: int) -> str:
+    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_r{repeat}"
+
+
+def parse_cell_id(cid: str) -> dict:
+    m = CELL_ID_RE.match(cid)
+    if not m:
+        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_rN)")
+    d = m.groupdict()
+    return {**d, "gpus": int(d["gpus"]), "batch_size": int(d["batch_size"]), "repeat": int(d["repeat"])}
+
+
+def cell_ids(cfg: dict) -> list[str]:
+    """Every cell of the grid, in a stable order."""
+    return [
+        cell_id(lo, t, g, b, p, r)
+        for lo, t, g, b, p, r in itertools.product(
+            cfg["loaders"], cfg["tiers"], cfg["gpus"], cfg["batch_sizes"], cfg["precisions"], range(cfg["repeats"])
+        )
+    ]
+
+
+def cell_spec(cfg: dict, cid: str) -> CellSpec:
+    d = parse_cell_id(cid)
+    if cid not in set(cell_ids(cfg)):
+        raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
+    opt = cfg["optimizer"]
+    return CellSpec(
+        loader=d["loader"],
+        tier=d["tier"],
+        tier_path=cfg["storage"][d["tier"]],
+        dataset=cfg["dataset"]["name"],
+        gpus=d["gpus"],
+        batch_size=d["batch_size"],
+        precision=d["precision"],
+        repeat=d["repeat"],
+        seed=cfg["seed"] + d["repeat"],
+        window_steps=cfg["window"]["steps"],
+        window_s=cfg["window"]["seconds"],
+        warmup_steps=cfg["warmup_steps"],
+        crop_size=cfg["crop_size"],
+        workers=cfg["workers"],
+        prefetch_factor=cfg["prefetch_factor"],
+        channels_last=cfg["channels_last"],
+        amp_dtype=cfg["amp_dtype"],
+        lr=opt["lr"],
+        momentum=opt["momentum"],
+        weight_decay=opt["weight_decay"],
+        timeout_s=cfg["cell_timeout_s"],
+    )

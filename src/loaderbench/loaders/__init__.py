@@ -1,0 +1,22 @@
+"""Loader registry: name -> module. Each module defines `build(ctx) -> Iterator[(images, labels)]`.
+
+Adding a loader is adding one module and one line here. Modules are imported lazily so that config
+validation does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+LOADERS: dict[str, str] = {
+    "torchvision": "loaderbench.loaders.torchvision_loader",
+    "opencv": "loaderbench.loaders.opencv_loader",
+}
+
+
+def get_loader(name: str):
+    """The loader module registered under `name`."""
+    try:
+        return importlib.import_module(LOADERS[name])
+    except KeyError:
+        raise KeyError(f"unknown loader '{name}'; known: {', '.join(LOADERS)}") from None

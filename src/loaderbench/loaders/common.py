@@ -1,0 +1,82 @@
+"""What every loader shares: the context it is built from, the sample list, and the epoch loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CROP_SCALE = (0.08, 1.0)
+CROP_RATIO = (3 / 4, 4 / 3)
+
+
+@dataclass(frozen=True)
+class LoaderContext:
+    """What a loader is built from; the loader returns batches already on `device`."""
+
+    data_root: Path  # ImageFolder root: one folder per class
+    allowed: frozenset[str]  # staged files (paths relative to data_root) that passed the staging check
+    batch_size: int  # global batch: per-GPU batch x GPUs
+    crop_size: int
+    workers: int
+    prefetch_factor: int
+    seed: int
+    device: torch.device
+    channels_last: bool
+
+    def is_valid_file(self, path: str) -> bool:
+        return str(Path(path).relative_to(self.data_root)) in self.allowed
+
+    def samples(self) -> tuple[list[tuple[str, int]], list[str]]:
+        """(path, label) pairs and class names exactly as torchvision's ImageFolder derives them."""
+        from torchvision.datasets.folder import find_classes, make_dataset
+
+        classes, class_to_idx = find_classes(str(self.data_root))
+        return make_dataset(str(self.data_root), class_to_idx, is_valid_file=self.is_valid_file), classes
+
+    def dataloader(self, dataset, collate_fn=None) -> torch.utils.data.DataLoader:
+        """The DataLoader settings every worker-based loader uses (shuffle, drop_last, pinning, prefetch)."""
+        gen = torch.Generator()
+        gen.manual_seed(self.seed)
+        return torch.utils.data.DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=self.workers,
+            pin_memory=self.device.type == "cuda",
+            persistent_workers=self.workers > 0,
+            prefetch_factor=self.prefetch_factor if self.workers > 0 else None,
+            generator=gen,
+            collate_fn=collate_fn,
+        )
+
+    @property
+    def memory_format(self) -> torch.memory_format:
+        return torch.channels_last if self.channels_last else torch.contiguous_format
+
+
+def forever(batches: Iterable, to_device: Callable) -> Iterator:
+    """Loop over epochs of `batches` without end, moving each batch with `to_device`."""
+    epoch = 0
+    while True:
+        n = 0
+        for batch in batches:
+            n += 1
+            yield to_device(batch)
+        if n == 0:
+            raise RuntimeError("the loader produced no batch: the dataset has fewer images than one batch")
+        epoch += 1
+
+
+def normalize_uint8_nhwc(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """uint8 NHWC on the device -> normalised float NCHW (channels_last strides come for free)."""
+    mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1) * 255
+    x = x.permute(0, 3, 1, 2).float()
+    x = (x - mean) / std
+    return x if channels_last else x.contiguous()

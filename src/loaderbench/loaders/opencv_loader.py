@@ -1,0 +1,58 @@
+"""`opencv`: custom Dataset with cv2 decode and numpy crop/flip/resize; uint8 goes to the device, normalised there."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import torch
+import torchvision.transforms as T
+
+from .common import CROP_RATIO, CROP_SCALE, LoaderContext, forever, normalize_uint8_nhwc
+
+_NO_SIZE = torch.empty(1, 1, 1)
+
+
+def crop_params(height: int, width: int) -> tuple[int, int, int, int]:
+    """(top, left, h, w) drawn exactly as torchvision's RandomResizedCrop draws them (same torch RNG)."""
+    return T.RandomResizedCrop.get_params(_NO_SIZE.expand(1, height, width), CROP_SCALE, CROP_RATIO)
+
+
+def augment(bgr: np.ndarray, crop_size: int) -> np.ndarray:
+    """RandomResizedCrop + horizontal flip of a BGR image; returns an RGB uint8 HWC array."""
+    top, left, h, w = crop_params(*bgr.shape[:2])
+    crop = bgr[top : top + h, left : left + w]
+    # INTER_AREA when shrinking approximates PIL's antialiased bilinear; INTER_LINEAR when enlarging.
+    interp = cv2.INTER_AREA if (h > crop_size or w > crop_size) else cv2.INTER_LINEAR
+    out = cv2.resize(crop, (crop_size, crop_size), interpolation=interp)
+    if torch.rand(1) < 0.5:
+        out = out[:, ::-1]
+    return cv2.cvtColor(out, cv2.COLOR_BGR2RGB)  # also makes the flipped view contiguous
+
+
+class OpenCVDataset(torch.utils.data.Dataset):
+    def __init__(self, samples: list[tuple[str, int]], crop_size: int):
+        self.samples = samples
+        self.crop_size = crop_size
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        path, label = self.samples[i]
+        cv2.setNumThreads(1)  # parallelism comes from the DataLoader workers
+        bgr = cv2.imread(path, cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise OSError(f"OpenCV could not decode {path}")
+        return torch.from_numpy(augment(bgr, self.crop_size)), label
+
+
+def build(ctx: LoaderContext):
+    samples, _ = ctx.samples()
+    loader = ctx.dataloader(OpenCVDataset(samples, ctx.crop_size))
+
+    def to_device(batch):
+        images, labels = batch
+        images = images.to(ctx.device, non_blocking=True)
+        return normalize_uint8_nhwc(images, ctx.channels_last), labels.to(ctx.device, non_blocking=True)
+
+    return forever(loader, to_device)

@@ -1,0 +1,31 @@
+"""`torchvision`: ImageFolder + PIL decode + torchvision transforms in DataLoader workers (the seed's baseline)."""
+
+from __future__ import annotations
+
+import torchvision.transforms as T
+from torchvision.datasets import ImageFolder
+
+from .common import CROP_RATIO, CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, LoaderContext, forever
+
+
+def transform(crop_size: int) -> T.Compose:
+    return T.Compose(
+        [
+            T.RandomResizedCrop(crop_size, scale=CROP_SCALE, ratio=CROP_RATIO, antialias=True),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
+
+
+def build(ctx: LoaderContext):
+    dataset = ImageFolder(str(ctx.data_root), transform=transform(ctx.crop_size), is_valid_file=ctx.is_valid_file)
+    loader = ctx.dataloader(dataset)
+
+    def to_device(batch):
+        images, labels = batch
+        images = images.to(ctx.device, non_blocking=True, memory_format=ctx.memory_format)
+        return images, labels.to(ctx.device, non_blocking=True)
+
+    return forever(loader, to_device)

@@ -1,0 +1,113 @@
+"""Where a number came from: software versions, hardware, filesystem, code and inputs."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+    except Exception:
+        return None
+    return getattr(mod, "__version__", None)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def filesystem_of(path: str | Path) -> dict:
+    """Mount point, filesystem type and device holding `path` (longest matching /proc/mounts entry)."""
+    path = os.path.realpath(path)
+    best = {"mount_point": None, "fstype": None, "device": None}
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return best
+    best_len = -1
+    for line in lines:
+        dev, mnt, fstype = line.split()[:3]
+        mnt = mnt.replace("\\040", " ")
+        if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > best_len:
+            best, best_len = {"mount_point": mnt, "fstype": fstype, "device": dev}, len(mnt)
+    return best
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> dict:
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        commit = rev.stdout.strip() if rev.returncode == 0 else ""
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
+
+
+def nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def container() -> dict:
+    image = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+    return {"in_container": bool(image), "image": image}
+
+
+def collect(tier_path: str | None = None) -> dict:
+    """Provenance of the running process (imports torch)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    cv2_version = None
+    try:
+        import cv2
+
+        cv2_version = cv2.__version__
+    except Exception:
+        pass
+    return {
+        "versions": {
+            "python": platform.python_version(),
+            "loaderbench": _version("loaderbench"),
+            "torch": torch.__version__,
+            "torchvision": _version("torchvision"),
+            "opencv": cv2_version,
+            "pillow": _version("PIL"),
+            "numpy": _version("numpy"),
+            "cuda": torch.version.cuda if cuda else None,
+            "cudnn": torch.backends.cudnn.version() if cuda else None,
+            "driver": nvidia_driver() if cuda else None,
+        },
+        "host": {
+            "hostname": socket.gethostname(),
+            "os": platform.platform(),
+            "cpu_model": cpu_model(),
+            "cpus_usable": len(os.sched_getaffinity(0)),
+            "gpu_models": gpus,
+        },
+        "tier": {"path": tier_path, **filesystem_of(tier_path)} if tier_path else None,
+        "git": git_commit(),
+        "container": container(),
+    }

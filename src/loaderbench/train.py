@@ -1,0 +1,240 @@
+"""One cell: train MobileNetV2 from a loader for a fixed timed window and measure it.
+
+Run as `python -m loaderbench.train` by the cell runner (`loaderbench.runcell`) in a fresh process.
+Window: warm-up steps first (cudnn autotune, worker start-up, prefetch fill - at least the prefetch depth
+of workers x prefetch_factor batches, so the window does not drain a start-up backlog), then the device is
+synchronised, the clock starts, `window_steps` steps or `window_s` seconds run, the device is synchronised
+again and the clock stops. Samples/s = steps x global batch / Time(s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from .config import CellSpec
+from .records import failed_record, make_record, skipped_record
+from .util import atomic_write_json
+
+
+def available_devices() -> tuple[str, int]:
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda", torch.cuda.device_count()
+    return "cpu", 1
+
+
+def resolve_workers(spec: CellSpec) -> int:
+    if spec.workers == "auto":
+        return len(os.sched_getaffinity(0))
+    return int(spec.workers)
+
+
+def summarize_ms(values_s: list[float]) -> dict:
+    a = np.asarray(values_s) * 1000.0
+    if a.size == 0:
+        return {"mean": None, "p50": None, "p95": None}
+    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
+
+
+def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
+    """Run the cell; returns the metrics dict. Raises on failure."""
+    import torch
+    import torchvision
+
+    from .loaders import get_loader
+    from .loaders.common import LoaderContext
+
+    kind, count = available_devices()
+    device = torch.device("cuda:0" if kind == "cuda" else "cpu")
+    torch.manual_seed(spec.seed)
+    if kind == "cuda":
+        torch.backends.cudnn.benchmark = True
+    workers = resolve_workers(spec)
+    global_batch = spec.batch_size * spec.gpus
+    ctx = LoaderContext(
+        data_root=data_root,
+        allowed=allowed,
+        batch_size=global_batch,
+        crop_size=spec.crop_size,
+        workers=workers,
+        prefetch_factor=spec.prefetch_factor,
+        seed=spec.seed,
+        device=device,
+        channels_last=spec.channels_last,
+    )
+    batches = get_loader(spec.loader).build(ctx)
+    classes = len({p.split("/", 1)[0] for p in allowed})
+
+    model = torchvision.models.mobilenet_v2(num_classes=max(classes, 2)).to(device)
+    if spec.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if spec.gpus > 1:
+        model = torch.nn.DataParallel(model, device_ids=list(range(spec.gpus)))
+    model.train()
+    criterion = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+    amp = spec.precision == "amp"
+    amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(
+        spec.amp_dtype, torch.float16 if kind == "cuda" else torch.bfloat16
+    )
+    scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
+
+    def sync():
+        if kind == "cuda":
+            torch.cuda.synchronize()
+
+    def step(images, labels):
+        with torch.autocast(kind, dtype=amp_dtype, enabled=amp):
+            loss = criterion(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    backlog = workers * spec.prefetch_factor
+    warmup = max(spec.warmup_steps, backlog + 2)
+    for _ in range(warmup):
+        step(*next(batches))
+    sync()
+
+    timer = (lambda: torch.cuda.Event(enable_timing=True)) if kind == "cuda" else None
+    waits: list[float] = []
+    computes: list = []
+    step_end: list[float] = []
+    steps = 0
+    t0 = time.perf_counter()
+    while True:
+        tw = time.perf_counter()
+        images, labels = next(batches)
+        tc = time.perf_counter()
+        waits.append(tc - tw)
+        if timer:
+            ev0, ev1 = timer(), timer()
+            ev0.record()
+            loss = step(images, labels)
+            ev1.record()
+            computes.append((ev0, ev1))
+        else:
+            loss = step(images, labels)
+            computes.append(time.perf_counter() - tc)
+        steps += 1
+        step_end.append(time.perf_counter() - t0)
+        if spec.window_steps is not None and steps >= spec.window_steps:
+            break
+        if spec.window_s is not None and step_end[-1] >= spec.window_s:
+            break
+    sync()
+    elapsed = time.perf_counter() - t0
+    final_loss = float(loss.detach().float().item())
+    if timer:
+        computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
+    if not math.isfinite(final_loss):
+        raise FloatingPointError(f"training diverged: loss {final_loss}")
+
+    # Steady-state check: throughput of the second half of the window over the first half.
+    half = steps // 2
+    half_ratio = None
+    if half >= 2:
+        t_half = step_end[half - 1]
+        first, second = half / t_half, (steps - half) / max(elapsed - t_half, 1e-9)
+        half_ratio = second / first
+
+    peak_gpu = []
+    if kind == "cuda":
+        peak_gpu = [torch.cuda.max_memory_allocated(i) / 2**20 for i in range(spec.gpus)]
+    rss = _process_tree_rss_mb()
+    del batches  # stops the workers
+    return {
+        "time_s": elapsed,
+        "steps": steps,
+        "global_batch": global_batch,
+        "samples": steps * global_batch,
+        "samples_per_s": steps * global_batch / elapsed,
+        "step_ms": 1000.0 * elapsed / steps,
+        "data_wait_ms": summarize_ms(waits),
+        "compute_ms": summarize_ms(computes),
+        "data_wait_fraction": float(sum(waits) / elapsed),
+        "warmup_steps": warmup,
+        "prefetch_backlog_batches": backlog,
+        "window_over_backlog": steps / backlog if backlog else None,
+        "half_ratio": half_ratio,
+        "final_loss": final_loss,
+        "workers": workers,
+        "device": {"type": kind, "count": count, "used": spec.gpus if kind == "cuda" else 0},
+        "amp_dtype": str(amp_dtype).replace("torch.", "") if amp else None,
+        "peak_gpu_mem_mb": peak_gpu,
+        "main_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "process_tree_rss_mb": rss,
+    }
+
+
+def _process_tree_rss_mb() -> float | None:
+    try:
+        import psutil
+    except ImportError:
+        return None
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def run(spec: CellSpec, manifest_path: Path, out: Path) -> dict:
+    """Measure the cell and write its record (ok, skipped or failed) to `out`."""
+    started = time.time()
+    manifest = json.loads(manifest_path.read_text())
+    allowed = frozenset(f["path"] for f in manifest["files"])
+    try:
+        kind, count = available_devices()
+        have = count if kind == "cuda" else 0
+        if spec.gpus > 1 and spec.gpus > have:
+            record = skipped_record(
+                spec, f"cell needs {spec.gpus} GPUs; this host has {have}" + (" (CPU only)" if kind == "cpu" else "")
+            )
+        else:
+            metrics = measure(spec, spec.data_root, allowed)
+            record = make_record(spec, "ok", metrics=metrics)
+    except BaseException as e:  # OOM, crashed workers, decode errors: a record, not a hole
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        reason = f"{type(e).__name__}: {e}".strip()
+        if "out of memory" in reason.lower():
+            reason = "out of memory: " + reason
+        record = failed_record(spec, reason, traceback.format_exc(limit=8))
+    record["manifest_sha256"] = manifest.get("sha256")
+    record["started_at"] = started
+    record["wall_s"] = time.time() - started
+    atomic_write_json(out, record)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m loaderbench.train")
+    p.add_argument("--spec", required=True, help="cell spec as JSON")
+    p.add_argument("--manifest", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    a = p.parse_args(argv)
+    spec = CellSpec.from_dict(json.loads(a.spec))
+    record = run(spec, a.manifest, a.out)
+    print(json.dumps({"cell": spec.cell_id, "status": record["status"]}), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Small shared helpers: atomic writes, hashing, progress lines."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same folder and rename: readers never see a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def stable_hash(obj) -> str:
+    """Short hash of a JSON-serialisable object, independent of key order."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def progress(items: Iterable[T], total: int, label: str, every_s: float = 2.0) -> Iterator[T]:
+    """Yield items, printing 'label: i/total' to stderr at most every `every_s` seconds and at the end."""
+    last = 0.0
+    i = 0
+    for i, item in enumerate(items, 1):
+        now = time.monotonic()
+        if now - last >= every_s or i == total:
+            print(f"{label}: {i}/{total}", file=sys.stderr, flush=True)
+            last = now
+        yield item

@@ -1,0 +1,33 @@
+# The dataset source: generated (ImageNet-like JPEG tree) or a real ImageFolder tree; checked once.
+
+
+rule make_dataset:
+    output:
+        directory(f"resources/datasets/{DATASET['name']}"),
+    params:
+        images=DATASET["images"],
+        classes=DATASET["classes"],
+        seed=DATASET["seed"],
+        quality=DATASET["quality"],
+    log:
+        "logs/make_dataset.log",
+    shell:
+        "loaderbench make-dataset --out {output} --images {params.images} --classes {params.classes} "
+        "--seed {params.seed} --quality {params.quality} 2> {log}"
+
+
+rule check_dataset:
+    input:
+        get_source_input(),
+    output:
+        check="results/dataset/check.json",
+        report="results/dataset/check.txt",
+    params:
+        root=str(dataset_source_dir(CFG)),
+        fingerprint=source_fingerprint(),
+        strict="--strict" if CFG["strict"] else "",
+    log:
+        "logs/check_dataset.log",
+    shell:
+        "loaderbench check --source {params.root} --out {output.check} "
+        "--quarantine results/dataset/quarantine {params.strict} 2> {log}"
