@@ -102,7 +102,7 @@ def list_source(source: Path) -> tuple[list[str], list[str]]:
         what = "is empty" if not stray else "has files but no class folders"
         raise DatasetError(
             f"dataset path {source} {what}: expected ImageFolder layout <root>/<class>/<image> "
-            "(e.g. ImageNet's train/ folder)"
+            "(e.g. ImageNet's train/ folder; config key dataset.path)"
         )
     files = []
     for c in classes:
@@ -111,7 +111,7 @@ def list_source(source: Path) -> tuple[list[str], list[str]]:
             for f in sorted(filenames):
                 files.append(os.path.relpath(os.path.join(dirpath, f), source))
     if not files:
-        raise DatasetError(f"dataset path {source} has class folders but no files in them")
+        raise DatasetError(f"dataset path {source} has class folders but no files in them (config key dataset.path)")
     return files, stray
 
 

@@ -123,7 +123,9 @@ def load_config(path: str | Path, base_dir: Path | None = None) -> dict:
 def dataset_name(cfg: dict) -> str:
     ds = cfg["dataset"]
     if ds["source"] == "path":
-        return Path(ds["path"]).name or "dataset"
+        path = Path(ds["path"])
+        # ImageNet-style sources end in train/: keep the parent's name too ("imagenet-train")
+        return "-".join(p for p in (path.parent.name, path.name) if p) or "dataset"
     key = {k: ds[k] for k in ("images", "classes", "seed", "quality")}
     return f"generated-{ds['images']}x{ds['classes']}-{stable_hash(key)[:8]}"
 

@@ -24,5 +24,5 @@ rule aggregate:
     log:
         "logs/aggregate.log",
     shell:
-        "loaderbench aggregate --cells {input} --baseline {params.baseline:q} "
+        "{LB} aggregate --cells {input} --baseline {params.baseline:q} "
         "--spread-warn {params.spread_warn} --out-dir results/tables 2> {log}"

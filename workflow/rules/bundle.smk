@@ -17,6 +17,6 @@ rule bundle:
     log:
         "logs/bundle.log",
     shell:
-        "loaderbench bundle --config-json {input.config} --tables results/tables --figures results/figures "
+        "{LB} bundle --config-json {input.config} --tables results/tables --figures results/figures "
         "--check {input.check} --manifests {input.manifests} --cells {input.cells} --captions {params.captions} "
         "--out-dir {output.bundle} --zip {output.zip} 2> {log} && cat {log}"

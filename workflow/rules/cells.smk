@@ -15,4 +15,4 @@ rule cell:
     resources:
         bench_slot=1,
     shell:
-        "loaderbench run-cell --spec {params.spec:q} --manifest {input.manifest} --out {output} 2>&1 | tee {log}"
+        "{LB} run-cell --spec {params.spec:q} --manifest {input.manifest} --out {output} 2>&1 | tee {log}"

@@ -29,4 +29,4 @@ rule figures:
     log:
         "logs/figures.log",
     shell:
-        "loaderbench figures --table {input.table} --repeats {input.repeats} --out-dir results/figures 2> {log}"
+        "{LB} figures --table {input.table} --repeats {input.repeats} --out-dir results/figures 2> {log}"

@@ -12,5 +12,5 @@ rule stage:
     log:
         "logs/stage/{tier}.log",
     shell:
-        "loaderbench stage --check {input} --tier {wildcards.tier} --tier-path {params.tier_path:q} "
+        "{LB} stage --check {input} --tier {wildcards.tier} --tier-path {params.tier_path:q} "
         "--dataset {params.dataset} --out {output} 2> {log}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,10 +74,19 @@ def forever(batches: Iterable, to_device: Callable) -> Iterator:
         epoch += 1
 
 
+@functools.cache
+def _affine(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, shift) with (x - 255 mean) / (255 std) = x * scale + shift, shaped for NHWC."""
+    std = torch.tensor(IMAGENET_STD, device=device) * 255
+    mean = torch.tensor(IMAGENET_MEAN, device=device) * 255
+    return (1 / std).view(1, 1, 1, 3), (-mean / std).view(1, 1, 1, 3)
+
+
 def normalize_uint8_nhwc(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
-    """uint8 NHWC on the device -> normalised float NCHW (channels_last strides come for free)."""
-    mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1) * 255
-    x = x.permute(0, 3, 1, 2).float()
-    x = (x - mean) / std
+    """uint8 NHWC RGB on the device -> normalised float NCHW in one fused multiply-add.
+
+    The NHWC result permuted to NCHW has channels_last strides already, so that layout costs no copy.
+    """
+    scale, shift = _affine(x.device)
+    x = torch.addcmul(shift, x, scale).permute(0, 3, 1, 2)
     return x if channels_last else x.contiguous()

@@ -25,8 +25,8 @@ def augment(bgr: np.ndarray, crop_size: int) -> np.ndarray:
     interp = cv2.INTER_AREA if (h > crop_size or w > crop_size) else cv2.INTER_LINEAR
     out = cv2.resize(crop, (crop_size, crop_size), interpolation=interp)
     if torch.rand(1) < 0.5:
-        out = out[:, ::-1]
-    return cv2.cvtColor(out, cv2.COLOR_BGR2RGB)  # also makes the flipped view contiguous
+        out = cv2.flip(out, 1)
+    return cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
 
 
 class OpenCVDataset(torch.utils.data.Dataset):

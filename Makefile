@@ -1,0 +1,50 @@
+# loaderbench: `make quickstart` runs the pipeline on the embedded default; `make test` runs the tests.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+CORES  ?= $(shell nproc)
+CONFIG ?= config/quickstart.yaml
+SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
+
+.PHONY: quickstart test bench report rerun cells lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -qq --upgrade pip
+	$(BIN)/python -m pip install -qq -e '.[test]'
+	touch $@
+
+## quickstart: install into .venv, run the whole pipeline on config/quickstart.yaml, print where the bundle is
+quickstart: $(STAMP)
+	$(SMK)
+	@echo
+	@echo "bundle: $(CURDIR)/results/bundle/index.html  (zip: $(CURDIR)/results/bundle.zip, table: $(CURDIR)/results/tables/cells.csv)"
+
+## test: the test suite (unit tests and real Snakemake runs of a tiny grid on the CPU)
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -ra
+
+## bench: loader-only throughput (images/s, no model) of torchvision and opencv on the same staged files
+bench: $(STAMP)
+	$(SMK) --until stage
+	$(BIN)/loaderbench bench --config $(CONFIG)
+
+## report: Snakemake's HTML report with figure captions
+report: $(STAMP)
+	$(SMK) --report results/report.html
+
+## rerun CELL=<cell id>: measure one configuration again, then refresh the tables, figures and bundle
+rerun: $(STAMP)
+	@test -n "$(CELL)" || { echo "usage: make rerun CELL=<cell id>  (list them: make cells)"; exit 2; }
+	$(SMK) --forcerun results/cells/$(CELL).json
+
+## cells: list the cell ids of CONFIG with their status
+cells: $(STAMP)
+	$(BIN)/loaderbench cells --config $(CONFIG) --status
+
+lint: $(STAMP)
+	$(SMK) --lint
+
+clean:
+	rm -rf results logs .snakemake

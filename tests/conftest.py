@@ -1,0 +1,72 @@
+"""Shared fixtures: a small real generated dataset and a tiny CPU config for real Snakemake runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loaderbench.dataset import DatasetParams, make_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory) -> Path:
+    """24 real generated JPEGs in 3 class folders (the ImageFolder root)."""
+    out = tmp_path_factory.mktemp("dataset")
+    make_dataset(DatasetParams(images=24, classes=3, seed=7), out, jobs=2)
+    return out / "train"
+
+
+def tiny_config(tmp: Path, **overrides) -> dict:
+    """A grid of 8 cells (2 loaders x 2 tiers x 2 precisions) that runs in seconds per cell on a CPU."""
+    cfg = {
+        "name": "tiny",
+        "dataset": {"source": "generated", "images": 32, "classes": 3, "seed": 1},
+        "storage": {"disk-a": str(tmp / "tier-a"), "disk-b": str(tmp / "tier-b")},
+        "loaders": ["torchvision", "opencv"],
+        "gpus": [1],
+        "batch_sizes": [4],
+        "precisions": ["fp32", "amp"],
+        "window": {"steps": 3},
+        "warmup_steps": 1,
+        "crop_size": 32,
+        "workers": 1,
+        "prefetch_factor": 1,
+        "baseline": {"loader": "torchvision", "tier": "disk-a", "gpus": 1, "batch_size": 4, "precision": "fp32"},
+    }
+    for tier in cfg["storage"].values():
+        Path(tier).mkdir(parents=True, exist_ok=True)
+    cfg.update(overrides)
+    return cfg
+
+
+def write_config(tmp: Path, cfg: dict) -> Path:
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, **popen) -> subprocess.CompletedProcess:
+    """Run the real workflow (this repo's Snakefile and default profile) in `workdir`."""
+    cmd = [
+        sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--cores", "2", *args,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env, **popen)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    yield tmp_path
+    shutil.rmtree(tmp_path / ".snakemake", ignore_errors=True)

@@ -1,0 +1,89 @@
+"""Speed, GPU Efficiency, medians and spread on made-up rows with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from loaderbench.aggregate import SEED_COLUMNS, cells_table
+
+BASELINE = {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32"}
+
+
+def row(loader, tier, gpus, sps, repeat=0, batch=128, precision="fp32", status="ok", reason=None):
+    return {
+        "cell_id": f"{loader}_{tier}_g{gpus}_b{batch}_{precision}_r{repeat}", "Dataloader": loader, "Disk": tier,
+        "GPU": gpus, "Batch size": batch, "Precision": precision, "repeat": repeat, "status": status, "reason": reason,
+        "Time(s)": 60.0 if status == "ok" else None, "Steps": sps * 60 / (batch * gpus) if status == "ok" else None,
+        "Samples/s": sps if status == "ok" else None, "data_wait_ms": 1.0, "compute_ms": 2.0, "data_wait_fraction": 0.1,
+        "half_ratio": 1.0, "peak_gpu_mem_mb": None, "device": "cuda", "workers": 8,
+    }  # fmt: skip
+
+
+def table(rows):
+    return cells_table(pd.DataFrame(rows), BASELINE).set_index(["Dataloader", "Disk", "GPU", "Batch size", "Precision"])
+
+
+def test_seed_columns_come_first_with_exact_names():
+    t = cells_table(pd.DataFrame([row("torchvision", "hdd", 1, 100.0)]), BASELINE)
+    assert list(t.columns[: len(SEED_COLUMNS)]) == [
+        "Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s", "Speed", "GPU Efficiency",
+    ]  # fmt: skip
+
+
+def test_speed_is_relative_to_the_baseline_cell():
+    t = table([row("torchvision", "hdd", 1, 200.0), row("torchvision", "ssd", 1, 500.0), row("opencv", "hdd", 2, 700.0)])
+    assert t.loc[("torchvision", "hdd", 1, 128, "fp32"), "Speed"] == pytest.approx(1.0)
+    assert t.loc[("torchvision", "ssd", 1, 128, "fp32"), "Speed"] == pytest.approx(2.5)
+    assert t.loc[("opencv", "hdd", 2, 128, "fp32"), "Speed"] == pytest.approx(3.5)
+
+
+def test_gpu_efficiency_uses_the_same_groups_one_gpu_cell():
+    t = table([
+        row("torchvision", "hdd", 1, 200.0), row("torchvision", "hdd", 2, 300.0), row("torchvision", "hdd", 4, 280.0),
+        row("torchvision", "ssd", 1, 400.0), row("torchvision", "ssd", 4, 1600.0),
+    ])  # fmt: skip
+    assert t.loc[("torchvision", "hdd", 2, 128, "fp32"), "GPU Efficiency"] == pytest.approx(300 / (2 * 200))
+    assert t.loc[("torchvision", "hdd", 4, 128, "fp32"), "GPU Efficiency"] == pytest.approx(280 / (4 * 200))
+    assert t.loc[("torchvision", "ssd", 4, 128, "fp32"), "GPU Efficiency"] == pytest.approx(1.0)
+
+
+def test_dali_mc_efficiency_is_against_dali_sc_one_gpu():
+    t = table([
+        row("torchvision", "hdd", 1, 100.0), row("dali-sc", "ssd", 1, 1000.0), row("dali-sc", "ssd", 2, 1500.0),
+        row("dali-mc", "ssd", 2, 1800.0), row("dali-mc", "ssd", 4, 3000.0),
+    ])  # fmt: skip
+    assert t.loc[("dali-mc", "ssd", 2, 128, "fp32"), "GPU Efficiency"] == pytest.approx(1800 / (2 * 1000))
+    assert t.loc[("dali-mc", "ssd", 4, 128, "fp32"), "GPU Efficiency"] == pytest.approx(3000 / (4 * 1000))
+    assert t.loc[("dali-sc", "ssd", 2, 128, "fp32"), "GPU Efficiency"] == pytest.approx(0.75)
+
+
+def test_repeats_give_median_min_max_and_flag_spread():
+    t = table([row("torchvision", "hdd", 1, v, repeat=i) for i, v in enumerate([100.0, 104.0, 120.0])])
+    r = t.loc[("torchvision", "hdd", 1, 128, "fp32")]
+    assert r["Samples/s"] == 104.0 and r["Samples/s min"] == 100.0 and r["Samples/s max"] == 120.0
+    assert r["Spread"] == pytest.approx(20 / 104) and bool(r["Spread flag"]) and r["Repeats"] == 3
+    t2 = table([row("torchvision", "hdd", 1, v, repeat=i) for i, v in enumerate([100.0, 101.0, 102.0])])
+    assert not bool(t2.loc[("torchvision", "hdd", 1, 128, "fp32"), "Spread flag"])
+
+
+def test_skipped_and_failed_cells_keep_their_reason_and_have_no_numbers():
+    t = table([
+        row("torchvision", "hdd", 1, 100.0),
+        row("torchvision", "hdd", 4, 0, status="skipped", reason="cell needs 4 GPUs; this host has 1"),
+        row("opencv", "hdd", 1, 0, status="failed", reason="out of memory: CUDA out of memory"),
+        row("opencv", "ssd", 1, 90.0, repeat=0), row("opencv", "ssd", 1, 0, repeat=1, status="failed", reason="boom"),
+    ])  # fmt: skip
+    sk = t.loc[("torchvision", "hdd", 4, 128, "fp32")]
+    assert sk["Status"] == "skipped" and "needs 4 GPUs" in sk["Reason"] and math.isnan(sk["Samples/s"])
+    assert math.isnan(sk["Speed"]) and math.isnan(sk["GPU Efficiency"])
+    assert t.loc[("opencv", "hdd", 1, 128, "fp32"), "Status"] == "failed"
+    partial = t.loc[("opencv", "ssd", 1, 128, "fp32")]
+    assert partial["Status"] == "partial" and partial["Repeats ok"] == 1 and partial["Samples/s"] == 90.0
+
+
+def test_missing_baseline_gives_no_speed_rather_than_a_wrong_one():
+    t = table([row("opencv", "ssd", 1, 100.0)])
+    assert math.isnan(t.loc[("opencv", "ssd", 1, 128, "fp32"), "Speed"])

@@ -1,0 +1,186 @@
+"""Staging: the check finds every bad-file class, the manifest is right, restaging is incremental and safe."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from loaderbench.check import DatasetError, check_dataset
+from loaderbench.cli import main as cli
+from loaderbench.stage import MARKER, StagingError, stage
+from loaderbench.util import sha256_file
+
+
+def jpeg(mode: str = "RGB", size=(120, 90), fmt="JPEG") -> bytes:
+    rng = np.random.default_rng(0)
+    arr = (np.linspace(0, 255, size[0])[None, :, None] + rng.normal(0, 20, (size[1], size[0], 3))).clip(0, 255)
+    img = Image.fromarray(arr.astype(np.uint8)).convert(mode)
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    return buf.getvalue()
+
+
+@pytest.fixture
+def messy_source(tmp_path, small_dataset) -> Path:
+    """The small dataset plus one file of every odd and bad kind."""
+    src = tmp_path / "src"
+    shutil.copytree(small_dataset, src)
+    good = jpeg()
+    odd = src / "class_0000"
+    (odd / "gray.JPEG").write_bytes(jpeg("L"))
+    (odd / "cmyk.JPEG").write_bytes(jpeg("CMYK"))
+    (odd / "png_named.JPEG").write_bytes(jpeg(fmt="PNG"))  # content does not match the extension
+    (odd / "jpeg_named.png").write_bytes(good)
+    bad = src / "class_0001"
+    (bad / "truncated.JPEG").write_bytes(good[: len(good) // 2])
+    (bad / "corrupt.JPEG").write_bytes(good[:3] + bytes(200) + good[203:])
+    (bad / "notes.JPEG").write_text("this is not an image\n")
+    return src
+
+
+def test_check_classifies_every_bad_file_class(tmp_path, messy_source):
+    out = tmp_path / "results/check.json"
+    result = check_dataset(messy_source, out, tmp_path / "quarantine", jobs=2)
+    by = {Path(f["path"]).name: f for f in result["files"]}
+    assert by["gray.JPEG"]["status"] == "odd" and by["gray.JPEG"]["issues"] == ["grayscale"]
+    assert by["cmyk.JPEG"]["status"] == "odd" and by["cmyk.JPEG"]["issues"] == ["cmyk"]
+    assert by["png_named.JPEG"]["issues"] == ["extension_mismatch"] and by["png_named.JPEG"]["kind"] == "png"
+    assert by["jpeg_named.png"]["issues"] == ["extension_mismatch"] and by["jpeg_named.png"]["kind"] == "jpeg"
+    assert by["truncated.JPEG"]["status"] == "bad" and by["truncated.JPEG"]["issues"] == ["undecodable"]
+    assert by["corrupt.JPEG"]["status"] == "bad"
+    assert by["notes.JPEG"]["status"] == "bad" and by["notes.JPEG"]["issues"] == ["not_an_image"]
+    assert result["counts"] == {"files": 31, "ok": 24, "odd": 4, "bad": 3, "rechecked": 31, "stray": 0}
+    # bad files are quarantined (copied aside) and listed in the report; the source is left untouched
+    quarantined = sorted(p.name for p in (tmp_path / "quarantine").rglob("*") if p.is_file())
+    assert quarantined == ["corrupt.JPEG", "notes.JPEG", "truncated.JPEG"]
+    report = out.with_suffix(".txt").read_text()
+    assert "3 undecodable (quarantined)" in report and "class_0001/truncated.JPEG" in report
+    assert (messy_source / "class_0001/truncated.JPEG").exists()
+    # a second check reads only changed files
+    (messy_source / "class_0002/new.JPEG").write_bytes(jpeg())
+    again = check_dataset(messy_source, out, tmp_path / "quarantine", jobs=2)
+    assert again["counts"]["rechecked"] == 1 and again["counts"]["files"] == 32
+
+
+def test_strict_turns_odd_and_bad_files_into_a_clear_failure(tmp_path, messy_source):
+    out = tmp_path / "check.json"
+    with pytest.raises(DatasetError) as err:
+        check_dataset(messy_source, out, tmp_path / "q", strict=True, jobs=2)
+    assert "strict: true" in str(err.value) and "class_0001/notes.JPEG" in str(err.value)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("layout, words", [("missing", "does not exist"), ("empty", "is empty"),
+                                           ("flat", "has files but no class folders")])  # fmt: skip
+def test_unusable_dataset_paths_are_named(tmp_path, layout, words, capsys):
+    src = tmp_path / "data"
+    if layout != "missing":
+        src.mkdir()
+    if layout == "flat":
+        (src / "a.JPEG").write_bytes(jpeg())
+    rc = cli(["check", "--source", str(src), "--out", str(tmp_path / "c.json"), "--quarantine", str(tmp_path / "q")])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(src) in err and words in err and "dataset.path" in err
+
+
+def test_staged_files_decode_with_every_loader(tmp_path, messy_source):
+    """Odd files that staging keeps are decodable by both loaders, and labels agree for the same file."""
+    import torch
+
+    from loaderbench.loaders.common import LoaderContext
+    from loaderbench.loaders.opencv_loader import OpenCVDataset
+    from loaderbench.loaders.torchvision_loader import transform
+    from torchvision.datasets import ImageFolder
+
+    check_dataset(messy_source, tmp_path / "check.json", tmp_path / "q", jobs=2)
+    man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
+    ctx = LoaderContext(
+        data_root=Path(man["root"]), allowed=frozenset(f["path"] for f in man["files"]), batch_size=2, crop_size=64,
+        workers=0, prefetch_factor=2, seed=0, device=torch.device("cpu"), channels_last=False,
+    )  # fmt: skip
+    samples, classes = ctx.samples()
+    tv = ImageFolder(str(ctx.data_root), transform=transform(64), is_valid_file=ctx.is_valid_file)
+    cv = OpenCVDataset(samples, 64)
+    assert tv.samples == samples and len(samples) == 28 and classes == ["class_0000", "class_0001", "class_0002"]
+    names = [Path(p).name for p, _ in samples]
+    for odd in ("gray.JPEG", "cmyk.JPEG", "png_named.JPEG", "jpeg_named.png"):
+        i = names.index(odd)
+        x, y = tv[i]
+        u, v = cv[i]
+        assert tuple(x.shape) == (3, 64, 64) and tuple(u.shape) == (64, 64, 3) and u.dtype == torch.uint8
+        assert y == v == 0
+    assert "truncated.JPEG" not in names
+
+
+def test_manifest_and_incremental_restage(tmp_path, small_dataset):
+    src = tmp_path / "src"
+    shutil.copytree(small_dataset, src)
+    tier = tmp_path / "tier"
+    tier.mkdir()
+    (tier / "someone-elses.txt").write_text("keep me")
+    check, out = tmp_path / "check.json", tmp_path / "results/staging/t.json"
+    check_dataset(src, check, tmp_path / "q", jobs=2)
+    man = stage(check, "t", tier, "ds", out)
+    root = Path(man["root"])
+    assert root == tier / "loaderbench/ds/train" and (tier / "loaderbench" / MARKER).exists()
+    assert man["counts"]["files"] == 24 and man["counts"]["copied"] == 24
+    for f in man["files"]:
+        assert sha256_file(root / f["path"]) == f["sha256"] and (root / f["path"]).stat().st_size == f["size"]
+    assert json.loads(out.read_text())["sha256"] == man["sha256"]
+
+    # unchanged source: nothing copied
+    man2 = stage(check, "t", tier, "ds", out)
+    assert (man2["counts"]["copied"], man2["counts"]["kept"]) == (0, 24) and man2["sha256"] == man["sha256"]
+
+    # one file changed, one removed: exactly those are restaged / removed
+    changed = src / "class_0000" / sorted(os.listdir(src / "class_0000"))[0]
+    changed.write_bytes(jpeg())
+    gone = src / "class_0001" / sorted(os.listdir(src / "class_0001"))[0]
+    gone.unlink()
+    (root / "class_0002" / "not-ours.JPEG").write_bytes(b"x")
+    check_dataset(src, check, tmp_path / "q", jobs=2)
+    man3 = stage(check, "t", tier, "ds", out)
+    assert (man3["counts"]["copied"], man3["counts"]["kept"], man3["counts"]["removed"]) == (1, 22, 1)
+    assert (root / changed.relative_to(src)).read_bytes() == changed.read_bytes()
+    assert not (root / gone.relative_to(src)).exists()
+    assert man3["sha256"] != man["sha256"]
+    # files staging did not create are never deleted
+    assert (tier / "someone-elses.txt").read_text() == "keep me" and (root / "class_0002/not-ours.JPEG").exists()
+
+
+def test_refuses_dangerous_or_unusable_tier_paths(tmp_path, small_dataset):
+    check = tmp_path / "check.json"
+    check_dataset(small_dataset, check, tmp_path / "q", jobs=2)
+
+    def fails(path, words):
+        with pytest.raises(StagingError) as err:
+            stage(check, "hdd", path, "ds", tmp_path / "m.json", project_dir=tmp_path / "project")
+        assert "storage.hdd" in str(err.value) and words in str(err.value), str(err.value)
+
+    fails(Path("/"), "root or home")
+    fails(Path.home(), "root or home")
+    fails(small_dataset, "overlaps the dataset source")
+    fails(small_dataset / "class_0000", "overlaps the dataset source")
+    fails(tmp_path / "no-such-mount", "does not exist; mount the hdd device there")
+    (tmp_path / "a-file").write_text("")
+    fails(tmp_path / "a-file", "is not a directory")
+    foreign = tmp_path / "foreign"
+    (foreign / "loaderbench").mkdir(parents=True)
+    fails(foreign, "was not created by loaderbench")
+    if os.geteuid() == 0:
+        fails(Path("/sys"), "is not writable")  # root passes permission bits; sysfs refuses anyway
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        fails(ro, "is not writable")
+    # inside the project, a missing tier folder is created
+    inside = tmp_path / "project" / "resources" / "tiers" / "hdd"
+    man = stage(check, "hdd", inside, "ds", tmp_path / "m.json", project_dir=tmp_path / "project")
+    assert man["counts"]["files"] == 24

@@ -1,0 +1,81 @@
+"""Config validation: defaults filled, and every bad input named by its key."""
+
+from __future__ import annotations
+
+import pytest
+
+from loaderbench.config import ConfigError, cell_ids, cell_spec, load_config, parse_cell_id, validate_config
+from tests.conftest import REPO
+
+
+def test_defaults_are_filled_and_paths_resolved(tmp_path):
+    cfg = validate_config({"storage": {"ssd": "rel/ssd"}}, base_dir=tmp_path)
+    assert cfg["loaders"] == ["torchvision", "opencv"]
+    assert cfg["tiers"] == ["ssd"]
+    assert cfg["window"] == {"steps": None, "seconds": 60}
+    assert cfg["baseline"] == {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32"}
+    assert cfg["storage"]["ssd"] == str(tmp_path / "rel/ssd")
+    assert cfg["dataset"]["name"].startswith("generated-256x4-")
+
+
+def test_window_steps_alone_replaces_the_default_seconds():
+    cfg = validate_config({"window": {"steps": 10}})
+    assert cfg["window"] == {"steps": 10, "seconds": None}
+
+
+@pytest.mark.parametrize(
+    "raw, key, words",
+    [
+        ({"loaders": ["torchvision", "pil-simd"]}, "'loaders'", "unknown loader 'pil-simd'"),
+        ({"tiers": ["nvme"]}, "'tiers'", "'nvme' not defined under 'storage'"),
+        ({"batch_sizes": [128, 0]}, "'batch_sizes[1]'", "less than the minimum of 1"),
+        ({"batch_sizes": [-3]}, "'batch_sizes[0]'", "less than the minimum of 1"),
+        ({"batch_sizes": [1.5]}, "'batch_sizes[0]'", "not of type 'integer'"),
+        ({"batch_sizes": ["big"]}, "'batch_sizes[0]'", "not of type 'integer'"),
+        ({"gpus": [0]}, "'gpus[0]'", "less than the minimum of 1"),
+        ({"gpus": "2"}, "'gpus'", "not of type 'array'"),
+        ({"repeats": "three"}, "'repeats'", "not of type 'integer'"),
+        ({"precisions": ["fp16"]}, "'precisions[0]'", "is not one of"),
+        ({"window": {"steps": 5, "seconds": 5}}, "'window'", "exactly one of"),
+        ({"dataset": {"source": "path"}}, "'dataset.path'", "required"),
+        ({"dataset": {"images": 2, "classes": 3}}, "'dataset.classes'", "exceed"),
+        ({"storage": {"Bad Name": "/tmp"}}, "'storage'", "does not match"),
+        ({"batchsize": [1]}, "unknown key", "'batchsize' was unexpected"),
+    ],
+)
+def test_bad_config_names_the_key(raw, key, words):
+    with pytest.raises(ConfigError) as err:
+        validate_config(raw)
+    assert key in str(err.value) and words in str(err.value), str(err.value)
+
+
+def test_missing_or_unparsable_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("loaders: [torchvision\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_shipped_configs_are_valid_and_the_seed_grid_has_its_cells():
+    quick = load_config(REPO / "config/quickstart.yaml", base_dir=REPO)
+    seed = load_config(REPO / "config/config.yaml", base_dir=REPO)
+    assert len(cell_ids(quick)) == 2 * 2 * 1 * 1 * 2  # loaders x tiers x gpus x batch x precision
+    # the seed's experiment: loaders x hdd/ssd x 1, 2, 4 GPUs x batch 128, 256, fp32, 3 repeats
+    assert seed["tiers"] == ["hdd", "ssd"] and seed["gpus"] == [1, 2, 4] and seed["batch_sizes"] == [128, 256]
+    assert len(cell_ids(seed)) == 2 * 2 * 3 * 2 * 1 * 3
+
+
+def test_cell_ids_round_trip_and_specs_carry_the_cell():
+    cfg = validate_config({"storage": {"hdd": "/mnt/hdd", "ram-disk": "/dev/shm"}, "gpus": [1, 2], "repeats": 2})
+    ids = cell_ids(cfg)
+    assert len(ids) == len(set(ids)) == 2 * 2 * 2 * 1 * 1 * 2
+    d = parse_cell_id("opencv_ram-disk_g2_b128_fp32_r1")
+    assert d == {"loader": "opencv", "tier": "ram-disk", "gpus": 2, "batch_size": 128, "precision": "fp32", "repeat": 1}
+    spec = cell_spec(cfg, "opencv_ram-disk_g2_b128_fp32_r1")
+    assert spec.cell_id == "opencv_ram-disk_g2_b128_fp32_r1" and spec.seed == 1 and spec.tier_path == "/dev/shm"
+    with pytest.raises(ConfigError, match="not in this configuration's grid"):
+        cell_spec(cfg, "opencv_ram-disk_g4_b128_fp32_r1")
+    with pytest.raises(ConfigError, match="is not a cell id"):
+        parse_cell_id("opencv-ram")
