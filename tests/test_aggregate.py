@@ -18,7 +18,7 @@ def row(loader, tier, gpus, sps, repeat=0, batch=128, precision="fp32", status="
         "GPU": gpus, "Batch size": batch, "Precision": precision, "repeat": repeat, "status": status, "reason": reason,
         "Time(s)": 60.0 if status == "ok" else None, "Steps": sps * 60 / (batch * gpus) if status == "ok" else None,
         "Samples/s": sps if status == "ok" else None, "data_wait_ms": 1.0, "compute_ms": 2.0, "data_wait_fraction": 0.1,
-        "half_ratio": 1.0, "peak_gpu_mem_mb": None, "device": "cuda", "workers": 8,
+        "half_ratio": 1.0, "peak_gpu_mem_mb": None, "device": "cuda", "workers": 8, "warnings": "",
     }  # fmt: skip
 
 

@@ -44,6 +44,7 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "peak_gpu_mem_mb": max(peak) if peak else None,
                 "device": (m.get("device") or {}).get("type"),
                 "workers": m.get("workers"),
+                "warnings": "; ".join(m.get("warnings") or []),
             }
         )
     return pd.DataFrame(rows)
@@ -77,6 +78,7 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
             "Data wait fraction": float(ok["data_wait_fraction"].median()) if len(ok) else np.nan,
             "Peak GPU mem (MB)": float(ok["peak_gpu_mem_mb"].max()) if ok["peak_gpu_mem_mb"].notna().any() else np.nan,
             "Device": ",".join(sorted({d for d in ok["device"] if isinstance(d, str)})),
+            "Warnings": "; ".join(sorted({w for w in ok["warnings"] if isinstance(w, str) and w})),
         }
     )
 

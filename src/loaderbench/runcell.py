@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,19 +33,25 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
     started = time.time()
     print(f"cell {spec.cell_id}: starting ({spec.loader} on {spec.tier}, {spec.gpus} GPU x batch {spec.batch_size}, "
           f"{spec.precision})", file=sys.stderr, flush=True)  # fmt: skip
-    previous = signal.signal(signal.SIGTERM, _raise_exit)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup below
     proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent)
     try:
         rc = proc.wait(timeout=spec.timeout_s)
         why = None if rc == 0 else _exit_reason(rc)
     except subprocess.TimeoutExpired:
         _kill_tree(proc)
-        why = f"timed out after {spec.timeout_s:g} s (cell_timeout_s)"
+        rc, why = None, f"timed out after {spec.timeout_s:g} s (cell_timeout_s)"
     except BaseException:
         _kill_tree(proc)  # interrupted: take the child and its loader workers down with us
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+    if rc in (-signal.SIGTERM, -signal.SIGINT):
+        # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
+        # so the next run measures this cell again.
+        raise SystemExit(f"cell {spec.cell_id}: interrupted ({signal.Signals(-rc).name}); no record written")
     if why is None and partial.is_file():
         record = json.loads(partial.read_text())
     else:
@@ -60,8 +67,9 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
 def summary_line(record: dict) -> str:
     m = record.get("metrics") or {}
     if record["status"] == "ok":
+        warn = "".join(f"\n  warning: {w}" for w in m.get("warnings", []))
         return (f"cell {record['cell_id']}: ok  {m['samples_per_s']:.1f} samples/s  ({m['steps']} steps in "
-                f"{m['time_s']:.1f} s, data wait {100 * m['data_wait_fraction']:.0f}% of the window)")  # fmt: skip
+                f"{m['time_s']:.1f} s, data wait {100 * m['data_wait_fraction']:.0f}% of the window){warn}")  # fmt: skip
     return f"cell {record['cell_id']}: {record['status']}  {record['reason']}"
 
 

@@ -140,8 +140,6 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
     final_loss = float(loss.detach().float().item())
     if timer:
         computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
-    if not math.isfinite(final_loss):
-        raise FloatingPointError(f"training diverged: loss {final_loss}")
 
     # Steady-state check: throughput of the second half of the window over the first half.
     half = steps // 2
@@ -150,6 +148,17 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         t_half = step_end[half - 1]
         first, second = half / t_half, (steps - half) / max(elapsed - t_half, 1e-9)
         half_ratio = second / first
+
+    warnings = []
+    if not math.isfinite(final_loss):
+        warnings.append(f"loss is {final_loss} at the end of the window: training diverged (throughput still measured)")
+    if backlog and steps < 10 * backlog:
+        warnings.append(
+            f"window of {steps} steps is under 10x the prefetch depth ({backlog} batches): "
+            "lengthen it so start-up backlog cannot inflate the result"
+        )
+    if half_ratio is not None and not 0.8 <= half_ratio <= 1.25:
+        warnings.append(f"second half of the window ran at {half_ratio:.2f}x the first half's rate: not steady")
 
     peak_gpu = []
     if kind == "cuda":
@@ -170,7 +179,8 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         "prefetch_backlog_batches": backlog,
         "window_over_backlog": steps / backlog if backlog else None,
         "half_ratio": half_ratio,
-        "final_loss": final_loss,
+        "final_loss": final_loss if math.isfinite(final_loss) else str(final_loss),
+        "warnings": warnings,
         "workers": workers,
         "device": {"type": kind, "count": count, "used": spec.gpus if kind == "cuda" else 0},
         "amp_dtype": str(amp_dtype).replace("torch.", "") if amp else None,

@@ -80,4 +80,6 @@ def get_cell_files():
 
 
 def get_final_output():
-    return ["results/tables/cells.csv", "results/bundle", "results/bundle.zip"]
+    # Cell records are targets in their own right: a deleted or missing one is recomputed (with what depends
+    # on it) even though the bundle already exists; an intermediate file alone would be left missing.
+    return [*get_cell_files(), "results/tables/cells.csv", "results/bundle", "results/bundle.zip"]

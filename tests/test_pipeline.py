@@ -1,0 +1,166 @@
+"""The real Snakemake pipeline on the CPU: a tiny grid end to end, resume after deletion, resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from loaderbench.config import cell_ids, validate_config
+from tests.conftest import REPO, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One complete run of the tiny grid, shared by the tests that only read or re-plan it."""
+    work = tmp_path_factory.mktemp("run")
+    cfg_path = write_config(work, tiny_config(work))
+    snakemake(work, "--configfile", str(cfg_path))
+    return work, cfg_path
+
+
+def job_counts(dry_run_stdout: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run, as {rule: count}."""
+    lines = dry_run_stdout.split("Job stats:", 1)[1].splitlines()
+    counts = {}
+    for line in lines[3:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_tiny_grid_runs_end_to_end(finished_run):
+    work, cfg_path = finished_run
+    cfg = validate_config(__import__("yaml").safe_load(cfg_path.read_text()))
+    table = pd.read_csv(work / "results/tables/cells.csv")
+    assert list(table.columns[:9]) == ["Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s",
+                                       "Speed", "GPU Efficiency"]  # fmt: skip
+    assert len(table) == 8 and set(table["Status"]) == {"ok"} and (table["Samples/s"] > 0).all()
+    assert set(table["Dataloader"]) == {"torchvision", "opencv"} and set(table["Disk"]) == {"disk-a", "disk-b"}
+    assert set(table["Precision"]) == {"fp32", "amp"} and (table["Steps"] == 3).all()
+    base = table[(table["Dataloader"] == "torchvision") & (table["Disk"] == "disk-a") & (table["Precision"] == "fp32")]
+    assert float(base["Speed"].iloc[0]) == pytest.approx(1.0)
+    for cid in cell_ids(cfg):
+        rec = json.loads((work / "results/cells" / f"{cid}.json").read_text())
+        assert rec["status"] == "ok" and rec["cell_id"] == cid
+    # staged copies live inside the tier folders, in the folder staging owns
+    for tier in ("tier-a", "tier-b"):
+        assert len(list((work / tier / "loaderbench").rglob("*.JPEG"))) == 32
+    index = (work / "results/bundle/index.html").read_text()
+    for name in ("throughput", "speed_heatmap", "seed_table"):
+        for ext in ("png", "svg"):
+            assert f"figures/{name}.{ext}" in index
+            assert (work / "results/bundle/figures" / f"{name}.{ext}").stat().st_size > 1000
+    for link in ("tables/cells.csv", "tables/repeats.csv", "provenance.json", "config.json", "dataset_check.txt"):
+        assert link in index and (work / "results/bundle" / link).is_file()
+    with zipfile.ZipFile(work / "results/bundle.zip") as z:
+        names = set(z.namelist())
+    assert "bundle/index.html" in names and "bundle/figures/throughput.png" in names
+    assert "nothing to be done" in snakemake(work, "--configfile", str(cfg_path), "-n").stdout.lower()
+
+
+def test_snakemake_report_has_the_figures(finished_run):
+    work, cfg_path = finished_run
+    snakemake(work, "--configfile", str(cfg_path), "--report", "results/report.html")
+    report = work / "results/report.html"
+    assert report.is_file() and report.stat().st_size > 10_000
+
+
+def test_deleting_one_cell_recomputes_exactly_that_cell(finished_run):
+    work, cfg_path = finished_run
+    cells = sorted((work / "results/cells").glob("*.json"))
+    victim = work / "results/cells/opencv_disk-b_g1_b4_amp_r0.json"
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cells if p != victim}
+    victim.unlink()
+    plan = snakemake(work, "--configfile", str(cfg_path), "-n").stdout
+    assert job_counts(plan) == {"cell": 1, "aggregate": 1, "figures": 1, "bundle": 1, "all": 1}
+    assert "results/cells/opencv_disk-b_g1_b4_amp_r0.json" in plan
+    snakemake(work, "--configfile", str(cfg_path))
+    assert json.loads(victim.read_text())["status"] == "ok"
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
+
+
+def test_rerun_of_a_single_configuration_by_its_cell_id(finished_run):
+    work, cfg_path = finished_run
+    cell = work / "results/cells/torchvision_disk-a_g1_b4_fp32_r0.json"
+    old = json.loads(cell.read_text())["finished_at"]
+    plan = snakemake(work, "--configfile", str(cfg_path), "-n", "--forcerun", "results/cells/torchvision_disk-a_g1_b4_fp32_r0.json").stdout
+    assert job_counts(plan)["cell"] == 1
+    out = subprocess.run(
+        [sys.executable, "-m", "loaderbench", "run-cell", "--config", str(cfg_path), "--cell", "torchvision_disk-a_g1_b4_fp32_r0"],
+        cwd=work, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "cell torchvision_disk-a_g1_b4_fp32_r0: ok" in out.stderr
+    assert json.loads(cell.read_text())["finished_at"] > old
+
+
+def _measuring_children(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [p for p in root.children(recursive=True) if "loaderbench.train" in " ".join(p.cmdline())]
+    except psutil.Error:
+        return []
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_killed_mid_cell_then_rerun_finishes_with_every_cell_ok(tmp_path, how):
+    cfg_path = write_config(tmp_path, tiny_config(tmp_path, window={"seconds": 4}))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--cores", "2", "--configfile", str(cfg_path)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    root = psutil.Process(proc.pid)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (_measuring_children(root) and list((tmp_path / "results/cells").glob("*.json"))):
+        time.sleep(0.2)  # wait until one cell is done and the next one is measuring
+    assert _measuring_children(root), "no cell started"
+    time.sleep(2)  # mid-cell
+    if how == "SIGTERM":
+        proc.send_signal(signal.SIGTERM)  # what `kill` and a batch system's cancel send
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole process group at once, as a lost node would
+    proc.wait(timeout=120)
+    done_before = len(list((tmp_path / "results/cells").glob("*.json")))
+    assert 1 <= done_before < 8
+    time.sleep(1)
+    assert not _measuring_children(root) if root.is_running() else True
+    args = ["--configfile", str(cfg_path)]
+    if how == "SIGKILL":  # a SIGKILLed Snakemake cannot release its lock; unlock is the documented recovery
+        snakemake(tmp_path, *args, "--unlock")
+    snakemake(tmp_path, *args)
+    cells = sorted((tmp_path / "results/cells").glob("*.json"))
+    assert len(cells) == 8
+    assert all(json.loads(p.read_text())["status"] == "ok" for p in cells)  # every file parses: none truncated
+    assert not list((tmp_path / "results/cells").glob(".*"))
+    table = pd.read_csv(tmp_path / "results/tables/cells.csv")
+    assert len(table) == 8 and set(table["Status"]) == {"ok"}
+
+
+def test_bad_config_fails_before_any_job_and_names_the_key(tmp_path):
+    cfg_path = write_config(tmp_path, tiny_config(tmp_path, loaders=["torchvision", "dali"], batch_sizes=[0]))
+    proc = snakemake(tmp_path, "--configfile", str(cfg_path), "-n", check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "config key 'batch_sizes[0]': 0 is less than the minimum of 1" in out
+    assert not (tmp_path / "results").exists()
+
+
+def test_missing_dataset_path_fails_in_the_check_job_naming_the_key(tmp_path):
+    cfg = tiny_config(tmp_path, dataset={"source": "path", "path": str(tmp_path / "no-imagenet")})
+    cfg_path = write_config(tmp_path, cfg)
+    assert "check_dataset" in snakemake(tmp_path, "--configfile", str(cfg_path), "-n").stdout  # plans fine
+    proc = snakemake(tmp_path, "--configfile", str(cfg_path), check=False)
+    assert proc.returncode != 0
+    assert f"dataset path {tmp_path / 'no-imagenet'} does not exist (config key dataset.path)" in proc.stdout + proc.stderr
