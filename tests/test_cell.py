@@ -13,6 +13,7 @@ import pytest
 
 from loaderbench.check import check_dataset
 from loaderbench.config import cell_spec, validate_config
+from loaderbench.records import validate_record
 from loaderbench.runcell import run_cell
 from loaderbench.stage import stage
 
@@ -39,6 +40,7 @@ def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loa
     out = tmp_path / "cells" / f"{spec.cell_id}.json"
     run_cell(spec, tmp / "disk.json", out)
     rec = json.loads(out.read_text())
+    validate_record(rec)
     m = rec["metrics"]
     assert rec["status"] == "ok" and rec["reason"] is None and rec["cell_id"] == spec.cell_id
     assert m["steps"] == 3 and m["global_batch"] == 4 and m["samples"] == 12
@@ -60,6 +62,7 @@ def test_more_gpus_than_the_host_has_is_a_skip_record(staged, tmp_path):
     out = tmp_path / "c.json"
     run_cell(cell_spec(cfg, "opencv_disk_g2_b4_fp32_r0"), tmp / "disk.json", out)
     rec = json.loads(out.read_text())
+    validate_record(rec)
     assert rec["status"] == "skipped" and "cell needs 2 GPUs; this host has 0 (CPU only)" == rec["reason"]
     assert rec["metrics"] is None
 
@@ -69,6 +72,7 @@ def test_an_exception_in_the_cell_is_a_failed_record(staged, tmp_path):
     out = tmp_path / "c.json"
     run_cell(cell_spec(cfg, "torchvision_disk_g1_b32_fp32_r0"), tmp / "disk.json", out)  # 24 images < one batch
     rec = json.loads(out.read_text())
+    validate_record(rec)
     assert rec["status"] == "failed" and "fewer images than one batch" in rec["reason"]
     assert "Traceback" in rec["detail"]
 
@@ -100,5 +104,6 @@ def test_a_measurement_process_killed_by_a_signal_is_a_failed_record(staged, tmp
     child.kill()
     worker.join(timeout=60)
     rec = json.loads(out.read_text())
+    validate_record(rec)
     assert rec["status"] == "failed" and "killed by SIGKILL" in rec["reason"]
     assert not any(Path(tmp_path).glob(".*.child"))

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from loaderbench.config import cell_ids, validate_config
+from loaderbench.records import validate_record
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e
@@ -55,6 +56,7 @@ def test_tiny_grid_runs_end_to_end(finished_run):
     assert float(base["Speed"].iloc[0]) == pytest.approx(1.0)
     for cid in cell_ids(cfg):
         rec = json.loads((work / "results/cells" / f"{cid}.json").read_text())
+        validate_record(rec)
         assert rec["status"] == "ok" and rec["cell_id"] == cid
     # staged copies live inside the tier folders, in the folder staging owns
     for tier in ("tier-a", "tier-b"):

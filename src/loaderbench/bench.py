@@ -11,24 +11,29 @@ from pathlib import Path
 
 def loader_images_per_s(loader: str, data_root: Path, allowed: frozenset[str], batch_size: int, crop_size: int,
                         workers: int, seconds: float, seed: int = 0) -> float:  # fmt: skip
-    """Images/s delivered by `loader` to the CPU device over `seconds`, after a warm-up that drains the prefetch."""
+    """Images/s that `loader` delivers to the training device (the GPU if there is one, else the CPU) over
+    `seconds`, after a warm-up that drains the prefetch backlog; the device is synchronised before each clock."""
     import torch
 
     from .loaders import get_loader
     from .loaders.common import LoaderContext
 
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     ctx = LoaderContext(
         data_root=data_root, allowed=allowed, batch_size=batch_size, crop_size=crop_size, workers=workers,
-        prefetch_factor=2, seed=seed, device=torch.device("cpu"), channels_last=True,
+        prefetch_factor=2, seed=seed, device=device, channels_last=True,
     )  # fmt: skip
     batches = get_loader(loader).build(ctx)
     for _ in range(workers * 2 + 2):  # start-up and the prefetch backlog stay outside the window
         next(batches)
+    sync()
     n = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         images, _ = next(batches)
         n += images.shape[0]
+    sync()
     elapsed = time.perf_counter() - t0
     del batches
     return n / elapsed
@@ -36,6 +41,8 @@ def loader_images_per_s(loader: str, data_root: Path, allowed: frozenset[str], b
 
 def bench(manifest: Path, loaders: list[str], batch_size: int, crop_size: int, workers: int | None,
           seconds: float, rounds: int) -> dict:  # fmt: skip
+    import torch
+
     man = json.loads(Path(manifest).read_text())
     allowed = frozenset(f["path"] for f in man["files"])
     workers = workers or len(os.sched_getaffinity(0))
@@ -52,6 +59,7 @@ def bench(manifest: Path, loaders: list[str], batch_size: int, crop_size: int, w
         "batch_size": batch_size,
         "crop_size": crop_size,
         "workers": workers,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
         "seconds": seconds,
         "rounds": rounds,
         "images_per_s": {lo: statistics.median(v) for lo, v in results.items()},

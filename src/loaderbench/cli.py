@@ -113,7 +113,7 @@ def cmd_bench(a) -> int:
     loaders = a.loaders or ["torchvision", "opencv"]
     r = bench(Path(a.results) / "staging" / f"{tier}.json", loaders, a.batch_size, cfg["crop_size"], a.workers,
               a.seconds, a.rounds)  # fmt: skip
-    print(f"loader-only throughput (no model, CPU tensors), tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
+    print(f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
           f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:")  # fmt: skip
     for lo, v in r["images_per_s"].items():
         runs = ", ".join(f"{x:.0f}" for x in r["images_per_s_all"][lo])

@@ -29,6 +29,17 @@ def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason
     }
 
 
+def validate_record(record: dict) -> None:
+    """Raise jsonschema.ValidationError when `record` is not a valid cell record."""
+    from importlib import resources
+
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load(resources.files("loaderbench").joinpath("schemas/cell.schema.yaml").read_text())
+    jsonschema.validate(record, schema)
+
+
 def skipped_record(spec: CellSpec, reason: str) -> dict:
     return make_record(spec, "skipped", reason=reason)
 
