@@ -2,6 +2,7 @@
 # Run the pipeline on a GPU host that has torch/torchvision/OpenCV but no internet, then pack the results.
 # Usage: scripts/gpu-host-run.sh OUT_DIR [extra snakemake args...]
 #   SITE=/tmp/site  an unpacked offline bundle (Snakemake + jsonschema), see docs/results/*/README.md
+#   LOADERBENCH_GIT_COMMIT=<sha>  recorded in every cell where the copied tree has no .git
 # Writes OUT_DIR/results.tar.gz (bundle, tables, cell records, logs) and OUT_DIR/host.txt (versions, GPU).
 set -euo pipefail
 out=$1; shift

@@ -47,6 +47,9 @@ def filesystem_of(path: str | Path) -> dict:
 
 @lru_cache(maxsize=1)
 def git_commit() -> dict:
+    """The checkout's commit; LOADERBENCH_GIT_COMMIT stands in where the tree was copied without .git."""
+    if os.environ.get("LOADERBENCH_GIT_COMMIT"):
+        return {"commit": os.environ["LOADERBENCH_GIT_COMMIT"], "dirty": None}
     here = Path(__file__).resolve().parent
     try:
         rev = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)

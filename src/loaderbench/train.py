@@ -37,8 +37,8 @@ def available_devices() -> tuple[str, int]:
 def resolve_workers(spec: CellSpec) -> int:
     """`auto`: every usable CPU but one, which the training process needs to launch its GPU work.
 
-    Seen on the H200 host (16 CPUs, quickstart, batch 16): with 16 workers a MobileNetV2 step took 20-30 ms
-    of device time, the GPU waiting on a training process that competed with its own workers for the CPUs.
+    On the H200 host (16 CPUs, quickstart grid, batch 16) 15 instead of 16 workers left the step time where it
+    was (about 20-30 ms, launch-bound at that batch size): the reserved core is a safeguard, not a measured win.
     """
     if spec.workers == "auto":
         return max(1, len(os.sched_getaffinity(0)) - 1)
