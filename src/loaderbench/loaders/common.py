@@ -63,7 +63,6 @@ class LoaderContext:
 
 def forever(batches: Iterable, to_device: Callable) -> Iterator:
     """Loop over epochs of `batches` without end, moving each batch with `to_device`."""
-    epoch = 0
     while True:
         n = 0
         for batch in batches:
@@ -71,7 +70,6 @@ def forever(batches: Iterable, to_device: Callable) -> Iterator:
             yield to_device(batch)
         if n == 0:
             raise RuntimeError("the loader produced no batch: the dataset has fewer images than one batch")
-        epoch += 1
 
 
 @functools.cache
