@@ -163,6 +163,9 @@ class CellSpec:
     workers: int | str
     prefetch_factor: int
     channels_last: bool
+    dali_threads: int | str
+    dali_prefetch: int
+    dali_hw_decoder_load: float
     amp_dtype: str
     lr: float
     momentum: float
@@ -229,6 +232,9 @@ def cell_spec(cfg: dict, cid: str) -> CellSpec:
         workers=cfg["workers"],
         prefetch_factor=cfg["prefetch_factor"],
         channels_last=cfg["channels_last"],
+        dali_threads=cfg["dali"]["threads"],
+        dali_prefetch=cfg["dali"]["prefetch_queue_depth"],
+        dali_hw_decoder_load=cfg["dali"]["hw_decoder_load"],
         amp_dtype=cfg["amp_dtype"],
         lr=opt["lr"],
         momentum=opt["momentum"],

@@ -77,6 +77,12 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         seed=spec.seed,
         device=device,
         channels_last=spec.channels_last,
+        gpus=spec.gpus,
+        options={
+            "threads": spec.dali_threads,
+            "prefetch_queue_depth": spec.dali_prefetch,
+            "hw_decoder_load": spec.dali_hw_decoder_load,
+        },
     )
     batches = get_loader(spec.loader).build(ctx)
     classes = len({p.split("/", 1)[0] for p in allowed})
@@ -108,7 +114,7 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         scaler.update()
         return loss
 
-    backlog = workers * spec.prefetch_factor
+    backlog = ctx.info["prefetch_batches"]
     warmup = max(spec.warmup_steps, backlog + 2)
     for _ in range(warmup):
         step(*next(batches))
@@ -186,7 +192,8 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         "half_ratio": half_ratio,
         "final_loss": final_loss if math.isfinite(final_loss) else str(final_loss),
         "warnings": warnings,
-        "workers": workers,
+        "workers": ctx.info.get("workers"),
+        "loader_info": ctx.info,
         "device": {"type": kind, "count": count, "used": spec.gpus if kind == "cuda" else 0},
         "amp_dtype": str(amp_dtype).replace("torch.", "") if amp else None,
         "peak_gpu_mem_mb": peak_gpu,

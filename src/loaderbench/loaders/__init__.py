@@ -11,6 +11,10 @@ import importlib
 LOADERS: dict[str, str] = {
     "torchvision": "loaderbench.loaders.torchvision_loader",
     "opencv": "loaderbench.loaders.opencv_loader",
+    "dali-sc": "loaderbench.loaders.dali_sc",
+    "dali-mc": "loaderbench.loaders.dali_mc",
+    "dali-cpu": "loaderbench.loaders.dali_cpu",
+    "synthetic": "loaderbench.loaders.synthetic",
 }
 
 

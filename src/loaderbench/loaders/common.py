@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -28,6 +28,11 @@ class LoaderContext:
     seed: int
     device: torch.device
     channels_last: bool
+    gpus: int = 1  # GPUs the cell trains on (a multi-card loader shards over them)
+    options: dict = field(default_factory=dict)  # loader-specific settings from the config (e.g. dali.*)
+    # What the loader reports back into the cell record; `prefetch_batches` (how many batches it prepares ahead,
+    # the start-up backlog the warm-up must drain) is required.
+    info: dict = field(default_factory=dict)
 
     def is_valid_file(self, path: str) -> bool:
         return str(Path(path).relative_to(self.data_root)) in self.allowed
@@ -37,10 +42,13 @@ class LoaderContext:
         from torchvision.datasets.folder import find_classes, make_dataset
 
         classes, class_to_idx = find_classes(str(self.data_root))
-        return make_dataset(str(self.data_root), class_to_idx, is_valid_file=self.is_valid_file), classes
+        # allow_empty: a class whose every file was quarantined keeps its label index instead of failing
+        samples = make_dataset(str(self.data_root), class_to_idx, is_valid_file=self.is_valid_file, allow_empty=True)
+        return samples, classes
 
     def dataloader(self, dataset, collate_fn=None) -> torch.utils.data.DataLoader:
         """The DataLoader settings every worker-based loader uses (shuffle, drop_last, pinning, prefetch)."""
+        self.info.update(workers=self.workers, prefetch_batches=self.workers * self.prefetch_factor)
         gen = torch.Generator()
         gen.manual_seed(self.seed)
         return torch.utils.data.DataLoader(

@@ -17,14 +17,17 @@ def crop_params(height: int, width: int) -> tuple[int, int, int, int]:
     return T.RandomResizedCrop.get_params(_NO_SIZE.expand(1, height, width), CROP_SCALE, CROP_RATIO)
 
 
-def augment(bgr: np.ndarray, crop_size: int) -> np.ndarray:
-    """RandomResizedCrop + horizontal flip of a BGR image; returns an RGB uint8 HWC array."""
-    top, left, h, w = crop_params(*bgr.shape[:2])
+def augment(bgr: np.ndarray, crop_size: int, fixed_crop: tuple[int, int, int, int, bool] | None = None) -> np.ndarray:
+    """RandomResizedCrop + horizontal flip of a BGR image; returns an RGB uint8 HWC array.
+
+    fixed_crop=(top, left, height, width, flip) replaces the random draw (deterministic mode, for the parity test).
+    """
+    top, left, h, w = crop_params(*bgr.shape[:2]) if fixed_crop is None else fixed_crop[:4]
     crop = bgr[top : top + h, left : left + w]
     # INTER_AREA when shrinking approximates PIL's antialiased bilinear; INTER_LINEAR when enlarging.
     interp = cv2.INTER_AREA if (h > crop_size or w > crop_size) else cv2.INTER_LINEAR
     out = cv2.resize(crop, (crop_size, crop_size), interpolation=interp)
-    if torch.rand(1) < 0.5:
+    if (torch.rand(1) < 0.5) if fixed_crop is None else fixed_crop[4]:
         out = cv2.flip(out, 1)
     return cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torchvision.transforms as T
+import torchvision.transforms.functional as F
 from torchvision.datasets import ImageFolder
 
 from .common import CROP_RATIO, CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, LoaderContext, forever
@@ -19,8 +20,21 @@ def transform(crop_size: int) -> T.Compose:
     )
 
 
+def fixed_transform(crop_size: int, top: int, left: int, height: int, width: int, flip: bool):
+    """The same pipeline with the crop and flip given (deterministic mode, the parity reference)."""
+
+    def apply(img):
+        img = F.resized_crop(img, top, left, height, width, [crop_size, crop_size], antialias=True)
+        img = F.hflip(img) if flip else img
+        return F.normalize(F.to_tensor(img), IMAGENET_MEAN, IMAGENET_STD)
+
+    return apply
+
+
 def build(ctx: LoaderContext):
-    dataset = ImageFolder(str(ctx.data_root), transform=transform(ctx.crop_size), is_valid_file=ctx.is_valid_file)
+    dataset = ImageFolder(
+        str(ctx.data_root), transform=transform(ctx.crop_size), is_valid_file=ctx.is_valid_file, allow_empty=True
+    )
     loader = ctx.dataloader(dataset)
 
     def to_device(batch):

@@ -1,0 +1,109 @@
+"""NVIDIA DALI pipelines shared by `dali-sc`, `dali-mc` and `dali-cpu`.
+
+The same augmentation as every loader: RandomResizedCrop (area 0.08-1, aspect 3/4-4/3, fused into the decoder as
+`decoders.image_random_crop`), resize to the crop size (linear, antialiased), random horizontal mirror, ImageNet
+mean/std - all in `crop_mirror_normalize`. Decoding is `mixed` (nvJPEG on the GPU, with the hardware decoder taking
+`hw_decoder_load` of the images) or `cpu`. Without a GPU every operator runs on the CPU (`device_id=None`), so the
+same pipelines are tested on CPU-only machines.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .common import CROP_RATIO, CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, LoaderContext, forever
+
+
+def _threads(ctx: LoaderContext, pipelines: int) -> int:
+    threads = ctx.options.get("threads", "auto")
+    if threads == "auto":
+        return max(1, (len(os.sched_getaffinity(0)) - 1) // pipelines)
+    return int(threads)
+
+
+def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int | None, shard_id: int,
+             num_shards: int, threads: int, fixed_crop: tuple[int, int, int, int, bool] | None = None):  # fmt: skip
+    """Build one DALI pipeline. decode: 'mixed' (GPU decode) or 'cpu' (CPU decode, GPU augment when there is a GPU).
+
+    fixed_crop=(top, left, height, width, mirror) replaces the random crop and flip (deterministic mode, for the
+    parity test that holds every loader against torchvision).
+    """
+    from nvidia.dali import fn, pipeline_def, types
+
+    samples, _ = ctx.samples()
+    on_gpu = device_id is not None
+    decoder_device = decode if on_gpu else "cpu"
+    hw = {"hw_decoder_load": float(ctx.options.get("hw_decoder_load", 0.65))} if decoder_device == "mixed" else {}
+
+    @pipeline_def
+    def train():
+        jpegs, labels = fn.readers.file(
+            files=[p for p, _ in samples], labels=[y for _, y in samples], random_shuffle=True,
+            shard_id=shard_id, num_shards=num_shards, name="Reader", seed=ctx.seed + shard_id,
+        )  # fmt: skip
+        if fixed_crop is None:
+            images = fn.decoders.image_random_crop(
+                jpegs, device=decoder_device, output_type=types.RGB, random_area=list(CROP_SCALE),
+                random_aspect_ratio=list(CROP_RATIO), num_attempts=10, **hw,
+            )  # fmt: skip
+            mirror = fn.random.coin_flip(probability=0.5)
+        else:
+            top, left, h, w, mirror = fixed_crop
+            images = fn.decoders.image_slice(jpegs, device=decoder_device, output_type=types.RGB, start=[left, top],
+                                             shape=[w, h], axis_names="WH", **hw)  # fmt: skip
+            mirror = int(mirror)
+        if on_gpu and decoder_device == "cpu":
+            images = images.gpu()
+        images = fn.resize(images, resize_x=ctx.crop_size, resize_y=ctx.crop_size, interp_type=types.INTERP_LINEAR,
+                           antialias=True)  # fmt: skip
+        images = fn.crop_mirror_normalize(
+            images, dtype=types.FLOAT, output_layout="HWC" if ctx.channels_last else "CHW",
+            mean=[255 * m for m in IMAGENET_MEAN], std=[255 * s for s in IMAGENET_STD],
+            mirror=mirror,
+        )  # fmt: skip
+        if on_gpu:
+            labels = labels.gpu()
+        return images, labels
+
+    pipe = train(batch_size=batch_size, num_threads=threads, device_id=device_id,
+                 prefetch_queue_depth=int(ctx.options.get("prefetch_queue_depth", 2)), seed=ctx.seed + shard_id)  # fmt: skip
+    pipe.build()
+    return pipe
+
+
+def build(ctx: LoaderContext, decode: str, per_gpu: bool):
+    """decode: 'mixed' or 'cpu'. per_gpu: one pipeline per GPU on its own shard (multi card) or one on GPU 0."""
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    on_gpu = ctx.device.type == "cuda"
+    shards = ctx.gpus if (per_gpu and on_gpu) else 1
+    if shards > 1:
+        raise NotImplementedError(
+            "dali-mc on more than one GPU feeds each replica from its own GPU; that needs the replica-per-GPU "
+            "DataParallel/DDP of the multi-GPU work, not yet here"
+        )
+    threads = _threads(ctx, shards)
+    pipe = pipeline(ctx, decode=decode, batch_size=ctx.batch_size, device_id=(ctx.device.index or 0) if on_gpu else None,
+                    shard_id=0, num_shards=1, threads=threads)  # fmt: skip
+    ctx.info.update(
+        decoder="mixed" if (on_gpu and decode == "mixed") else "cpu",
+        augment_device="gpu" if on_gpu else "cpu",
+        threads=threads,
+        prefetch_queue_depth=int(ctx.options.get("prefetch_queue_depth", 2)),
+        prefetch_batches=int(ctx.options.get("prefetch_queue_depth", 2)),
+        hw_decoder_load=float(ctx.options.get("hw_decoder_load", 0.65)) if (on_gpu and decode == "mixed") else None,
+        pipelines=shards,
+    )
+    iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name="Reader",
+                                   last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)  # fmt: skip
+
+    def to_torch(batch):
+        out = batch[0]
+        images = out["images"]
+        if ctx.channels_last:  # NHWC from DALI viewed as NCHW: channels_last strides, no copy
+            images = images.permute(0, 3, 1, 2)
+        return images.to(ctx.device, non_blocking=True), out["labels"].view(-1).long().to(ctx.device)
+
+    return forever(iterator, to_torch)
