@@ -150,6 +150,22 @@ def test_killed_mid_cell_then_rerun_finishes_with_every_cell_ok(tmp_path, how):
     assert len(table) == 8 and set(table["Status"]) == {"ok"}
 
 
+def test_every_loader_runs_through_the_pipeline_on_the_cpu(tmp_path):
+    """DALI in its CPU-only mode (device_id=None) and the synthetic ceiling, through real Snakemake jobs."""
+    loaders = ["torchvision", "opencv", "dali-sc", "dali-mc", "dali-cpu", "synthetic"]
+    cfg = tiny_config(tmp_path, loaders=loaders, storage={"disk-a": str(tmp_path / "tier-a")},
+                      baseline={"loader": "torchvision", "tier": "disk-a", "gpus": 1, "batch_size": 4, "precision": "fp32"})  # fmt: skip
+    cfg_path = write_config(tmp_path, cfg)
+    snakemake(tmp_path, "--configfile", str(cfg_path))
+    table = pd.read_csv(tmp_path / "results/tables/cells.csv")
+    assert sorted(set(table["Dataloader"])) == sorted(loaders) and len(table) == 12
+    assert set(table["Status"]) == {"ok"} and (table["Steps"] == 3).all()
+    rec = json.loads((tmp_path / "results/cells/dali-cpu_disk-a_g1_b4_fp32_r0.json").read_text())
+    validate_record(rec)
+    info = rec["metrics"]["loader_info"]
+    assert info["decoder"] == "cpu" and info["augment_device"] == "cpu" and info["prefetch_queue_depth"] == 2
+
+
 def test_bad_config_fails_before_any_job_and_names_the_key(tmp_path):
     cfg_path = write_config(tmp_path, tiny_config(tmp_path, loaders=["torchvision", "dali"], batch_sizes=[0]))
     proc = snakemake(tmp_path, "--configfile", str(cfg_path), "-n", check=False)
