@@ -19,6 +19,18 @@ include: "workflow/rules/bundle.smk"
 report: "workflow/report/workflow.rst"
 
 
+# Everything but the cells runs where Snakemake runs (no container, no cluster job).
+localrules:
+    make_dataset,
+    check_dataset,
+    stage,
+    resolved_config,
+    aggregate,
+    figures,
+    bundle,
+    all,
+
+
 rule all:
     input:
         get_final_output(),

@@ -77,6 +77,12 @@ def container() -> dict:
     return {"in_container": bool(image), "image": image}
 
 
+def scheduler() -> dict:
+    """The batch system job this cell ran in, if any (Slurm sets these in every job)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    return {"slurm_job_id": job, "slurm_node": os.environ.get("SLURMD_NODENAME")} if job else {"slurm_job_id": None}
+
+
 def collect(tier_path: str | None = None) -> dict:
     """Provenance of the running process (imports torch)."""
     import torch
@@ -113,4 +119,5 @@ def collect(tier_path: str | None = None) -> dict:
         "tier": {"path": tier_path, **filesystem_of(tier_path)} if tier_path else None,
         "git": git_commit(),
         "container": container(),
+        "scheduler": scheduler(),
     }

@@ -1,6 +1,8 @@
 # One job per cell: loader x tier x gpus x batch x precision x repeat. The job always writes a record
 # (ok, skipped or failed with its reason), atomically. `bench_slot` (profiles/default) keeps cells from
 # running at the same time, which would make them compete for the CPUs and GPUs they measure.
+# With --use-singularity the job runs in the cell container (config key container.image); under
+# --executor slurm it is one Slurm job with the resources below.
 
 
 rule cell:
@@ -12,7 +14,14 @@ rule cell:
         spec=get_cell_spec,
     log:
         "logs/cells/{cell}.log",
+    container:
+        CFG["container"]["image"]
     resources:
         bench_slot=1,
+        gpu=lambda w: cell_gpus(w) if SLURM["request_gpus"] else 0,
+        cpus_per_task=lambda w: SLURM["cpus_per_gpu"] * cell_gpus(w),
+        mem_mb=lambda w: SLURM["mem_mb_per_gpu"] * cell_gpus(w),
+        runtime=SLURM["runtime_min"],
+        **SLURM_PLACEMENT,
     shell:
-        "{LB} run-cell --spec {params.spec:q} --manifest {input.manifest} --out {output} 2>&1 | tee {log}"
+        "{CELL_LB} run-cell --spec {params.spec:q} --manifest {input.manifest} --out {output} 2>&1 | tee {log}"

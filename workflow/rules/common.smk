@@ -1,6 +1,7 @@
 # Configuration (validated against the schema, defaults filled), the grid of cells, and input functions.
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from loaderbench.config import (
     validate_config,
 )
 from loaderbench.util import stable_hash
+from snakemake.settings.types import DeploymentMethod
 
 DEFAULT_CONFIG = "config/quickstart.yaml"
 # Every job calls the package through the Python running Snakemake (a virtualenv needs no activation).
@@ -29,11 +31,57 @@ if not workflow.configfiles:
     config.clear()
     config.update(_raw)
 
-CFG = validate_config(config)
+CFG = validate_config(config, base_dir=Path.cwd())
 CELLS = cell_ids(CFG)
 TIERS = CFG["tiers"]
 DATASET = CFG["dataset"]
 GENERATED = DATASET["source"] == "generated"
+
+
+# Containers: with --use-singularity (alias of --software-deployment-method apptainer) cell jobs run inside
+# CFG["container"]["image"]. The arguments Snakemake passes are completed here from the config, so the default
+# profile needs no hand-written --apptainer-args (whose "--nv" value argparse would take for an option).
+USE_CONTAINER = DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
+SRC = str(Path(workflow.basedir, "src").resolve())
+
+
+def apptainer_args(cfg, existing):
+    """`existing` plus --nv and one --bind per host path a cell needs: tiers, dataset source, project, extras."""
+    have = shlex.split(existing)
+    paths = [*cfg["storage"].values(), workflow.basedir, *cfg["container"]["binds"]]
+    if cfg["dataset"]["source"] == "path":
+        paths.append(cfg["dataset"]["path"])
+    add = ["--nv"] if cfg["container"]["nv"] and "--nv" not in have else []
+    for p in dict.fromkeys(str(Path(p).resolve()) for p in paths):
+        if p not in have:
+            add += ["--bind", p]
+    return " ".join([*map(shlex.quote, have), *map(shlex.quote, add)])
+
+
+if USE_CONTAINER:
+    workflow.deployment_settings.apptainer_args = apptainer_args(CFG, workflow.deployment_settings.apptainer_args)
+    # Inside the container the checkout's code runs (bound above) with the image's Python.
+    CELL_LB = f"PYTHONPATH={shlex.quote(SRC)} python3 -m loaderbench"
+else:
+    CELL_LB = LB
+# Records name the commit even where the job's tree has no .git (a container, a copied tree).
+if "LOADERBENCH_GIT_COMMIT" not in os.environ:
+    from loaderbench.provenance import git_commit
+
+    if git_commit()["commit"]:
+        os.environ["LOADERBENCH_GIT_COMMIT"] = git_commit()["commit"]
+
+
+def cell_gpus(wildcards):
+    return parse_cell_id(wildcards.cell)["gpus"]
+
+
+# Slurm (profiles/slurm): a cell job asks for its GPU count, CPUs and memory per GPU, a runtime, and the
+# partition/account when set. The local executor ignores these.
+SLURM = CFG["slurm"]
+SLURM_PLACEMENT = {
+    k: v for k, v in (("slurm_partition", SLURM["partition"]), ("slurm_account", SLURM["account"])) if v
+}
 
 
 wildcard_constraints:

@@ -1,0 +1,92 @@
+"""The cell container: its definition, and the exact apptainer calls Snakemake makes with --use-singularity.
+
+Apptainer cannot be installed here, so `tests/standin/apptainer` (a recording stand-in that runs the inner command on
+the host) is put first on PATH; the tests assert on the arguments it recorded. A real build and run need a GPU
+server with Apptainer (containers/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from spython.main.parse.parsers import SingularityParser
+
+from loaderbench.config import cell_ids, validate_config
+from tests.conftest import REPO, snakemake, tiny_config, write_config
+
+DEF = REPO / "containers" / "loaderbench.def"
+
+
+def section(name: str) -> str:
+    text = DEF.read_text()
+    m = re.search(rf"^%{name}\n(.*?)(?=^%|\Z)", text, re.S | re.M)
+    assert m, f"no %{name} section"
+    return m.group(1)
+
+
+def test_definition_pins_an_ngc_pytorch_base_and_tests_dali_on_the_cpu():
+    recipe = SingularityParser(str(DEF)).recipe["spython-base"]
+    assert re.fullmatch(r"nvcr\.io/nvidia/pytorch:\d{2}\.\d{2}-py3", recipe.fromHeader), recipe.fromHeader
+    assert "latest" not in recipe.fromHeader
+    assert recipe.test  # spython found a %test section
+    test = section("test")
+    for module in ("import cv2", "pynvml", "torch", "torchvision", "nvidia.dali"):
+        assert module in test
+    assert "device_id=None" in test and "pipe.run()" in test  # one CPU-only DALI batch
+    assert any(label.startswith("org.loaderbench.base " + recipe.fromHeader) for label in recipe.labels)
+
+
+def test_pinned_extras_satisfy_the_projects_own_dependency_ranges():
+    from packaging.requirements import Requirement
+
+    declared = {Requirement(r).name: Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    pins = dict(re.findall(r"([A-Za-z0-9_.-]+)==([0-9][^\s\"']*)", section("post")))
+    assert pins, "no pinned installs in %post"
+    for name, version in pins.items():
+        if name in declared:
+            assert declared[name].specifier.contains(version), f"{name}=={version} outside pyproject's {declared[name]}"
+    label = next(line for line in section("labels").splitlines() if "org.loaderbench.extra" in line)
+    assert dict(re.findall(r"([A-Za-z0-9_.-]+)==(\S+)", label)) == pins  # the label lists exactly what %post pins
+
+
+@pytest.mark.e2e
+def test_use_singularity_runs_each_cell_in_the_container_with_nv_binds_and_image(tmp_path):
+    extra = tmp_path / "extra-bind"
+    extra.mkdir()
+    cfg = tiny_config(tmp_path, precisions=["fp32"], container={"image": str(tmp_path / "cell.sif"), "binds": [str(extra)]})
+    (tmp_path / "cell.sif").write_bytes(b"stand-in image")
+    cfg_path = write_config(tmp_path, cfg)
+    log = tmp_path / "apptainer.jsonl"
+    env = {**os.environ, "PATH": f"{REPO / 'tests' / 'standin'}:{os.environ['PATH']}", "APPTAINER_STANDIN_LOG": str(log)}
+    plan = snakemake(tmp_path, "--configfile", str(cfg_path), "--use-singularity", "-n", env=env).stdout
+    assert "cell                   4" in plan.replace("\t", " ") or re.search(r"^cell\s+4$", plan, re.M)
+    snakemake(tmp_path, "--configfile", str(cfg_path), "--use-singularity", env=env)
+
+    calls = [json.loads(line)["argv"] for line in log.read_text().splitlines()]
+    execs = [c for c in calls if "exec" in c]
+    resolved = validate_config(cfg)
+    assert len(execs) == len(cell_ids(resolved)) == 4  # only the cell jobs run in the container
+    binds = {str(Path(p).resolve()) for p in (*resolved["storage"].values(), extra, REPO)}
+    for argv in execs:
+        i = argv.index("exec")
+        opts = argv[i + 1 :]
+        assert opts[:2] == ["--home", str(tmp_path)]  # Snakemake's own: the working directory as home
+        assert "--nv" in opts
+        bound = {opts[k + 1] for k, a in enumerate(opts) if a == "--bind"}
+        assert binds <= bound, binds - bound
+        image_at = opts.index(str(tmp_path / "cell.sif"))
+        assert opts[image_at + 1 : image_at + 3] == ["bash", "-c"]
+        inner = opts[image_at + 3]
+        assert f"PYTHONPATH={REPO / 'src'} python3 -m loaderbench run-cell --spec" in inner
+    for cid in cell_ids(resolved):
+        rec = json.loads((tmp_path / "results/cells" / f"{cid}.json").read_text())
+        assert rec["status"] == "ok"
+        assert rec["provenance"]["container"] == {"in_container": True, "image": str(tmp_path / "cell.sif")}
+        assert rec["provenance"]["git"]["commit"]  # passed in from the host, the image has no .git to read
+    table = (tmp_path / "results/tables/cells.csv").read_text()
+    assert table.count("\n") == 1 + 4
