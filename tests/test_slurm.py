@@ -1,0 +1,76 @@
+"""The same DAG on a real single-node Slurm cluster through snakemake-executor-plugin-slurm.
+
+Debian's munge, slurmctld and slurmd are started by the test (tests/slurm_cluster.py; `.ci/run` installs them) and
+stopped by pid at the end. Every cell must run as its own Slurm job (the job id is in its record), host-side jobs
+locally, and the bundle must have the same structure as a local run of the same grid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loaderbench.config import cell_ids, validate_config
+from tests.conftest import REPO, snakemake, tiny_config, write_config
+from tests.slurm_cluster import missing, slurm_cluster
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    lacking = missing()
+    if lacking:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm test; missing: {', '.join(lacking)} (.ci/run installs them)")
+        pytest.skip(f"no Slurm here: missing {', '.join(lacking)}")
+    with slurm_cluster(tmp_path / "slurm") as env:
+        yield env
+    assert not list((tmp_path / "slurm").glob("*.pid")) or all(
+        not Path(f"/proc/{int(p.read_text())}").exists() for p in (tmp_path / "slurm").rglob("*.pid")
+    ), "a Slurm daemon outlived the test"
+
+
+def bundle_structure(work: Path) -> set[str]:
+    return {str(p.relative_to(work / "results/bundle")) for p in (work / "results/bundle").rglob("*") if p.is_file()}
+
+
+def test_tiny_grid_runs_as_slurm_jobs_and_matches_a_local_run(tmp_path, cluster):
+    cfg = tiny_config(
+        tmp_path, precisions=["fp32"],
+        slurm={"request_gpus": False, "cpus_per_gpu": 1, "mem_mb_per_gpu": 2000, "runtime_min": 10},
+    )  # fmt: skip
+    slurm_work, local_work = tmp_path / "on-slurm", tmp_path / "local"
+    for work in (slurm_work, local_work):
+        work.mkdir()
+    cfg_path = write_config(tmp_path, cfg)
+
+    started = time.time()
+    out = snakemake(slurm_work, "--profile", str(REPO / "profiles/slurm"), "--configfile", str(cfg_path),
+                    "--slurm-no-account", env=cluster)  # fmt: skip
+    slurm_s = time.time() - started
+    submitted = dict(re.findall(r"has been submitted with SLURM jobid (\d+) \(log: \S+/rule_(\w+)/", out.stdout + out.stderr))
+    ids = cell_ids(validate_config(cfg))
+    job_ids = {}
+    for cid in ids:
+        rec = json.loads((slurm_work / "results/cells" / f"{cid}.json").read_text())
+        assert rec["status"] == "ok", rec["reason"]
+        job_ids[cid] = rec["provenance"]["scheduler"]["slurm_job_id"]
+    assert all(job_ids.values()) and len(set(job_ids.values())) == len(ids) == 4  # one Slurm job per cell
+    assert set(submitted) == set(job_ids.values()) and set(submitted.values()) == {"cell"}  # nothing else went there
+    print(f"\nSlurm run: {slurm_s:.1f} s, cell jobs: " + ", ".join(f"{c}={j}" for c, j in sorted(job_ids.items())), file=sys.stderr)
+
+    snakemake(local_work, "--configfile", str(cfg_path))
+    assert bundle_structure(slurm_work) == bundle_structure(local_work)
+    t_slurm = pd.read_csv(slurm_work / "results/tables/cells.csv")
+    t_local = pd.read_csv(local_work / "results/tables/cells.csv")
+    assert list(t_slurm.columns) == list(t_local.columns)
+    keys = ["Dataloader", "Disk", "GPU", "Batch size", "Precision", "Status"]
+    assert t_slurm[keys].sort_values(keys).values.tolist() == t_local[keys].sort_values(keys).values.tolist()
