@@ -41,6 +41,17 @@ def test_definition_pins_an_ngc_pytorch_base_and_tests_dali_on_the_cpu():
     assert any(label.startswith("org.loaderbench.base " + recipe.fromHeader) for label in recipe.labels)
 
 
+def test_the_definitions_test_section_runs_here():
+    """%test's Python (imports and one CPU-only DALI batch) run outside the container, with this project's packages."""
+    import subprocess
+    import sys
+
+    body = re.search(r"<<'PY'\n(.*?)\nPY\n", section("test"), re.S).group(1)
+    out = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "CPU-only DALI batch ok: (2, 32, 32, 3)" in out.stdout
+
+
 def test_pinned_extras_satisfy_the_projects_own_dependency_ranges():
     from packaging.requirements import Requirement
 
