@@ -62,6 +62,11 @@ if USE_CONTAINER:
     workflow.deployment_settings.apptainer_args = apptainer_args(CFG, workflow.deployment_settings.apptainer_args)
     # Inside the container the checkout's code runs (bound above) with the image's Python.
     CELL_LB = f"PYTHONPATH={shlex.quote(SRC)} python3 -m loaderbench"
+    print(
+        f"loaderbench: the {len(CELLS)} cell jobs run in the container {CFG['container']['image']} "
+        f"(apptainer exec {workflow.deployment_settings.apptainer_args}); other jobs run on the host",
+        file=sys.stderr,
+    )
 else:
     CELL_LB = LB
 # Records name the commit even where the job's tree has no .git (a container, a copied tree).
