@@ -117,6 +117,15 @@ def test_staged_files_decode_with_every_loader(tmp_path, messy_source):
         assert tuple(x.shape) == (3, 64, 64) and tuple(u.shape) == (64, 64, 3) and u.dtype == torch.uint8
         assert y == v == 0
     assert "truncated.JPEG" not in names
+    # nvjpeg: bytes in the workers (pixels for non-JPEG files), decode + augment on the device (the CPU here)
+    from loaderbench.loaders.nvjpeg import BytesDataset, augment, collate, decode
+
+    odd = [names.index(n) for n in ("gray.JPEG", "cmyk.JPEG", "png_named.JPEG", "jpeg_named.png")]
+    buffer, meta, labels, crops = collate([BytesDataset(samples)[i] for i in odd])
+    batch = augment(decode(buffer, meta, torch.device("cpu")), crops, 64, channels_last=True)
+    assert tuple(batch.shape) == (4, 3, 64, 64) and labels.tolist() == [0, 0, 0, 0] and torch.isfinite(batch).all()
+    # PNG content travelled as pixels (height recorded); the JPEGs, whatever their name, as bytes (height 0)
+    assert meta[:, 2].tolist()[2] > 0 and [meta[k, 2].item() for k in (0, 1, 3)] == [0, 0, 0]
 
 
 def test_manifest_and_incremental_restage(tmp_path, small_dataset):

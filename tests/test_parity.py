@@ -66,8 +66,19 @@ def diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     return float(d.mean()), float(torch.quantile(d.flatten(), 0.99))
 
 
+def nvjpeg_output(path: Path, case, size=224) -> torch.Tensor:
+    from loaderbench.loaders.nvjpeg import augment as gpu_augment
+    from loaderbench.loaders.nvjpeg import collate, decode
+
+    payload = np.fromfile(path, dtype=np.uint8)
+    buffer, meta, _, _ = collate([(payload, 0, case)])
+    images = decode(buffer, meta, torch.device("cpu"))  # the GPU code path, on the CPU device here
+    return gpu_augment(images, torch.tensor([case]), size, channels_last=False)[0]
+
+
 LOADERS = {
     "opencv": opencv_output,
+    "nvjpeg": nvjpeg_output,
     "dali-sc": lambda p, c: dali_output(p, c, "mixed"),  # CPU-only here: mixed falls back to CPU decoding
     "dali-mc": lambda p, c: dali_output(p, c, "mixed"),
     "dali-cpu": lambda p, c: dali_output(p, c, "cpu"),

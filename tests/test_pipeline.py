@@ -151,14 +151,15 @@ def test_killed_mid_cell_then_rerun_finishes_with_every_cell_ok(tmp_path, how):
 
 
 def test_every_loader_runs_through_the_pipeline_on_the_cpu(tmp_path):
-    """DALI in its CPU-only mode (device_id=None) and the synthetic ceiling, through real Snakemake jobs."""
-    loaders = ["torchvision", "opencv", "dali-sc", "dali-mc", "dali-cpu", "synthetic"]
+    """DALI in its CPU-only mode (device_id=None), nvjpeg's decode path on the CPU and the synthetic ceiling,
+    through real Snakemake jobs."""
+    loaders = ["torchvision", "opencv", "dali-sc", "dali-mc", "dali-cpu", "nvjpeg", "synthetic"]
     cfg = tiny_config(tmp_path, loaders=loaders, storage={"disk-a": str(tmp_path / "tier-a")},
                       baseline={"loader": "torchvision", "tier": "disk-a", "gpus": 1, "batch_size": 4, "precision": "fp32"})  # fmt: skip
     cfg_path = write_config(tmp_path, cfg)
     snakemake(tmp_path, "--configfile", str(cfg_path))
     table = pd.read_csv(tmp_path / "results/tables/cells.csv")
-    assert sorted(set(table["Dataloader"])) == sorted(loaders) and len(table) == 12
+    assert sorted(set(table["Dataloader"])) == sorted(loaders) and len(table) == 14
     assert set(table["Status"]) == {"ok"} and (table["Steps"] == 3).all()
     rec = json.loads((tmp_path / "results/cells/dali-cpu_disk-a_g1_b4_fp32_r0.json").read_text())
     validate_record(rec)

@@ -14,6 +14,7 @@ LOADERS: dict[str, str] = {
     "dali-sc": "loaderbench.loaders.dali_sc",
     "dali-mc": "loaderbench.loaders.dali_mc",
     "dali-cpu": "loaderbench.loaders.dali_cpu",
+    "nvjpeg": "loaderbench.loaders.nvjpeg",
     "synthetic": "loaderbench.loaders.synthetic",
 }
 
