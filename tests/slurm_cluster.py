@@ -28,6 +28,16 @@ def missing() -> list[str]:
     return out
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (the daemons' parent here may never reap them)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _conf(state: Path, host: str, cpus: int, mem_mb: int) -> str:
     return f"""ClusterName=loaderbench-test
 SlurmctldHost={host}
@@ -66,7 +76,7 @@ def _wait(pred, timeout: float, what: str) -> None:
 
 @contextmanager
 def slurm_cluster(state: Path):
-    """Start munged, slurmctld and slurmd; yield the environment to run Slurm clients in; stop them."""
+    """Start munged, slurmctld and slurmd; yield (environment for Slurm clients, [(daemon, pid)]); stop them."""
     state.mkdir(parents=True, exist_ok=True)
     for d in ("ctld", "spool", "munge"):
         (state / d).mkdir(exist_ok=True)
@@ -79,6 +89,7 @@ def slurm_cluster(state: Path):
     CONF.parent.mkdir(parents=True, exist_ok=True)
     CONF.write_text(_conf(state, host, os.cpu_count() or 1, mem_mb))
     procs: list[tuple[str, int]] = []
+    default_sock = Path("/run/munge/munge.socket.2")
     try:
         sock = state / "munge" / "munge.socket"
         subprocess.run(
@@ -89,7 +100,6 @@ def slurm_cluster(state: Path):
         procs.append(("munged", int((state / "munge" / "munged.pid").read_text())))
         # Slurm's munge plugin finds munged through this socket path (the default one may not exist here).
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
-        default_sock = Path("/run/munge/munge.socket.2")
         if default_sock.is_symlink() or default_sock.exists():
             default_sock.unlink()
         default_sock.symlink_to(sock)
@@ -105,7 +115,7 @@ def slurm_cluster(state: Path):
             return bool(out) and all(s.startswith("idle") for s in out)
 
         _wait(node_idle, 60, "the node did not become idle")
-        yield {**os.environ, "SLURM_CONF": str(CONF)}
+        yield {**os.environ, "SLURM_CONF": str(CONF)}, procs
     finally:
         for name, pid in reversed(procs):
             try:
@@ -113,9 +123,7 @@ def slurm_cluster(state: Path):
             except ProcessLookupError:
                 continue
             for _ in range(40):
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
+                if not running(pid):
                     break
                 time.sleep(0.25)
             else:
@@ -124,3 +132,5 @@ def slurm_cluster(state: Path):
             shutil.move(saved, CONF)
         else:
             CONF.unlink(missing_ok=True)
+        if default_sock.is_symlink() and str(state) in os.readlink(default_sock):
+            default_sock.unlink()

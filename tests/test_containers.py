@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -73,7 +74,10 @@ def test_use_singularity_runs_each_cell_in_the_container_with_nv_binds_and_image
     (tmp_path / "cell.sif").write_bytes(b"stand-in image")
     cfg_path = write_config(tmp_path, cfg)
     log = tmp_path / "apptainer.jsonl"
-    env = {**os.environ, "PATH": f"{REPO / 'tests' / 'standin'}:{os.environ['PATH']}", "APPTAINER_STANDIN_LOG": str(log)}
+    # The stand-in runs the inner `python3` on the host: this interpreter's folder comes first on PATH, standing in
+    # for the image's Python with the project's packages.
+    path = f"{REPO / 'tests' / 'standin'}:{Path(sys.executable).parent}:{os.environ['PATH']}"
+    env = {**os.environ, "PATH": path, "APPTAINER_STANDIN_LOG": str(log)}
     planned = snakemake(tmp_path, "--configfile", str(cfg_path), "--use-singularity", "-n", env=env)
     assert re.search(r"^cell\s+4$", planned.stdout, re.M)
     assert f"the 4 cell jobs run in the container {tmp_path / 'cell.sif'} (apptainer exec --nv --bind" in planned.stderr

@@ -19,7 +19,7 @@ import pytest
 
 from loaderbench.config import cell_ids, validate_config
 from tests.conftest import REPO, snakemake, tiny_config, write_config
-from tests.slurm_cluster import missing, slurm_cluster
+from tests.slurm_cluster import missing, running, slurm_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -31,11 +31,11 @@ def cluster(tmp_path):
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the Slurm test; missing: {', '.join(lacking)} (.ci/run installs them)")
         pytest.skip(f"no Slurm here: missing {', '.join(lacking)}")
-    with slurm_cluster(tmp_path / "slurm") as env:
+    with slurm_cluster(tmp_path / "slurm") as (env, daemons):
+        assert [name for name, _ in daemons] == ["munged", "slurmctld", "slurmd"]
         yield env
-    assert not list((tmp_path / "slurm").glob("*.pid")) or all(
-        not Path(f"/proc/{int(p.read_text())}").exists() for p in (tmp_path / "slurm").rglob("*.pid")
-    ), "a Slurm daemon outlived the test"
+    alive = [name for name, pid in daemons if running(pid)]
+    assert not alive, f"still running after the test: {alive}"
 
 
 def bundle_structure(work: Path) -> set[str]:

@@ -84,10 +84,12 @@ def scheduler() -> dict:
 
 
 def collect(tier_path: str | None = None) -> dict:
-    """Provenance of the running process (imports torch)."""
-    import torch
-
-    cuda = torch.cuda.is_available()
+    """Provenance of the running process (imports torch; still answers, with nulls, where torch is missing)."""
+    try:
+        import torch
+    except ImportError:  # a broken environment must still get its failure record
+        torch = None
+    cuda = bool(torch) and torch.cuda.is_available()
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
     cv2_version = None
     try:
@@ -100,7 +102,7 @@ def collect(tier_path: str | None = None) -> dict:
         "versions": {
             "python": platform.python_version(),
             "loaderbench": _version("loaderbench"),
-            "torch": torch.__version__,
+            "torch": torch.__version__ if torch else None,
             "torchvision": _version("torchvision"),
             "opencv": cv2_version,
             "pillow": _version("PIL"),
