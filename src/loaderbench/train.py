@@ -1,10 +1,10 @@
 """One cell: train MobileNetV2 from a loader for a fixed timed window and measure it.
 
 Run as `python -m loaderbench.train` by the cell runner (`loaderbench.runcell`) in a fresh process.
-Window: warm-up steps first (cudnn autotune, worker start-up, prefetch fill - at least the prefetch depth
-of workers x prefetch_factor batches, so the window does not drain a start-up backlog), then the device is
-synchronised, the clock starts, `window_steps` steps or `window_s` seconds run, the device is synchronised
-again and the clock stops. Samples/s = steps x global batch / Time(s).
+Window: warm-up steps first (cudnn autotune, worker start-up, prefetch fill - at least the loader's prefetch depth,
+workers x prefetch_factor batches for DataLoader loaders or DALI's queue depth, so the window does not drain a
+start-up backlog), then the device is synchronised, the clock starts, `window_steps` steps or `window_s` seconds
+run, the device is synchronised again and the clock stops. Samples/s = steps x global batch / Time(s).
 """
 
 from __future__ import annotations
