@@ -32,12 +32,14 @@ def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
     if ok.empty:
         raise ValueError("no cell finished ok: nothing to plot (see results/tables/cells.csv for the reasons)")
     ok["Batch / GPUs"] = "batch " + ok["Batch size"].astype(str) + ", " + ok["GPU"].astype(str) + " GPU"
+    loaders = ok["Dataloader"].nunique()
     g = sns.catplot(
         data=ok, kind="bar", x="Dataloader", y="Samples/s", hue="Disk", col="Batch / GPUs", row="Precision",
-        estimator=np.median, errorbar=("pi", 100), capsize=0.15, height=3.2, aspect=1.2, sharey=False,
-        margin_titles=True,
+        estimator=np.median, errorbar=("pi", 100), capsize=0.15, height=3.2, aspect=max(1.2, 0.4 * loaders),
+        sharey=False, margin_titles=True,
     )  # fmt: skip
     g.set_titles(row_template="{row_name}", col_template="{col_name}")
+    g.tick_params(axis="x", labelrotation=30)
     g.figure.suptitle("Training throughput (MobileNetV2): median of repeats, whiskers min-max", y=1.02)
     _save(g.figure, out_dir, "throughput")
 
