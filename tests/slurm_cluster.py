@@ -2,7 +2,8 @@
 
 Started as root with a minimal slurm.conf: no accounting daemon, `proctrack/linuxproc` and `task/none` (no cgroups
 here). Job steps (`srun` inside a job) read only the default path /etc/slurm/slurm.conf, so the config is written
-there; a config that was already there is kept aside and put back. Every daemon started is stopped by its pid.
+there; a config that was already there is kept aside and put back. Every daemon started is stopped by its pid, and
+the daemons of an earlier test run that was killed before its teardown are found and stopped first.
 """
 
 from __future__ import annotations
@@ -38,8 +39,46 @@ def running(pid: int) -> bool:
         return False
 
 
+CLUSTER = "loaderbench-test"
+
+
+def clean_stale() -> list[str]:
+    """Stop the daemons of an earlier test cluster whose run was killed before its teardown; returns their names.
+
+    Recognised by the ClusterName this harness writes into /etc/slurm/slurm.conf; its pid files say what to stop.
+    """
+    if not CONF.exists() or f"ClusterName={CLUSTER}" not in CONF.read_text():
+        return []
+    settings = dict(line.split("=", 1) for line in CONF.read_text().splitlines() if "=" in line)
+    state = Path(settings["StateSaveLocation"]).parent
+    stopped = []
+    for name, pidfile in (("slurmd", state / "slurmd.pid"), ("slurmctld", state / "slurmctld.pid"),
+                          ("munged", state / "munge" / "munged.pid")):  # fmt: skip
+        try:
+            pid = int(pidfile.read_text())
+        except (OSError, ValueError):
+            continue
+        if running(pid):
+            _stop(pid)
+            stopped.append(name)
+    CONF.unlink()
+    return stopped
+
+
+def _stop(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(40):
+        if not running(pid):
+            return
+        time.sleep(0.25)
+    os.kill(pid, signal.SIGKILL)
+
+
 def _conf(state: Path, host: str, cpus: int, mem_mb: int) -> str:
-    return f"""ClusterName=loaderbench-test
+    return f"""ClusterName={CLUSTER}
 SlurmctldHost={host}
 SlurmUser=root
 SlurmdUser=root
@@ -77,15 +116,17 @@ def _wait(pred, timeout: float, what: str) -> None:
 @contextmanager
 def slurm_cluster(state: Path):
     """Start munged, slurmctld and slurmd; yield (environment for Slurm clients, [(daemon, pid)]); stop them."""
+    clean_stale()
     state.mkdir(parents=True, exist_ok=True)
     for d in ("ctld", "spool", "munge"):
         (state / d).mkdir(exist_ok=True)
     host = socket.gethostname().split(".")[0]
     mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
-    saved = None
+    saved = CONF.with_name("slurm.conf.loaderbench-saved")
     if CONF.exists():
-        saved = CONF.with_name("slurm.conf.loaderbench-saved")
-        shutil.copy2(CONF, saved)
+        shutil.copy2(CONF, saved)  # a real site config: put back afterwards
+    elif not saved.exists():  # (one left by a killed run already holds the original)
+        saved = None
     CONF.parent.mkdir(parents=True, exist_ok=True)
     CONF.write_text(_conf(state, host, os.cpu_count() or 1, mem_mb))
     procs: list[tuple[str, int]] = []
@@ -117,17 +158,8 @@ def slurm_cluster(state: Path):
         _wait(node_idle, 60, "the node did not become idle")
         yield {**os.environ, "SLURM_CONF": str(CONF)}, procs
     finally:
-        for name, pid in reversed(procs):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            for _ in range(40):
-                if not running(pid):
-                    break
-                time.sleep(0.25)
-            else:
-                os.kill(pid, signal.SIGKILL)
+        for _, pid in reversed(procs):
+            _stop(pid)
         if saved:
             shutil.move(saved, CONF)
         else:

@@ -74,3 +74,28 @@ def test_tiny_grid_runs_as_slurm_jobs_and_matches_a_local_run(tmp_path, cluster)
     assert list(t_slurm.columns) == list(t_local.columns)
     keys = ["Dataloader", "Disk", "GPU", "Batch size", "Precision", "Status"]
     assert t_slurm[keys].sort_values(keys).values.tolist() == t_local[keys].sort_values(keys).values.tolist()
+
+
+def test_a_cluster_left_by_a_killed_test_run_is_stopped_before_the_next(tmp_path):
+    """A run killed inside the cluster (no teardown) leaves daemons holding Slurm's ports; the next start clears them."""
+    import signal
+    import subprocess
+
+    from tests.slurm_cluster import CONF, clean_stale
+
+    if missing():
+        pytest.skip(f"no Slurm here: missing {', '.join(missing())}")
+    script = (
+        "import sys, time; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "from tests.slurm_cluster import slurm_cluster\n"
+        "with slurm_cluster(Path(sys.argv[2])):\n    print('up', flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(REPO), str(tmp_path / "killed")], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    proc.send_signal(signal.SIGKILL)  # no teardown
+    proc.wait()
+    assert "loaderbench-test" in CONF.read_text()
+    assert sorted(clean_stale()) == ["munged", "slurmctld", "slurmd"]
+    assert not CONF.exists()
+    with slurm_cluster(tmp_path / "next") as (env, daemons):  # the ports are free again
+        assert [n for n, _ in daemons] == ["munged", "slurmctld", "slurmd"]
