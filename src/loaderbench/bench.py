@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def loader_images_per_s(loader: str, data_root: Path, allowed: frozenset[str], batch_size: int, crop_size: int,
-                        workers: int, seconds: float, seed: int = 0) -> float:  # fmt: skip
+                        workers: int, seconds: float, device, seed: int = 0) -> float:  # fmt: skip
     """Images/s that `loader` delivers to the training device (the GPU if there is one, else the CPU) over
     `seconds`, after a warm-up that drains the prefetch backlog; the device is synchronised before each clock."""
     import torch
@@ -18,14 +18,13 @@ def loader_images_per_s(loader: str, data_root: Path, allowed: frozenset[str], b
     from .loaders import get_loader
     from .loaders.common import LoaderContext
 
-    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     ctx = LoaderContext(
         data_root=data_root, allowed=allowed, batch_size=batch_size, crop_size=crop_size, workers=workers,
         prefetch_factor=2, seed=seed, device=device, channels_last=True,
     )  # fmt: skip
     batches = get_loader(loader).build(ctx)
-    for _ in range(workers * 2 + 2):  # start-up and the prefetch backlog stay outside the window
+    for _ in range(ctx.info["prefetch_batches"] + 2):  # start-up and the prefetch backlog stay outside the window
         next(batches)
     sync()
     n = 0
@@ -43,6 +42,7 @@ def bench(manifest: Path, loaders: list[str], batch_size: int, crop_size: int, w
           seconds: float, rounds: int) -> dict:  # fmt: skip
     import torch
 
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     man = json.loads(Path(manifest).read_text())
     allowed = frozenset(f["path"] for f in man["files"])
     workers = workers or len(os.sched_getaffinity(0))
@@ -50,7 +50,7 @@ def bench(manifest: Path, loaders: list[str], batch_size: int, crop_size: int, w
     for r in range(rounds):  # interleaved rounds, so drift in machine load hits every loader alike
         for lo in loaders:
             results[lo].append(
-                loader_images_per_s(lo, Path(man["root"]), allowed, batch_size, crop_size, workers, seconds, seed=r)
+                loader_images_per_s(lo, Path(man["root"]), allowed, batch_size, crop_size, workers, seconds, device, seed=r)
             )
     return {
         "manifest": str(manifest),
@@ -59,7 +59,7 @@ def bench(manifest: Path, loaders: list[str], batch_size: int, crop_size: int, w
         "batch_size": batch_size,
         "crop_size": crop_size,
         "workers": workers,
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "device": device.type,
         "seconds": seconds,
         "rounds": rounds,
         "images_per_s": {lo: statistics.median(v) for lo, v in results.items()},

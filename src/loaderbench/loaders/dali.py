@@ -16,6 +16,11 @@ import torch
 from .common import CROP_RATIO, CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, LoaderContext, forever
 
 
+def _settings(ctx: LoaderContext) -> tuple[int, float]:
+    """(prefetch_queue_depth, hw_decoder_load) from the config's dali.* (DALI's own defaults otherwise)."""
+    return int(ctx.options.get("prefetch_queue_depth", 2)), float(ctx.options.get("hw_decoder_load", 0.65))
+
+
 def _threads(ctx: LoaderContext, pipelines: int) -> int:
     threads = ctx.options.get("threads", "auto")
     if threads == "auto":
@@ -35,7 +40,8 @@ def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int
     samples, _ = ctx.samples()
     on_gpu = device_id is not None
     decoder_device = decode if on_gpu else "cpu"
-    hw = {"hw_decoder_load": float(ctx.options.get("hw_decoder_load", 0.65))} if decoder_device == "mixed" else {}
+    depth, hw_load = _settings(ctx)
+    hw = {"hw_decoder_load": hw_load} if decoder_device == "mixed" else {}
 
     @pipeline_def
     def train():
@@ -68,7 +74,7 @@ def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int
         return images, labels
 
     pipe = train(batch_size=batch_size, num_threads=threads, device_id=device_id,
-                 prefetch_queue_depth=int(ctx.options.get("prefetch_queue_depth", 2)), seed=ctx.seed + shard_id)  # fmt: skip
+                 prefetch_queue_depth=depth, seed=ctx.seed + shard_id)  # fmt: skip
     pipe.build()
     return pipe
 
@@ -87,13 +93,15 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
     threads = _threads(ctx, shards)
     pipe = pipeline(ctx, decode=decode, batch_size=ctx.batch_size, device_id=(ctx.device.index or 0) if on_gpu else None,
                     shard_id=0, num_shards=1, threads=threads)  # fmt: skip
+    depth, hw_load = _settings(ctx)
+    mixed = on_gpu and decode == "mixed"
     ctx.info.update(
-        decoder="mixed" if (on_gpu and decode == "mixed") else "cpu",
+        decoder="mixed" if mixed else "cpu",
         augment_device="gpu" if on_gpu else "cpu",
         threads=threads,
-        prefetch_queue_depth=int(ctx.options.get("prefetch_queue_depth", 2)),
-        prefetch_batches=int(ctx.options.get("prefetch_queue_depth", 2)),
-        hw_decoder_load=float(ctx.options.get("hw_decoder_load", 0.65)) if (on_gpu and decode == "mixed") else None,
+        prefetch_queue_depth=depth,
+        prefetch_batches=depth,
+        hw_decoder_load=hw_load if mixed else None,
         pipelines=shards,
     )
     iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name="Reader",
