@@ -87,3 +87,16 @@ def test_skipped_and_failed_cells_keep_their_reason_and_have_no_numbers():
 def test_missing_baseline_gives_no_speed_rather_than_a_wrong_one():
     t = table([row("opencv", "ssd", 1, 100.0)])
     assert math.isnan(t.loc[("opencv", "ssd", 1, 128, "fp32"), "Speed"])
+
+
+def test_au_is_against_the_synthetic_cell_of_the_same_gpus_batch_and_precision_on_any_tier():
+    t = table([
+        row("synthetic", "hdd", 1, 1000.0), row("synthetic", "hdd", 1, 2000.0, precision="amp"),
+        row("dali-sc", "ssd", 1, 950.0), row("dali-sc", "ssd", 1, 1500.0, precision="amp"),
+        row("torchvision", "hdd", 1, 250.0), row("opencv", "hdd", 1, 300.0, batch=256),
+    ])  # fmt: skip
+    assert t.loc[("synthetic", "hdd", 1, 128, "fp32"), "AU"] == pytest.approx(1.0)
+    assert t.loc[("dali-sc", "ssd", 1, 128, "fp32"), "AU"] == pytest.approx(0.95)
+    assert t.loc[("dali-sc", "ssd", 1, 128, "amp"), "AU"] == pytest.approx(0.75)
+    assert t.loc[("torchvision", "hdd", 1, 128, "fp32"), "AU"] == pytest.approx(0.25)
+    assert math.isnan(t.loc[("opencv", "hdd", 1, 256, "fp32"), "AU"])  # no synthetic cell at batch 256

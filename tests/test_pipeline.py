@@ -165,6 +165,15 @@ def test_every_loader_runs_through_the_pipeline_on_the_cpu(tmp_path):
     validate_record(rec)
     info = rec["metrics"]["loader_info"]
     assert info["decoder"] == "cpu" and info["augment_device"] == "cpu" and info["prefetch_queue_depth"] == 2
+    # under amp every loader delivers the autocast dtype (bfloat16 on the CPU) in channels_last, as the model takes it
+    for lo in loaders:
+        rec = json.loads((tmp_path / f"results/cells/{lo}_disk-a_g1_b4_amp_r0.json").read_text())
+        assert rec["metrics"]["input"] == {"dtype": "bfloat16", "channels_last": True}, lo
+        rec = json.loads((tmp_path / f"results/cells/{lo}_disk-a_g1_b4_fp32_r0.json").read_text())
+        assert rec["metrics"]["input"]["dtype"] == "float32", lo
+    au = table.set_index(["Dataloader", "Precision"])["AU"]
+    assert au[("synthetic", "fp32")] == pytest.approx(1.0) and au[("synthetic", "amp")] == pytest.approx(1.0)
+    assert (au > 0).all()
 
 
 def test_bad_config_fails_before_any_job_and_names_the_key(tmp_path):

@@ -42,6 +42,8 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "data_wait_fraction": m.get("data_wait_fraction"),
                 "half_ratio": m.get("half_ratio"),
                 "peak_gpu_mem_mb": max(peak) if peak else None,
+                "input_dtype": (m.get("input") or {}).get("dtype"),
+                "compiled": s.get("compile", False),
                 "device": (m.get("device") or {}).get("type"),
                 "workers": m.get("workers"),
                 "warnings": "; ".join(m.get("warnings") or []),
@@ -99,6 +101,7 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     ]["Samples/s"]
     t["Speed"] = speed(t["Samples/s"], float(base.iloc[0]) if len(base) else np.nan)
     t["GPU Efficiency"] = gpu_efficiency(t)
+    t["AU"] = accelerator_utilisation(t)
     return t[SEED_COLUMNS + [c for c in t.columns if c not in SEED_COLUMNS]]
 
 
@@ -117,6 +120,16 @@ def gpu_efficiency(t: pd.DataFrame) -> pd.Series:
         loader = ONE_GPU_BASELINE.get(r["Dataloader"], r["Dataloader"])
         base = one.get((loader, r["Disk"], r["Batch size"], r["Precision"]), np.nan)
         out.append(r["Samples/s"] / (r["GPU"] * base) if base and np.isfinite(base) and base > 0 else np.nan)
+    return pd.Series(out, index=t.index, dtype=float)
+
+
+def accelerator_utilisation(t: pd.DataFrame) -> pd.Series:
+    """AU (MLPerf Storage's accelerator utilisation): Samples/s / the `synthetic` loader's Samples/s at the same GPUs,
+    batch and precision - the share of the compute ceiling a loader delivers. NaN without a synthetic cell."""
+    ceiling = (
+        t[t["Dataloader"] == "synthetic"].groupby(["GPU", "Batch size", "Precision"])["Samples/s"].max().to_dict()
+    )
+    out = [r["Samples/s"] / ceiling.get((r["GPU"], r["Batch size"], r["Precision"]), np.nan) for _, r in t.iterrows()]
     return pd.Series(out, index=t.index, dtype=float)
 
 

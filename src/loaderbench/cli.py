@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -125,6 +126,44 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def cmd_ceiling(a) -> int:
+    from .ceiling import ceiling
+    from .config import cell_id
+
+    cfg = _cfg(a)
+    tier = cfg["tiers"][0]
+    cid = cell_id("synthetic", tier, 1, a.batch_size or cfg["batch_sizes"][-1], a.precision, 0)
+    spec = cell_spec(cfg, cid, in_grid=False)
+    if a.compile:
+        spec = dataclasses.replace(spec, compile=True)
+    r = ceiling(spec, Path(a.results) / "staging" / f"{tier}.json", a.rounds, a.variant_steps)
+    print(f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
+          f"channels_last={r['channels_last']}, compile={r['compile']}; window {spec.window_s or spec.window_steps}"
+          f"{' s' if spec.window_s else ' steps'} after the cell's warm-up, {a.rounds} alternating rounds")  # fmt: skip
+    for s_, b_, n, ph in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"], r["steps"], r["synthetic_phases"]):
+        print(f"  synthetic cell {s_:9.1f} Samples/s   bare loop {b_:9.1f} Samples/s   ({n} steps each)  ratio "
+              f"{s_ / b_:.4f}   (cell setup {ph['setup_s']:.1f} s, warm-up {ph['warmup_steps']} steps {ph['warmup_s']:.1f} s)")
+    print(f"  synthetic / bare loop (median of rounds) = {r['synthetic_over_bare']:.4f}")
+    for name, ms in (r.get("input_variants_ms_per_step") or {}).items():
+        print(f"  amp step, input {name:26s} {ms:8.2f} ms/step")
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=2))
+    return 0
+
+
+def cmd_sweep(a) -> int:
+    from .sweep import render, sweep
+
+    cfg = _cfg(a)
+    tier = a.tier or cfg["tiers"][0]
+    rows = sweep(cfg, a.variant, a.loaders, tier, a.batch_size or cfg["batch_sizes"][-1], a.precision, a.repeats,
+                 Path(a.results) / "staging" / f"{tier}.json", Path(a.out))  # fmt: skip
+    print(f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
+          f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)")  # fmt: skip
+    print(render(rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="loaderbench", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -210,6 +249,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--results", default="results")
     s.add_argument("--json", help="also write the figures as JSON here")
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("ceiling", help="the synthetic cell against a bare training loop, and input layout/dtype costs")
+    s.add_argument("--config", required=True, help="settings (window, warm-up, compile, ...) and the staged tier")
+    s.add_argument("--batch-size", type=int, help="default: the config's largest")
+    s.add_argument("--precision", choices=["fp32", "amp"], default="amp")
+    s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--compile", action="store_true", help="torch.compile the model (the compiled ceiling)")
+    s.add_argument("--variant-steps", type=int, default=50, help="bare-loop steps per input variant (0: skip them)")
+    s.add_argument("--results", default="results")
+    s.add_argument("--json", help="also write the figures as JSON here")
+    s.set_defaults(func=cmd_ceiling)
+
+    s = sub.add_parser("sweep", help="the same cells under variants of settings (a tuning experiment outside the grid)")
+    s.add_argument("--config", required=True)
+    s.add_argument("--variant", action="append", required=True,
+                   help="name:field=value,... over cell settings, e.g. hw1:dali_hw_decoder_load=1.0 (repeatable)")
+    s.add_argument("--loaders", nargs="+", required=True)
+    s.add_argument("--tier", help="default: the config's first")
+    s.add_argument("--batch-size", type=int, help="default: the config's largest")
+    s.add_argument("--precision", choices=["fp32", "amp"], default="amp")
+    s.add_argument("--repeats", type=int, default=1)
+    s.add_argument("--results", default="results")
+    s.add_argument("--out", default="results/sweep")
+    s.set_defaults(func=cmd_sweep)
     return p
 
 

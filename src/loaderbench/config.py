@@ -163,6 +163,8 @@ class CellSpec:
     workers: int | str
     prefetch_factor: int
     channels_last: bool
+    input_dtype: str
+    compile: bool
     dali_threads: int | str
     dali_prefetch: int
     dali_hw_decoder_load: float
@@ -200,6 +202,10 @@ def parse_cell_id(cid: str) -> dict:
     return {**d, "gpus": int(d["gpus"]), "batch_size": int(d["batch_size"]), "repeat": int(d["repeat"])}
 
 
+# Loaders that read no file: measured once per (gpus, batch, precision), on the grid's first tier.
+TIERLESS = ("synthetic",)
+
+
 def cell_ids(cfg: dict) -> list[str]:
     """Every cell of the grid, in a stable order."""
     return [
@@ -207,12 +213,14 @@ def cell_ids(cfg: dict) -> list[str]:
         for lo, t, g, b, p, r in itertools.product(
             cfg["loaders"], cfg["tiers"], cfg["gpus"], cfg["batch_sizes"], cfg["precisions"], range(cfg["repeats"])
         )
+        if lo not in TIERLESS or t == cfg["tiers"][0]
     ]
 
 
-def cell_spec(cfg: dict, cid: str) -> CellSpec:
+def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
+    """The spec of cell `cid` under `cfg` (in_grid=False: any cell of the config's settings, for benchmarks)."""
     d = parse_cell_id(cid)
-    if cid not in set(cell_ids(cfg)):
+    if in_grid and cid not in set(cell_ids(cfg)):
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     opt = cfg["optimizer"]
     return CellSpec(
@@ -232,6 +240,8 @@ def cell_spec(cfg: dict, cid: str) -> CellSpec:
         workers=cfg["workers"],
         prefetch_factor=cfg["prefetch_factor"],
         channels_last=cfg["channels_last"],
+        input_dtype=cfg["input_dtype"],
+        compile=cfg["compile"],
         dali_threads=cfg["dali"]["threads"],
         dali_prefetch=cfg["dali"]["prefetch_queue_depth"],
         dali_hw_decoder_load=cfg["dali"]["hw_decoder_load"],

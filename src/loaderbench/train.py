@@ -60,8 +60,15 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
     from .loaders import get_loader
     from .loaders.common import LoaderContext
 
+    t_start = time.perf_counter()
+    since_process_start = _seconds_since_process_start()
     kind, count = available_devices()
     device = torch.device("cuda:0" if kind == "cuda" else "cpu")
+    amp = spec.precision == "amp"
+    amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(
+        spec.amp_dtype, torch.float16 if kind == "cuda" else torch.bfloat16
+    )
+    input_dtype = amp_dtype if amp and spec.input_dtype == "auto" else torch.float32
     torch.manual_seed(spec.seed)
     if kind == "cuda":
         torch.backends.cudnn.benchmark = True
@@ -78,6 +85,7 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         device=device,
         channels_last=spec.channels_last,
         gpus=spec.gpus,
+        dtype=input_dtype,
         options={
             "threads": spec.dali_threads,
             "prefetch_queue_depth": spec.dali_prefetch,
@@ -95,10 +103,8 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
     model.train()
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
-    amp = spec.precision == "amp"
-    amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(
-        spec.amp_dtype, torch.float16 if kind == "cuda" else torch.bfloat16
-    )
+    if spec.compile:  # compiled by the first warm-up step, outside the window
+        model = torch.compile(model)
     scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
 
     def sync():
@@ -116,9 +122,11 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
 
     backlog = ctx.info["prefetch_batches"]
     warmup = max(spec.warmup_steps, backlog + 2)
+    t_setup = time.perf_counter()
     for _ in range(warmup):
         step(*next(batches))
     sync()
+    t_warm = time.perf_counter()
 
     timer = (lambda: torch.cuda.Event(enable_timing=True)) if kind == "cuda" else None
     waits: list[float] = []
@@ -187,6 +195,12 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         "compute_ms": summarize_ms(computes),
         "data_wait_fraction": float(sum(waits) / elapsed),
         "warmup_steps": warmup,
+        "startup_s": since_process_start,  # process start to here: interpreter, imports (torch), spec and manifest
+        "setup_s": t_setup - t_start,  # CUDA context, loader and model built
+        "warmup_s": t_warm - t_setup,
+        "input": {"dtype": str(images.dtype).replace("torch.", ""),
+                  "channels_last": images.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
+        "compiled": spec.compile,
         "prefetch_backlog_batches": backlog,
         "window_over_backlog": steps / backlog if backlog else None,
         "half_ratio": half_ratio,
@@ -200,6 +214,14 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         "main_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "process_tree_rss_mb": rss,
     }
+
+
+def _seconds_since_process_start() -> float | None:
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return time.time() - psutil.Process().create_time()
 
 
 def _process_tree_rss_mb() -> float | None:

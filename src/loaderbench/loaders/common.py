@@ -29,6 +29,7 @@ class LoaderContext:
     device: torch.device
     channels_last: bool
     gpus: int = 1  # GPUs the cell trains on (a multi-card loader shards over them)
+    dtype: torch.dtype = torch.float32  # dtype of the delivered images (the autocast dtype under amp, by default)
     options: dict = field(default_factory=dict)  # loader-specific settings from the config (e.g. dali.*)
     # What the loader reports back into the cell record; `prefetch_batches` (how many batches it prepares ahead,
     # the start-up backlog the warm-up must drain) is required.
@@ -88,11 +89,13 @@ def _affine(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return (1 / std).view(1, 1, 1, 3), (-mean / std).view(1, 1, 1, 3)
 
 
-def normalize_uint8_nhwc(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
-    """uint8 NHWC RGB on the device -> normalised float NCHW in one fused multiply-add.
+def normalize_uint8_nhwc(x: torch.Tensor, channels_last: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """uint8 NHWC RGB on the device -> normalised NCHW of `dtype` in one fused multiply-add (one kernel: computed in
+    float32, written in `dtype`).
 
     The NHWC result permuted to NCHW has channels_last strides already, so that layout costs no copy.
     """
     scale, shift = _affine(x.device)
-    x = torch.addcmul(shift, x, scale).permute(0, 3, 1, 2)
+    out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    x = torch.addcmul(shift, x, scale, out=out).permute(0, 3, 1, 2)
     return x if channels_last else x.contiguous()

@@ -2,7 +2,8 @@
 
 The same augmentation as every loader: RandomResizedCrop (area 0.08-1, aspect 3/4-4/3, fused into the decoder as
 `decoders.image_random_crop`), resize to the crop size (linear, antialiased), random horizontal mirror, ImageNet
-mean/std - all in `crop_mirror_normalize`. Decoding is `mixed` (nvJPEG on the GPU, with the hardware decoder taking
+mean/std - all in `crop_mirror_normalize`, which also writes the layout (HWC for channels_last, viewed as NCHW without a
+copy) and dtype (float16 for amp) the model takes. Decoding is `mixed` (nvJPEG on the GPU, with the hardware decoder taking
 `hw_decoder_load` of the images) or `cpu`. Without a GPU every operator runs on the CPU (`device_id=None`), so the
 same pipelines are tested on CPU-only machines.
 """
@@ -65,7 +66,7 @@ def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int
         images = fn.resize(images, resize_x=ctx.crop_size, resize_y=ctx.crop_size, interp_type=types.INTERP_LINEAR,
                            antialias=True)  # fmt: skip
         images = fn.crop_mirror_normalize(
-            images, dtype=types.FLOAT, output_layout="HWC" if ctx.channels_last else "CHW",
+            images, dtype=types.FLOAT16 if ctx.dtype == torch.float16 else types.FLOAT, output_layout="HWC" if ctx.channels_last else "CHW",
             mean=[255 * m for m in IMAGENET_MEAN], std=[255 * s for s in IMAGENET_STD],
             mirror=mirror,
         )  # fmt: skip
@@ -112,6 +113,8 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
         images = out["images"]
         if ctx.channels_last:  # NHWC from DALI viewed as NCHW: channels_last strides, no copy
             images = images.permute(0, 3, 1, 2)
-        return images.to(ctx.device, non_blocking=True), out["labels"].view(-1).long().to(ctx.device)
+        # float16 comes out of DALI as asked; bfloat16 (no DALI type) is the one case cast here
+        images = images.to(ctx.device, ctx.dtype, non_blocking=True)
+        return images, out["labels"].view(-1).long().to(ctx.device)
 
     return forever(iterator, to_torch)

@@ -79,7 +79,8 @@ def decode(buffer: torch.Tensor, meta: torch.Tensor, device: torch.device) -> li
     return images
 
 
-def augment(images: list[torch.Tensor], crops: torch.Tensor, crop_size: int, channels_last: bool) -> torch.Tensor:
+def augment(images: list[torch.Tensor], crops: torch.Tensor, crop_size: int, channels_last: bool,
+            dtype: torch.dtype = torch.float32) -> torch.Tensor:  # fmt: skip
     """Crop, resize (bilinear, antialiased as torchvision's Resize), flip, normalise: a float NCHW batch."""
     out = torch.empty(len(images), crop_size, crop_size, 3, dtype=torch.uint8, device=images[0].device)
     for k, (img, (top, left, h, w, flip)) in enumerate(zip(images, crops.tolist())):
@@ -88,7 +89,7 @@ def augment(images: list[torch.Tensor], crops: torch.Tensor, crop_size: int, cha
         if flip:
             patch = patch.flip(3)
         out[k] = patch[0].permute(1, 2, 0).round_().clamp_(0, 255).to(torch.uint8)
-    return normalize_uint8_nhwc(out, channels_last)
+    return normalize_uint8_nhwc(out, channels_last, dtype)
 
 
 def build(ctx: LoaderContext):
@@ -99,6 +100,6 @@ def build(ctx: LoaderContext):
     def to_device(batch):
         buffer, meta, labels, crops = batch
         images = decode(buffer, meta, ctx.device)
-        return augment(images, crops, ctx.crop_size, ctx.channels_last), labels.to(ctx.device, non_blocking=True)
+        return augment(images, crops, ctx.crop_size, ctx.channels_last, ctx.dtype), labels.to(ctx.device, non_blocking=True)
 
     return forever(loader, to_device)

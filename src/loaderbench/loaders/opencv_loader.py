@@ -56,6 +56,6 @@ def build(ctx: LoaderContext):
     def to_device(batch):
         images, labels = batch
         images = images.to(ctx.device, non_blocking=True)
-        return normalize_uint8_nhwc(images, ctx.channels_last), labels.to(ctx.device, non_blocking=True)
+        return normalize_uint8_nhwc(images, ctx.channels_last, ctx.dtype), labels.to(ctx.device, non_blocking=True)
 
     return forever(loader, to_device)

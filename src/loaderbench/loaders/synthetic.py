@@ -17,7 +17,7 @@ def build(ctx: LoaderContext):
     _, classes = ctx.samples()
     gen = torch.Generator().manual_seed(ctx.seed)
     images = torch.randn(ctx.batch_size, 3, ctx.crop_size, ctx.crop_size, generator=gen)
-    images = images.to(ctx.device, memory_format=ctx.memory_format)
+    images = images.to(ctx.device, ctx.dtype, memory_format=ctx.memory_format)
     labels = torch.randint(0, len(classes), (ctx.batch_size,), generator=gen).to(ctx.device)
     ctx.info.update(prefetch_batches=0, source="one device-resident batch reused every step")
     return itertools.repeat((images, labels))

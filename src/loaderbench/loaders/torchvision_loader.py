@@ -39,7 +39,8 @@ def build(ctx: LoaderContext):
 
     def to_device(batch):
         images, labels = batch
-        images = images.to(ctx.device, non_blocking=True, memory_format=ctx.memory_format)
+        # float32 from the workers (ToTensor + Normalize, as the seed); layout and dtype change in the same copy
+        images = images.to(ctx.device, non_blocking=True).to(ctx.dtype, memory_format=ctx.memory_format)
         return images, labels.to(ctx.device, non_blocking=True)
 
     return forever(loader, to_device)
