@@ -3,7 +3,8 @@ the input dtype, torch.compile, ...), each cell a real cell job (`runcell`), rep
 so machine drift hits them alike. A tuning experiment, outside the grid: its records go to their own folder.
 
 A variant is `name:field=value,field=value` over CellSpec fields (`name:` alone keeps the config's settings).
-AU is taken against the `synthetic` cell of the same variant when the sweep has one, else of the first variant.
+AU is taken against the `synthetic` cell of the same variant when the sweep has one, else of the first variant
+(variants that change only loader settings reuse the first variant's synthetic cell).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import yaml
 from .config import CellSpec, ConfigError, cell_id, cell_spec
 
 FIELDS = {f.name for f in dataclasses.fields(CellSpec)}
+# Settings that only change how files are read and prepared: the `synthetic` cell (no file) is the same under them,
+# so a variant touching only these reuses the first variant's synthetic cell instead of measuring it again.
+LOADER_ONLY = {"dali_threads", "dali_prefetch", "dali_hw_decoder_load", "workers", "prefetch_factor"}
 FIXED = {"loader", "tier", "tier_path", "dataset", "gpus", "batch_size", "precision", "repeat"}  # the cell's identity
 
 
@@ -47,6 +51,8 @@ def sweep(cfg: dict, variants: list[str], loaders: list[str], tier: str, batch_s
     for r in range(repeats):
         for name, overrides in parsed:
             for lo in loaders:
+                if lo == "synthetic" and name != parsed[0][0] and set(overrides) <= LOADER_ONLY:
+                    continue
                 base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, r), in_grid=False)
                 spec = dataclasses.replace(base, **overrides)
                 rec = run_cell(spec, manifest, Path(out_dir) / name / f"{spec.cell_id}.json")
