@@ -7,7 +7,7 @@ CORES  ?= $(shell nproc)
 CONFIG ?= config/quickstart.yaml
 SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 
-.PHONY: quickstart test bench report rerun cells lint clean
+.PHONY: quickstart test bench ceiling report rerun cells lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(SMK) --until stage
 	$(BIN)/loaderbench bench --config $(CONFIG)
+
+## ceiling: the synthetic cell against a bare training loop (harness overhead) and the input layout/dtype costs
+ceiling: $(STAMP)
+	$(SMK) --until stage
+	$(BIN)/loaderbench ceiling --config $(CONFIG)
 
 ## report: Snakemake's HTML report with figure captions
 report: $(STAMP)

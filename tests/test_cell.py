@@ -107,3 +107,58 @@ def test_a_measurement_process_killed_by_a_signal_is_a_failed_record(staged, tmp
     validate_record(rec)
     assert rec["status"] == "failed" and "killed by SIGKILL" in rec["reason"]
     assert not any(Path(tmp_path).glob(".*.child"))
+
+
+def test_a_compiled_cell_trains_under_torch_compile(staged, tmp_path):
+    """compile: true wraps the model in torch.compile (inductor, compiled during the warm-up) and records it."""
+    tmp, cfg = staged
+    spec = replace(cell_spec(cfg, "synthetic_disk_g1_b4_amp_r0", in_grid=False), compile=True)
+    out = tmp_path / f"{spec.cell_id}.json"
+    run_cell(spec, tmp / "disk.json", out)
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "ok", rec.get("reason")
+    m = rec["metrics"]
+    assert m["compiled"] is True and rec["spec"]["compile"] is True and m["steps"] == 3
+    assert m["input"] == {"dtype": "bfloat16", "channels_last": True}
+    assert m["warmup_s"] > 0 and m["setup_s"] > 0 and m["startup_s"] > 0
+
+
+def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(staged):
+    from loaderbench.ceiling import ceiling
+
+    tmp, cfg = staged
+    spec = cell_spec(cfg, "synthetic_disk_g1_b4_amp_r0", in_grid=False)
+    r = ceiling(spec, tmp / "disk.json", rounds=2, variant_steps=2)
+    assert r["steps"] == [3, 3] and len(r["bare_samples_per_s"]) == 2
+    assert all(x > 0 for x in r["synthetic_samples_per_s"] + r["bare_samples_per_s"])
+    ratios = sorted(s / b for s, b in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"]))
+    assert r["synthetic_over_bare"] == pytest.approx(sum(ratios) / 2)
+    assert set(r["input_variants_ms_per_step"]) == {
+        "float32 NCHW-contiguous", "float32 channels_last", "bfloat16 channels_last", "bfloat16 NCHW-contiguous",
+    }  # fmt: skip
+    assert all(ms > 0 for ms in r["input_variants_ms_per_step"].values())
+
+
+def test_sweep_runs_each_variant_as_real_cells_and_reuses_synthetic_for_loader_only_variants(staged, tmp_path):
+    from loaderbench.config import ConfigError
+    from loaderbench.sweep import parse_variant, render, sweep
+
+    tmp, cfg = staged
+    rows = sweep(cfg, ["base:", "q3:dali_prefetch=3", "w2:window_steps=4"], ["synthetic", "dali-cpu"], "disk", 4,
+                 "fp32", 1, tmp / "disk.json", tmp_path / "sweep")  # fmt: skip
+    got = {(r["variant"], r["loader"]): r for r in rows}
+    # q3 changes only a loader setting: no second synthetic cell; w2 changes the window: its own synthetic cell
+    assert set(got) == {("base", "synthetic"), ("base", "dali-cpu"), ("q3", "dali-cpu"), ("w2", "synthetic"),
+                        ("w2", "dali-cpu")}  # fmt: skip
+    assert not (tmp_path / "sweep/q3/synthetic_disk_g1_b4_fp32_r0.json").exists()
+    q3 = json.loads((tmp_path / "sweep/q3/dali-cpu_disk_g1_b4_fp32_r0.json").read_text())
+    assert q3["status"] == "ok" and q3["metrics"]["loader_info"]["prefetch_queue_depth"] == 3
+    w2 = json.loads((tmp_path / "sweep/w2/dali-cpu_disk_g1_b4_fp32_r0.json").read_text())
+    assert w2["metrics"]["steps"] == 4
+    assert got[("q3", "dali-cpu")]["au_against"] == "base" and got[("w2", "dali-cpu")]["au_against"] == "w2"
+    assert got[("q3", "dali-cpu")]["au"] == pytest.approx(got[("q3", "dali-cpu")]["median"] / got[("base", "synthetic")]["median"])
+    assert "q3" in render(rows) and json.loads((tmp_path / "sweep/sweep.json").read_text()) == rows
+    with pytest.raises(ConfigError, match="not field=value"):
+        parse_variant("x:batch_size=8")
+    with pytest.raises(ConfigError, match="not field=value"):
+        parse_variant("x:no_such_setting=1")
