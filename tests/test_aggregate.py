@@ -12,10 +12,10 @@ from loaderbench.aggregate import SEED_COLUMNS, cells_table
 BASELINE = {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32"}
 
 
-def row(loader, tier, gpus, sps, repeat=0, batch=128, precision="fp32", status="ok", reason=None):
+def row(loader, tier, gpus, sps, repeat=0, batch=128, precision="fp32", status="ok", reason=None, parallel="dp"):
     return {
-        "cell_id": f"{loader}_{tier}_g{gpus}_b{batch}_{precision}_r{repeat}", "Dataloader": loader, "Disk": tier,
-        "GPU": gpus, "Batch size": batch, "Precision": precision, "repeat": repeat, "status": status, "reason": reason,
+        "cell_id": f"{loader}_{tier}_g{gpus}_b{batch}_{precision}_{parallel}_r{repeat}", "Dataloader": loader,
+        "Disk": tier, "GPU": gpus, "Batch size": batch, "Precision": precision, "Parallel": parallel, "repeat": repeat, "status": status, "reason": reason,
         "Time(s)": 60.0 if status == "ok" else None, "Steps": sps * 60 / (batch * gpus) if status == "ok" else None,
         "Samples/s": sps if status == "ok" else None, "data_wait_ms": 1.0, "compute_ms": 2.0, "data_wait_fraction": 0.1,
         "half_ratio": 1.0, "peak_gpu_mem_mb": None, "device": "cuda", "workers": 8, "warnings": "",
@@ -100,3 +100,16 @@ def test_au_is_against_the_synthetic_cell_of_the_same_gpus_batch_and_precision_o
     assert t.loc[("dali-sc", "ssd", 1, 128, "amp"), "AU"] == pytest.approx(0.75)
     assert t.loc[("torchvision", "hdd", 1, 128, "fp32"), "AU"] == pytest.approx(0.25)
     assert math.isnan(t.loc[("opencv", "hdd", 1, 256, "fp32"), "AU"])  # no synthetic cell at batch 256
+
+
+def test_efficiency_and_au_compare_within_the_same_parallel_mode():
+    t = cells_table(pd.DataFrame([
+        row("torchvision", "hdd", 1, 100.0), row("synthetic", "hdd", 1, 400.0), row("synthetic", "hdd", 1, 500.0, parallel="ddp"),
+        row("dali-sc", "ssd", 1, 300.0), row("dali-sc", "ssd", 1, 350.0, parallel="ddp"),
+        row("dali-mc", "ssd", 2, 500.0), row("dali-mc", "ssd", 2, 650.0, parallel="ddp"),
+    ]), BASELINE).set_index(["Dataloader", "Disk", "GPU", "Parallel"])  # fmt: skip
+    assert t.loc[("dali-mc", "ssd", 2, "dp"), "GPU Efficiency"] == pytest.approx(500 / (2 * 300))
+    assert t.loc[("dali-mc", "ssd", 2, "ddp"), "GPU Efficiency"] == pytest.approx(650 / (2 * 350))
+    assert t.loc[("dali-sc", "ssd", 1, "ddp"), "AU"] == pytest.approx(350 / 500)
+    assert t.loc[("dali-sc", "ssd", 1, "dp"), "AU"] == pytest.approx(300 / 400)
+    assert t.loc[("torchvision", "hdd", 1, "dp"), "Speed"] == pytest.approx(1.0)

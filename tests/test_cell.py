@@ -36,7 +36,7 @@ def staged(tmp_path_factory, small_dataset):
 @pytest.mark.parametrize("precision", ["fp32", "amp"])
 def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loader, precision):
     tmp, cfg = staged
-    spec = cell_spec(cfg, f"{loader}_disk_g1_b4_{precision}_r0")
+    spec = cell_spec(cfg, f"{loader}_disk_g1_b4_{precision}_dp_r0")
     out = tmp_path / "cells" / f"{spec.cell_id}.json"
     run_cell(spec, tmp / "disk.json", out)
     rec = json.loads(out.read_text())
@@ -60,7 +60,7 @@ def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loa
 def test_more_gpus_than_the_host_has_is_a_skip_record(staged, tmp_path):
     tmp, cfg = staged
     out = tmp_path / "c.json"
-    run_cell(cell_spec(cfg, "opencv_disk_g2_b4_fp32_r0"), tmp / "disk.json", out)
+    run_cell(cell_spec(cfg, "opencv_disk_g2_b4_fp32_dp_r0"), tmp / "disk.json", out)
     rec = json.loads(out.read_text())
     validate_record(rec)
     assert rec["status"] == "skipped" and "cell needs 2 GPUs; this host has 0 (CPU only)" == rec["reason"]
@@ -70,7 +70,7 @@ def test_more_gpus_than_the_host_has_is_a_skip_record(staged, tmp_path):
 def test_an_exception_in_the_cell_is_a_failed_record(staged, tmp_path):
     tmp, cfg = staged
     out = tmp_path / "c.json"
-    run_cell(cell_spec(cfg, "torchvision_disk_g1_b32_fp32_r0"), tmp / "disk.json", out)  # 24 images < one batch
+    run_cell(cell_spec(cfg, "torchvision_disk_g1_b32_fp32_dp_r0"), tmp / "disk.json", out)  # 24 images < one batch
     rec = json.loads(out.read_text())
     validate_record(rec)
     assert rec["status"] == "failed" and "fewer images than one batch" in rec["reason"]
@@ -79,7 +79,7 @@ def test_an_exception_in_the_cell_is_a_failed_record(staged, tmp_path):
 
 def test_a_timeout_is_a_failed_record(staged, tmp_path):
     tmp, cfg = staged
-    spec = replace(cell_spec(cfg, "opencv_disk_g1_b4_fp32_r0"), timeout_s=0.5)
+    spec = replace(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0"), timeout_s=0.5)
     out = tmp_path / "c.json"
     run_cell(spec, tmp / "disk.json", out)
     rec = json.loads(out.read_text())
@@ -89,7 +89,7 @@ def test_a_timeout_is_a_failed_record(staged, tmp_path):
 def test_a_measurement_process_killed_by_a_signal_is_a_failed_record(staged, tmp_path):
     """As the kernel's OOM killer would: SIGKILL to the measuring process."""
     tmp, cfg = staged
-    spec = replace(cell_spec(cfg, "opencv_disk_g1_b4_fp32_r0"), window_steps=None, window_s=120.0)
+    spec = replace(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0"), window_steps=None, window_s=120.0)
     out = tmp_path / "c.json"
     worker = threading.Thread(target=run_cell, args=(spec, tmp / "disk.json", out))
     worker.start()
@@ -112,7 +112,7 @@ def test_a_measurement_process_killed_by_a_signal_is_a_failed_record(staged, tmp
 def test_a_compiled_cell_trains_under_torch_compile(staged, tmp_path):
     """compile: true wraps the model in torch.compile (inductor, compiled during the warm-up) and records it."""
     tmp, cfg = staged
-    spec = replace(cell_spec(cfg, "synthetic_disk_g1_b4_amp_r0", in_grid=False), compile=True)
+    spec = replace(cell_spec(cfg, "synthetic_disk_g1_b4_amp_dp_r0", in_grid=False), compile=True)
     out = tmp_path / f"{spec.cell_id}.json"
     run_cell(spec, tmp / "disk.json", out)
     rec = json.loads(out.read_text())
@@ -127,7 +127,7 @@ def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(stag
     from loaderbench.ceiling import ceiling
 
     tmp, cfg = staged
-    spec = cell_spec(cfg, "synthetic_disk_g1_b4_amp_r0", in_grid=False)
+    spec = cell_spec(cfg, "synthetic_disk_g1_b4_amp_dp_r0", in_grid=False)
     r = ceiling(spec, tmp / "disk.json", rounds=2, variant_steps=2)
     assert r["steps"] == [3, 3] and len(r["bare_samples_per_s"]) == 2
     assert all(x > 0 for x in r["synthetic_samples_per_s"] + r["bare_samples_per_s"])
@@ -150,10 +150,10 @@ def test_sweep_runs_each_variant_as_real_cells_and_reuses_synthetic_for_loader_o
     # q3 changes only a loader setting: no second synthetic cell; w2 changes the window: its own synthetic cell
     assert set(got) == {("base", "synthetic"), ("base", "dali-cpu"), ("q3", "dali-cpu"), ("w2", "synthetic"),
                         ("w2", "dali-cpu")}  # fmt: skip
-    assert not (tmp_path / "sweep/q3/synthetic_disk_g1_b4_fp32_r0.json").exists()
-    q3 = json.loads((tmp_path / "sweep/q3/dali-cpu_disk_g1_b4_fp32_r0.json").read_text())
+    assert not (tmp_path / "sweep/q3/synthetic_disk_g1_b4_fp32_dp_r0.json").exists()
+    q3 = json.loads((tmp_path / "sweep/q3/dali-cpu_disk_g1_b4_fp32_dp_r0.json").read_text())
     assert q3["status"] == "ok" and q3["metrics"]["loader_info"]["prefetch_queue_depth"] == 3
-    w2 = json.loads((tmp_path / "sweep/w2/dali-cpu_disk_g1_b4_fp32_r0.json").read_text())
+    w2 = json.loads((tmp_path / "sweep/w2/dali-cpu_disk_g1_b4_fp32_dp_r0.json").read_text())
     assert w2["metrics"]["steps"] == 4
     assert got[("q3", "dali-cpu")]["au_against"] == "base" and got[("w2", "dali-cpu")]["au_against"] == "w2"
     assert got[("q3", "dali-cpu")]["au"] == pytest.approx(got[("q3", "dali-cpu")]["median"] / got[("base", "synthetic")]["median"])
@@ -162,3 +162,64 @@ def test_sweep_runs_each_variant_as_real_cells_and_reuses_synthetic_for_loader_o
         parse_variant("x:batch_size=8")
     with pytest.raises(ConfigError, match="not field=value"):
         parse_variant("x:no_such_setting=1")
+
+
+@pytest.mark.parametrize(
+    "loader, sharding",
+    [("torchvision", None), ("opencv", None), ("dali-mc", "shard 0 of 2"), ("dali-sc", "scatter from rank 0")],
+)
+def test_ddp_cell_runs_one_gloo_process_per_rank_on_the_cpu(staged, tmp_path, loader, sharding):
+    """ddp with gpus=2 on a CPU-only host: two real processes (gloo), each loading its own share of the batch."""
+    tmp, cfg = staged
+    spec = cell_spec(cfg, f"{loader}_disk_g2_b4_fp32_ddp_r0", in_grid=False)
+    out = tmp_path / f"{spec.cell_id}.json"
+    run_cell(spec, tmp / "disk.json", out)
+    rec = json.loads(out.read_text())
+    validate_record(rec)
+    assert rec["status"] == "ok", rec.get("reason")
+    m = rec["metrics"]
+    par = m["parallel"]
+    assert par["mode"] == "ddp" and par["processes"] == 2 and par["backend"] == "gloo"
+    assert par["wrapper"] == "DistributedDataParallel" and [r["rank"] for r in par["per_rank"]] == [0, 1]
+    assert all(r["time_s"] > 0 and r["compute_ms"] > 0 for r in par["per_rank"])
+    assert m["global_batch"] == 8 and m["samples"] == m["steps"] * 8 == 24  # per-GPU batch 4 x 2 ranks
+    assert m["time_s"] == pytest.approx(max(r["time_s"] for r in par["per_rank"]))
+    info = m["loader_info"]
+    if sharding:
+        assert info["sharding"] == sharding
+    else:
+        assert info["sampler"] == "DistributedSampler(rank 0 of 2)"
+    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no rank or temp file left behind
+
+
+def test_dp_cell_goes_through_dataparallel_and_needs_gpus_for_more_than_one(staged, tmp_path):
+    tmp, cfg = staged
+    rec = run_cell(cell_spec(cfg, "dali-mc_disk_g1_b4_fp32_dp_r0", in_grid=False), tmp / "disk.json", tmp_path / "a.json")
+    assert rec["status"] == "ok" and rec["metrics"]["parallel"]["wrapper"] == "DataParallel"
+    assert rec["metrics"]["parallel"]["processes"] == 1 and rec["metrics"]["loader_info"]["prescattered"] is False
+    rec = run_cell(cell_spec(cfg, "opencv_disk_g2_b4_fp32_dp_r0"), tmp / "disk.json", tmp_path / "b.json")
+    assert rec["status"] == "skipped" and "needs 2 GPUs" in rec["reason"]
+
+
+def test_a_killed_rank_fails_the_ddp_cell_and_stops_the_other_rank(staged, tmp_path):
+    tmp, cfg = staged
+    spec = replace(cell_spec(cfg, "opencv_disk_g2_b4_fp32_ddp_r0", in_grid=False), window_steps=None, window_s=120.0)
+    out = tmp_path / "c.json"
+    worker = threading.Thread(target=run_cell, args=(spec, tmp / "disk.json", out))
+    worker.start()
+    deadline = time.time() + 60
+    ranks = []
+    while time.time() < deadline and len(ranks) < 2:
+        ranks = [p for p in psutil.Process().children() if "loaderbench.train" in " ".join(p.cmdline())]
+        time.sleep(0.2)
+    assert len(ranks) == 2, "the two ranks never started"
+    time.sleep(3)
+    rank1 = next(p for p in ranks if p.environ().get("RANK") == "1")
+    rank1.kill()
+    worker.join(timeout=90)
+    assert not worker.is_alive()
+    rec = json.loads(out.read_text())
+    validate_record(rec)
+    assert rec["status"] == "failed" and "rank 1" in rec["reason"] and "SIGKILL" in rec["reason"]
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
+    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]

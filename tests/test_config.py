@@ -13,7 +13,9 @@ def test_defaults_are_filled_and_paths_resolved(tmp_path):
     assert cfg["loaders"] == ["torchvision", "opencv"]
     assert cfg["tiers"] == ["ssd"]
     assert cfg["window"] == {"steps": None, "seconds": 60}
-    assert cfg["baseline"] == {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32"}
+    assert cfg["baseline"] == {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32",
+                               "parallel": "dp"}  # fmt: skip
+    assert cfg["parallel"] == ["dp"]
     assert cfg["storage"]["ssd"] == str(tmp_path / "rel/ssd")
     assert cfg["dataset"]["name"].startswith("generated-256x4-")
 
@@ -63,8 +65,8 @@ def test_shipped_configs_are_valid_and_the_seed_grid_has_its_cells():
     seed = load_config(REPO / "config/config.yaml", base_dir=REPO)
     # loaders x tiers x gpus x batch x precision, the tierless synthetic loader on the first tier only
     assert len(cell_ids(quick)) == 6 * 2 * 1 * 1 * 2 + 1 * 1 * 1 * 1 * 2
-    assert {c for c in cell_ids(quick) if c.startswith("synthetic")} == {"synthetic_local_g1_b16_fp32_r0",
-                                                                          "synthetic_local_g1_b16_amp_r0"}
+    assert {c for c in cell_ids(quick) if c.startswith("synthetic")} == {"synthetic_local_g1_b16_fp32_dp_r0",
+                                                                          "synthetic_local_g1_b16_amp_dp_r0"}
     # the seed's experiment: loaders x hdd/ssd x 1, 2, 4 GPUs x batch 128, 256, fp32, 3 repeats
     assert seed["tiers"] == ["hdd", "ssd"] and seed["gpus"] == [1, 2, 4] and seed["batch_sizes"] == [128, 256]
     assert len(cell_ids(seed)) == 2 * 2 * 3 * 2 * 1 * 3
@@ -74,11 +76,14 @@ def test_cell_ids_round_trip_and_specs_carry_the_cell():
     cfg = validate_config({"storage": {"hdd": "/mnt/hdd", "ram-disk": "/dev/shm"}, "gpus": [1, 2], "repeats": 2})
     ids = cell_ids(cfg)
     assert len(ids) == len(set(ids)) == 2 * 2 * 2 * 1 * 1 * 2
-    d = parse_cell_id("opencv_ram-disk_g2_b128_fp32_r1")
-    assert d == {"loader": "opencv", "tier": "ram-disk", "gpus": 2, "batch_size": 128, "precision": "fp32", "repeat": 1}
-    spec = cell_spec(cfg, "opencv_ram-disk_g2_b128_fp32_r1")
-    assert spec.cell_id == "opencv_ram-disk_g2_b128_fp32_r1" and spec.seed == 1 and spec.tier_path == "/dev/shm"
+    d = parse_cell_id("opencv_ram-disk_g2_b128_fp32_dp_r1")
+    assert d == {"loader": "opencv", "tier": "ram-disk", "gpus": 2, "batch_size": 128, "precision": "fp32",
+                 "parallel": "dp", "repeat": 1}  # fmt: skip
+    both = validate_config({"storage": {"hdd": "/mnt/hdd"}, "parallel": ["dp", "ddp"]})
+    assert len(cell_ids(both)) == 2 * 2 and cell_spec(both, "opencv_hdd_g1_b128_fp32_ddp_r0").parallel == "ddp"
+    spec = cell_spec(cfg, "opencv_ram-disk_g2_b128_fp32_dp_r1")
+    assert spec.cell_id == "opencv_ram-disk_g2_b128_fp32_dp_r1" and spec.seed == 1 and spec.tier_path == "/dev/shm"
     with pytest.raises(ConfigError, match="not in this configuration's grid"):
-        cell_spec(cfg, "opencv_ram-disk_g4_b128_fp32_r1")
+        cell_spec(cfg, "opencv_ram-disk_g4_b128_fp32_dp_r1")
     with pytest.raises(ConfigError, match="is not a cell id"):
         parse_cell_id("opencv-ram")

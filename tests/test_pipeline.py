@@ -84,12 +84,12 @@ def test_snakemake_report_has_the_figures(finished_run):
 def test_deleting_one_cell_recomputes_exactly_that_cell(finished_run):
     work, cfg_path = finished_run
     cells = sorted((work / "results/cells").glob("*.json"))
-    victim = work / "results/cells/opencv_disk-b_g1_b4_amp_r0.json"
+    victim = work / "results/cells/opencv_disk-b_g1_b4_amp_dp_r0.json"
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cells if p != victim}
     victim.unlink()
     plan = snakemake(work, "--configfile", str(cfg_path), "-n").stdout
     assert job_counts(plan) == {"cell": 1, "aggregate": 1, "figures": 1, "bundle": 1, "all": 1}
-    assert "results/cells/opencv_disk-b_g1_b4_amp_r0.json" in plan
+    assert "results/cells/opencv_disk-b_g1_b4_amp_dp_r0.json" in plan
     snakemake(work, "--configfile", str(cfg_path))
     assert json.loads(victim.read_text())["status"] == "ok"
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
@@ -97,16 +97,16 @@ def test_deleting_one_cell_recomputes_exactly_that_cell(finished_run):
 
 def test_rerun_of_a_single_configuration_by_its_cell_id(finished_run):
     work, cfg_path = finished_run
-    cell = work / "results/cells/torchvision_disk-a_g1_b4_fp32_r0.json"
+    cell = work / "results/cells/torchvision_disk-a_g1_b4_fp32_dp_r0.json"
     old = json.loads(cell.read_text())["finished_at"]
-    plan = snakemake(work, "--configfile", str(cfg_path), "-n", "--forcerun", "results/cells/torchvision_disk-a_g1_b4_fp32_r0.json").stdout
+    plan = snakemake(work, "--configfile", str(cfg_path), "-n", "--forcerun", "results/cells/torchvision_disk-a_g1_b4_fp32_dp_r0.json").stdout
     assert job_counts(plan)["cell"] == 1
     out = subprocess.run(
-        [sys.executable, "-m", "loaderbench", "run-cell", "--config", str(cfg_path), "--cell", "torchvision_disk-a_g1_b4_fp32_r0"],
+        [sys.executable, "-m", "loaderbench", "run-cell", "--config", str(cfg_path), "--cell", "torchvision_disk-a_g1_b4_fp32_dp_r0"],
         cwd=work, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "cell torchvision_disk-a_g1_b4_fp32_r0: ok" in out.stderr
+    assert "cell torchvision_disk-a_g1_b4_fp32_dp_r0: ok" in out.stderr
     assert json.loads(cell.read_text())["finished_at"] > old
 
 
@@ -161,19 +161,52 @@ def test_every_loader_runs_through_the_pipeline_on_the_cpu(tmp_path):
     table = pd.read_csv(tmp_path / "results/tables/cells.csv")
     assert sorted(set(table["Dataloader"])) == sorted(loaders) and len(table) == 14
     assert set(table["Status"]) == {"ok"} and (table["Steps"] == 3).all()
-    rec = json.loads((tmp_path / "results/cells/dali-cpu_disk-a_g1_b4_fp32_r0.json").read_text())
+    rec = json.loads((tmp_path / "results/cells/dali-cpu_disk-a_g1_b4_fp32_dp_r0.json").read_text())
     validate_record(rec)
     info = rec["metrics"]["loader_info"]
     assert info["decoder"] == "cpu" and info["augment_device"] == "cpu" and info["prefetch_queue_depth"] == 2
     # under amp every loader delivers the autocast dtype (bfloat16 on the CPU) in channels_last, as the model takes it
     for lo in loaders:
-        rec = json.loads((tmp_path / f"results/cells/{lo}_disk-a_g1_b4_amp_r0.json").read_text())
+        rec = json.loads((tmp_path / f"results/cells/{lo}_disk-a_g1_b4_amp_dp_r0.json").read_text())
         assert rec["metrics"]["input"] == {"dtype": "bfloat16", "channels_last": True}, lo
-        rec = json.loads((tmp_path / f"results/cells/{lo}_disk-a_g1_b4_fp32_r0.json").read_text())
+        rec = json.loads((tmp_path / f"results/cells/{lo}_disk-a_g1_b4_fp32_dp_r0.json").read_text())
         assert rec["metrics"]["input"]["dtype"] == "float32", lo
     au = table.set_index(["Dataloader", "Precision"])["AU"]
     assert au[("synthetic", "fp32")] == pytest.approx(1.0) and au[("synthetic", "amp")] == pytest.approx(1.0)
     assert (au > 0).all()
+
+
+def test_dp_and_ddp_cells_run_through_the_pipeline_on_the_cpu(tmp_path):
+    """ddp with 2 gloo processes for torchvision, opencv and dali-mc (CPU-only DALI), the dp path at 1 device, and
+    dp over 2 devices recorded as skipped on a CPU-only host - all real cell jobs, one record schema."""
+    loaders = ["torchvision", "opencv", "dali-mc"]
+    cfg = tiny_config(tmp_path, loaders=loaders, storage={"disk-a": str(tmp_path / "tier-a")}, gpus=[1, 2],
+                      parallel=["dp", "ddp"], precisions=["fp32"],
+                      baseline={"loader": "torchvision", "tier": "disk-a", "gpus": 1, "batch_size": 4, "precision": "fp32"})  # fmt: skip
+    cfg_path = write_config(tmp_path, cfg)
+    snakemake(tmp_path, "--configfile", str(cfg_path))
+    table = pd.read_csv(tmp_path / "results/tables/cells.csv")
+    assert len(table) == 3 * 2 * 2 and "Parallel" in table.columns
+    t = table.set_index(["Dataloader", "GPU", "Parallel"])
+    for lo in loaders:
+        assert t.loc[(lo, 2, "dp"), "Status"] == "skipped" and "needs 2 GPUs" in t.loc[(lo, 2, "dp"), "Reason"]
+        for g in (1, 2):
+            assert t.loc[(lo, g, "ddp"), "Status"] == "ok" and t.loc[(lo, g, "dp" if g == 1 else "ddp"), "Samples/s"] > 0
+        # GPU Efficiency of the 2-rank ddp cell is against the 1-rank ddp cell of the same loader (dali-mc: dali-sc's,
+        # absent here, so none)
+        eff = t.loc[(lo, 2, "ddp"), "GPU Efficiency"]
+        if lo == "dali-mc":
+            assert pd.isna(eff)
+        else:
+            assert eff == pytest.approx(t.loc[(lo, 2, "ddp"), "Samples/s"] / (2 * t.loc[(lo, 1, "ddp"), "Samples/s"]), rel=2e-3)
+    for cid in cell_ids(validate_config(cfg)):
+        rec = json.loads((tmp_path / "results/cells" / f"{cid}.json").read_text())
+        validate_record(rec)
+        if rec["status"] == "ok":
+            ranks = rec["metrics"]["parallel"]["per_rank"]
+            assert len(ranks) == (2 if "_g2_" in cid else 1) and rec["spec"]["parallel"] in cid
+    rec = json.loads((tmp_path / "results/cells/dali-mc_disk-a_g2_b4_fp32_ddp_r0.json").read_text())
+    assert rec["metrics"]["loader_info"]["sharding"] == "shard 0 of 2" and rec["metrics"]["samples"] == 3 * 8
 
 
 def test_bad_config_fails_before_any_job_and_names_the_key(tmp_path):

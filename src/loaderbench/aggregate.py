@@ -12,7 +12,7 @@ from .util import atomic_write_text
 
 # The seed's columns, exact names and order, then ours.
 SEED_COLUMNS = ["Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s", "Speed", "GPU Efficiency"]
-KEYS = ["Dataloader", "Disk", "GPU", "Batch size", "Precision"]
+KEYS = ["Dataloader", "Disk", "GPU", "Batch size", "Precision", "Parallel"]
 # A loader with no 1-GPU mode of its own takes another loader's 1-GPU cell as its GPU Efficiency baseline.
 ONE_GPU_BASELINE = {"dali-mc": "dali-sc"}
 
@@ -31,6 +31,7 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "GPU": s["gpus"],
                 "Batch size": s["batch_size"],
                 "Precision": s["precision"],
+                "Parallel": s.get("parallel", "dp"),
                 "repeat": s["repeat"],
                 "status": r["status"],
                 "reason": r.get("reason"),
@@ -98,6 +99,7 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
         & (t["GPU"] == baseline["gpus"])
         & (t["Batch size"] == baseline["batch_size"])
         & (t["Precision"] == baseline["precision"])
+        & (t["Parallel"] == baseline.get("parallel", "dp"))
     ]["Samples/s"]
     t["Speed"] = speed(t["Samples/s"], float(base.iloc[0]) if len(base) else np.nan)
     t["GPU Efficiency"] = gpu_efficiency(t)
@@ -113,23 +115,23 @@ def speed(samples_per_s: pd.Series, baseline_samples_per_s: float) -> pd.Series:
 
 
 def gpu_efficiency(t: pd.DataFrame) -> pd.Series:
-    """Samples/s / (GPUs x the same group's 1-GPU Samples/s); dali-mc's group baseline is dali-sc."""
-    one = t[t["GPU"] == 1].set_index(["Dataloader", "Disk", "Batch size", "Precision"])["Samples/s"]
+    """Samples/s / (GPUs x the same group's 1-GPU Samples/s); dali-mc's group baseline is dali-sc. The group is
+    loader, tier, per-GPU batch, precision and parallel mode (dp cells against the 1-GPU dp cell, ddp against ddp)."""
+    one = t[t["GPU"] == 1].set_index(["Dataloader", "Disk", "Batch size", "Precision", "Parallel"])["Samples/s"]
     out = []
     for _, r in t.iterrows():
         loader = ONE_GPU_BASELINE.get(r["Dataloader"], r["Dataloader"])
-        base = one.get((loader, r["Disk"], r["Batch size"], r["Precision"]), np.nan)
+        base = one.get((loader, r["Disk"], r["Batch size"], r["Precision"], r["Parallel"]), np.nan)
         out.append(r["Samples/s"] / (r["GPU"] * base) if base and np.isfinite(base) and base > 0 else np.nan)
     return pd.Series(out, index=t.index, dtype=float)
 
 
 def accelerator_utilisation(t: pd.DataFrame) -> pd.Series:
     """AU (MLPerf Storage's accelerator utilisation): Samples/s / the `synthetic` loader's Samples/s at the same GPUs,
-    batch and precision - the share of the compute ceiling a loader delivers. NaN without a synthetic cell."""
-    ceiling = (
-        t[t["Dataloader"] == "synthetic"].groupby(["GPU", "Batch size", "Precision"])["Samples/s"].max().to_dict()
-    )
-    out = [r["Samples/s"] / ceiling.get((r["GPU"], r["Batch size"], r["Precision"]), np.nan) for _, r in t.iterrows()]
+    batch, precision and parallel mode - the share of the compute ceiling a loader delivers. NaN without a synthetic cell."""
+    by = ["GPU", "Batch size", "Precision", "Parallel"]
+    ceiling = t[t["Dataloader"] == "synthetic"].groupby(by)["Samples/s"].max().to_dict()
+    out = [r["Samples/s"] / ceiling.get(tuple(r[k] for k in by), np.nan) for _, r in t.iterrows()]
     return pd.Series(out, index=t.index, dtype=float)
 
 

@@ -132,7 +132,7 @@ def cmd_ceiling(a) -> int:
 
     cfg = _cfg(a)
     tier = cfg["tiers"][0]
-    cid = cell_id("synthetic", tier, 1, a.batch_size or cfg["batch_sizes"][-1], a.precision, 0)
+    cid = cell_id("synthetic", tier, 1, a.batch_size or cfg["batch_sizes"][-1], a.precision, "dp", 0)
     spec = cell_spec(cfg, cid, in_grid=False)
     if a.compile:
         spec = dataclasses.replace(spec, compile=True)

@@ -17,9 +17,10 @@ from .loaders import LOADERS
 from .util import stable_hash
 
 PRECISIONS = ("fp32", "amp")
+PARALLEL = ("dp", "ddp")
 CELL_ID_RE = re.compile(
     r"^(?P<loader>[a-z0-9-]+)_(?P<tier>[a-z][a-z0-9-]*)_g(?P<gpus>[1-9]\d*)_b(?P<batch_size>[1-9]\d*)"
-    r"_(?P<precision>fp32|amp)_r(?P<repeat>\d+)$"
+    r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)_r(?P<repeat>\d+)$"
 )
 # Snakemake wildcard constraint for a cell id: the same grammar, unanchored, without named groups.
 CELL_ID_PATTERN = re.sub(r"\(\?P<\w+>", "(?:", CELL_ID_RE.pattern.strip("^$"))
@@ -154,6 +155,7 @@ class CellSpec:
     gpus: int
     batch_size: int
     precision: str
+    parallel: str  # dp: one process, nn.DataParallel; ddp: one process per GPU, DistributedDataParallel
     repeat: int
     seed: int
     window_steps: int | None
@@ -180,7 +182,7 @@ class CellSpec:
 
     @property
     def cell_id(self) -> str:
-        return cell_id(self.loader, self.tier, self.gpus, self.batch_size, self.precision, self.repeat)
+        return cell_id(self.loader, self.tier, self.gpus, self.batch_size, self.precision, self.parallel, self.repeat)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -190,14 +192,14 @@ class CellSpec:
         return cls(**d)
 
 
-def cell_id(loader: str, tier: str, gpus: int, batch_size: int, precision: str, repeat: int) -> str:
-    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_r{repeat}"
+def cell_id(loader: str, tier: str, gpus: int, batch_size: int, precision: str, parallel: str, repeat: int) -> str:
+    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_{parallel}_r{repeat}"
 
 
 def parse_cell_id(cid: str) -> dict:
     m = CELL_ID_RE.match(cid)
     if not m:
-        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_rN)")
+        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp_rN)")
     d = m.groupdict()
     return {**d, "gpus": int(d["gpus"]), "batch_size": int(d["batch_size"]), "repeat": int(d["repeat"])}
 
@@ -209,9 +211,10 @@ TIERLESS = ("synthetic",)
 def cell_ids(cfg: dict) -> list[str]:
     """Every cell of the grid, in a stable order."""
     return [
-        cell_id(lo, t, g, b, p, r)
-        for lo, t, g, b, p, r in itertools.product(
-            cfg["loaders"], cfg["tiers"], cfg["gpus"], cfg["batch_sizes"], cfg["precisions"], range(cfg["repeats"])
+        cell_id(lo, t, g, b, p, par, r)
+        for lo, t, g, b, p, par, r in itertools.product(
+            cfg["loaders"], cfg["tiers"], cfg["gpus"], cfg["batch_sizes"], cfg["precisions"], cfg["parallel"],
+            range(cfg["repeats"]),
         )
         if lo not in TIERLESS or t == cfg["tiers"][0]
     ]
@@ -231,6 +234,7 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
         gpus=d["gpus"],
         batch_size=d["batch_size"],
         precision=d["precision"],
+        parallel=d["parallel"],
         repeat=d["repeat"],
         seed=cfg["seed"] + d["repeat"],
         window_steps=cfg["window"]["steps"],

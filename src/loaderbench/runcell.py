@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,25 +27,36 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.child"
-    partial.unlink(missing_ok=True)
+    ranks = spec.gpus if spec.parallel == "ddp" else 1
+    leftovers = [partial, *(partial.with_name(f"{partial.name}.rank{r}") for r in range(1, ranks))]
+    for p in leftovers:
+        p.unlink(missing_ok=True)
     cmd = [
         sys.executable, "-m", "loaderbench.train",
         "--spec", json.dumps(spec.to_dict()), "--manifest", str(manifest), "--out", str(partial),
     ]  # fmt: skip
     started = time.time()
     print(f"cell {spec.cell_id}: starting ({spec.loader} on {spec.tier}, {spec.gpus} GPU x batch {spec.batch_size}, "
-          f"{spec.precision})", file=sys.stderr, flush=True)  # fmt: skip
+          f"{spec.precision}, {spec.parallel})", file=sys.stderr, flush=True)  # fmt: skip
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup below
-    proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent)
+    procs = []
     try:
-        rc = proc.wait(timeout=spec.timeout_s)
-        why = None if rc == 0 else _exit_reason(rc)
-    except subprocess.TimeoutExpired:
-        _kill_tree(proc)
-        rc, why = None, f"timed out after {spec.timeout_s:g} s (cell_timeout_s)"
+        # ddp: one process per GPU (rank), as torchrun would start them, under this runner's supervision
+        port = _free_port() if spec.parallel == "ddp" else None
+        for rank in range(ranks):
+            env = dict(os.environ)
+            if port:
+                env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
+                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+                # the ranks share the CPUs: split torch's intra-op threads among them as torchrun does (without it,
+                # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
+                env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
+            procs.append(subprocess.Popen(cmd, preexec_fn=_die_with_parent, env=env))
+        rc, why = _wait_all(procs, spec.timeout_s)
     except BaseException:
-        _kill_tree(proc)  # interrupted: take the child and its loader workers down with us
+        for proc in procs:
+            _kill_tree(proc)  # interrupted: take the ranks and their loader workers down with us
         raise
     finally:
         if in_main:
@@ -52,16 +65,55 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
         # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
         # so the next run measures this cell again.
         raise SystemExit(f"cell {spec.cell_id}: interrupted ({signal.Signals(-rc).name}); no record written")
-    if why is None and partial.is_file():
+    rank_failures = [p for p in leftovers[1:] if p.is_file()]
+    if partial.is_file() and (why is None or json.loads(partial.read_text())["status"] != "ok"):
         record = json.loads(partial.read_text())
+    elif rank_failures:  # rank 0 was stopped waiting for a rank that failed: that rank's reason is the cell's
+        record = json.loads(rank_failures[0].read_text())
     else:
         record = failed_record(spec, why or "measurement process wrote no record")
         record["started_at"] = started
     record["wall_s"] = time.time() - started
     atomic_write_json(out, record)
-    partial.unlink(missing_ok=True)
+    for p in leftovers:
+        p.unlink(missing_ok=True)
     print(summary_line(record), file=sys.stderr, flush=True)
     return record
+
+
+def _wait_all(procs: list[subprocess.Popen], timeout_s: float, grace_s: float = 60.0) -> tuple[int | None, str | None]:
+    """Wait for every rank. The first rank to fail (or a hang past the timeout) stops the others: ranks block in
+    collectives for their peers, so one failure would otherwise hang the rest until the timeout. When one rank
+    finishes, the others get `grace_s` to finish too. Returns (exit status, reason) of the first failure."""
+    deadline = time.monotonic() + timeout_s
+    first_done = None
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        if bad:
+            rank, code = bad[0]
+            for p in procs:
+                _kill_tree(p)
+            who = f"rank {rank} " if len(procs) > 1 else ""
+            return code, who + _exit_reason(code) if code is not None else None
+        if all(c == 0 for c in codes):
+            return 0, None
+        now = time.monotonic()
+        if first_done is None and any(c == 0 for c in codes):
+            first_done = now
+        if now > deadline or (first_done is not None and now - first_done > grace_s):
+            for p in procs:
+                _kill_tree(p)
+            if now > deadline:
+                return None, f"timed out after {timeout_s:g} s (cell_timeout_s)"
+            return None, f"ranks still running {grace_s:g} s after another finished (a collective without its peers)"
+        time.sleep(0.1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def summary_line(record: dict) -> str:

@@ -53,7 +53,7 @@ def sweep(cfg: dict, variants: list[str], loaders: list[str], tier: str, batch_s
             for lo in loaders:
                 if lo == "synthetic" and name != parsed[0][0] and set(overrides) <= LOADER_ONLY:
                     continue
-                base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, r), in_grid=False)
+                base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, "dp", r), in_grid=False)
                 spec = dataclasses.replace(base, **overrides)
                 rec = run_cell(spec, manifest, Path(out_dir) / name / f"{spec.cell_id}.json")
                 records.setdefault((name, lo), []).append(rec)

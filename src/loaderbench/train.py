@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import CellSpec
+from .parallel import env_rank
 from .records import failed_record, make_record, skipped_record
 from .util import atomic_write_json
 
@@ -52,18 +53,29 @@ def summarize_ms(values_s: list[float]) -> dict:
     return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
-def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
-    """Run the cell; returns the metrics dict. Raises on failure."""
-    import torch
-    import torchvision
-
-    from .loaders import get_loader
-    from .loaders.common import LoaderContext
+def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict | None:
+    """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure."""
+    from . import parallel
 
     t_start = time.perf_counter()
     since_process_start = _seconds_since_process_start()
     kind, count = available_devices()
-    device = torch.device("cuda:0" if kind == "cuda" else "cpu")
+    dist = parallel.start(spec.parallel, spec.gpus, spec.timeout_s)
+    try:
+        return _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start)
+    finally:
+        parallel.stop(dist)
+
+
+def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start) -> dict | None:
+    import torch
+    import torchvision
+
+    from . import parallel
+    from .loaders import get_loader
+    from .loaders.common import LoaderContext
+
+    device = dist.device
     amp = spec.precision == "amp"
     amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(
         spec.amp_dtype, torch.float16 if kind == "cuda" else torch.bfloat16
@@ -73,11 +85,15 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
     if kind == "cuda":
         torch.backends.cudnn.benchmark = True
     workers = resolve_workers(spec)
+    ddp = spec.parallel == "ddp"
+    if ddp and workers and spec.workers == "auto":
+        workers = max(1, (workers + 1) // dist.world - 1)  # the CPUs are shared by the ranks
+    # dp: one process gets the global batch (DataParallel splits it); ddp: each rank loads its own share
     global_batch = spec.batch_size * spec.gpus
     ctx = LoaderContext(
         data_root=data_root,
         allowed=allowed,
-        batch_size=global_batch,
+        batch_size=spec.batch_size if ddp else global_batch,
         crop_size=spec.crop_size,
         workers=workers,
         prefetch_factor=spec.prefetch_factor,
@@ -86,6 +102,8 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         channels_last=spec.channels_last,
         gpus=spec.gpus,
         dtype=input_dtype,
+        rank=dist.rank,
+        world=dist.world,
         options={
             "threads": spec.dali_threads,
             "prefetch_queue_depth": spec.dali_prefetch,
@@ -98,8 +116,7 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
     model = torchvision.models.mobilenet_v2(num_classes=max(classes, 2)).to(device)
     if spec.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if spec.gpus > 1:
-        model = torch.nn.DataParallel(model, device_ids=list(range(spec.gpus)))
+    model = parallel.wrap(model, dist, spec.gpus, prescattered=bool(ctx.info.get("prescattered")))
     model.train()
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
@@ -109,7 +126,7 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
 
     def sync():
         if kind == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(device)
 
     def step(images, labels):
         with torch.autocast(kind, dtype=amp_dtype, enabled=amp):
@@ -121,7 +138,8 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         return loss
 
     backlog = ctx.info["prefetch_batches"]
-    warmup = max(spec.warmup_steps, backlog + 2)
+    # every rank runs the same number of steps (DDP's gradient all-reduce pairs them up)
+    warmup = parallel.agree_max(dist, max(spec.warmup_steps, backlog + 2))
     t_setup = time.perf_counter()
     for _ in range(warmup):
         step(*next(batches))
@@ -152,8 +170,10 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         step_end.append(time.perf_counter() - t0)
         if spec.window_steps is not None and steps >= spec.window_steps:
             break
-        if spec.window_s is not None and step_end[-1] >= spec.window_s:
-            break
+        if spec.window_s is not None:
+            # ranks stop together: at the first step after which any rank's clock passed the window
+            if parallel.agree_max(dist, int(step_end[-1] >= spec.window_s)):
+                break
     sync()
     elapsed = time.perf_counter() - t0
     final_loss = float(loss.detach().float().item())
@@ -168,6 +188,30 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         first, second = half / t_half, (steps - half) / max(elapsed - t_half, 1e-9)
         half_ratio = second / first
 
+    peak_gpu = []
+    if kind == "cuda":
+        # dp: this process used GPUs 0..n-1; ddp: each rank its own
+        ids = [device.index] if ddp else list(range(spec.gpus))
+        peak_gpu = [torch.cuda.max_memory_allocated(i) / 2**20 for i in ids]
+    rank_summary = {
+        "rank": dist.rank,
+        "device": str(device),
+        "time_s": elapsed,
+        "waits": waits,
+        "computes": computes,
+        "peak_gpu_mem_mb": peak_gpu,
+        "process_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "loader_info": ctx.info,
+    }
+    ranks = parallel.gather(dist, rank_summary)
+    rss = _process_tree_rss_mb()
+    del batches  # stops the workers
+    if not dist.is_main:
+        return None
+
+    elapsed = max(r["time_s"] for r in ranks)  # the cell is as slow as its slowest rank
+    all_waits = [w for r in ranks for w in r["waits"]]
+    all_computes = [c for r in ranks for c in r["computes"]]
     warnings = []
     if not math.isfinite(final_loss):
         warnings.append(f"loss is {final_loss} at the end of the window: training diverged (throughput still measured)")
@@ -179,11 +223,6 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
     if half_ratio is not None and not 0.8 <= half_ratio <= 1.25:
         warnings.append(f"second half of the window ran at {half_ratio:.2f}x the first half's rate: not steady")
 
-    peak_gpu = []
-    if kind == "cuda":
-        peak_gpu = [torch.cuda.max_memory_allocated(i) / 2**20 for i in range(spec.gpus)]
-    rss = _process_tree_rss_mb()
-    del batches  # stops the workers
     return {
         "time_s": elapsed,
         "steps": steps,
@@ -191,16 +230,29 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         "samples": steps * global_batch,
         "samples_per_s": steps * global_batch / elapsed,
         "step_ms": 1000.0 * elapsed / steps,
-        "data_wait_ms": summarize_ms(waits),
-        "compute_ms": summarize_ms(computes),
-        "data_wait_fraction": float(sum(waits) / elapsed),
+        "data_wait_ms": summarize_ms(all_waits),
+        "compute_ms": summarize_ms(all_computes),
+        "data_wait_fraction": float(sum(ranks[0]["waits"]) / ranks[0]["time_s"]),
         "warmup_steps": warmup,
         "startup_s": since_process_start,  # process start to here: interpreter, imports (torch), spec and manifest
-        "setup_s": t_setup - t_start,  # CUDA context, loader and model built
+        "setup_s": t_setup - t_start,  # CUDA context, process group, loader and model built
         "warmup_s": t_warm - t_setup,
-        "input": {"dtype": str(images.dtype).replace("torch.", ""),
-                  "channels_last": images.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
+        "input": {"dtype": str(images.dtype if not isinstance(images, list) else images[0].dtype).replace("torch.", ""),
+                  "channels_last": (images if not isinstance(images, list) else images[0]).is_contiguous(
+                      memory_format=torch.channels_last)},  # fmt: skip
         "compiled": spec.compile,
+        "parallel": {
+            "mode": spec.parallel,
+            "processes": dist.world,
+            "backend": ("nccl" if kind == "cuda" else "gloo") if ddp else None,
+            "wrapper": type(model).__name__ if not spec.compile else f"compiled {type(model._orig_mod).__name__}",
+            "per_rank": [
+                {"rank": r["rank"], "device": r["device"], "time_s": r["time_s"],
+                 "data_wait_ms": summarize_ms(r["waits"])["mean"], "compute_ms": summarize_ms(r["computes"])["mean"],
+                 "peak_gpu_mem_mb": r["peak_gpu_mem_mb"], "process_rss_mb": r["process_rss_mb"]}
+                for r in ranks
+            ],  # fmt: skip
+        },
         "prefetch_backlog_batches": backlog,
         "window_over_backlog": steps / backlog if backlog else None,
         "half_ratio": half_ratio,
@@ -210,10 +262,25 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict:
         "loader_info": ctx.info,
         "device": {"type": kind, "count": count, "used": spec.gpus if kind == "cuda" else 0},
         "amp_dtype": str(amp_dtype).replace("torch.", "") if amp else None,
-        "peak_gpu_mem_mb": peak_gpu,
+        "peak_gpu_mem_mb": [m for r in ranks for m in r["peak_gpu_mem_mb"]],
+        "gpu_mem_nvml_mb": _nvml_used_mb(spec.gpus) if kind == "cuda" else None,
         "main_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "process_tree_rss_mb": rss,
     }
+
+
+def _nvml_used_mb(gpus: int) -> list[float] | None:
+    """Memory in use on GPUs 0..gpus-1 as NVML reports it (all processes, the CUDA contexts included)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no nvidia-ml-py or no driver: the allocator's figures still stand
+        return None
+    try:
+        return [pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used / 2**20 for i in range(gpus)]
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def _seconds_since_process_start() -> float | None:
@@ -244,23 +311,29 @@ def run(spec: CellSpec, manifest_path: Path, out: Path) -> dict:
     started = time.time()
     manifest = json.loads(manifest_path.read_text())
     allowed = frozenset(f["path"] for f in manifest["files"])
+    rank = env_rank()
     try:
         kind, count = available_devices()
         have = count if kind == "cuda" else 0
-        if spec.gpus > 1 and spec.gpus > have:
+        # Without a GPU a ddp cell runs its ranks as gloo processes on the CPU; dp over several devices needs GPUs.
+        if spec.gpus > 1 and spec.gpus > have and not (kind == "cpu" and spec.parallel == "ddp"):
             record = skipped_record(
                 spec, f"cell needs {spec.gpus} GPUs; this host has {have}" + (" (CPU only)" if kind == "cpu" else "")
             )
         else:
             metrics = measure(spec, spec.data_root, allowed)
-            record = make_record(spec, "ok", metrics=metrics)
+            record = make_record(spec, "ok", metrics=metrics) if rank == 0 else None
     except BaseException as e:  # OOM, crashed workers, decode errors: a record, not a hole
         if isinstance(e, KeyboardInterrupt):
             raise
         reason = f"{type(e).__name__}: {e}".strip()
         if "out of memory" in reason.lower():
             reason = "out of memory: " + reason
-        record = failed_record(spec, reason, traceback.format_exc(limit=8))
+        record = failed_record(spec, reason if rank == 0 else f"rank {rank}: {reason}", traceback.format_exc(limit=8))
+    if record is None:  # a ddp rank other than 0 that finished: rank 0 writes the record
+        return {"status": "ok"}
+    if rank != 0:  # a failed rank: its own file, which the cell runner reads when rank 0 has none
+        out = out.with_name(f"{out.name}.rank{rank}")
     record["manifest_sha256"] = manifest.get("sha256")
     record["started_at"] = started
     record["wall_s"] = time.time() - started
@@ -276,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     spec = CellSpec.from_dict(json.loads(a.spec))
     record = run(spec, a.manifest, a.out)
-    print(json.dumps({"cell": spec.cell_id, "status": record["status"]}), file=sys.stderr)
-    return 0
+    print(json.dumps({"cell": spec.cell_id, "rank": env_rank(), "status": record["status"]}), file=sys.stderr)
+    # a failed ddp rank exits non-zero so the cell runner stops the ranks still waiting for it
+    return 1 if env_rank() != 0 and record["status"] == "failed" else 0
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ class LoaderContext:
     channels_last: bool
     gpus: int = 1  # GPUs the cell trains on (a multi-card loader shards over them)
     dtype: torch.dtype = torch.float32  # dtype of the delivered images (the autocast dtype under amp, by default)
+    rank: int = 0  # ddp: this process's rank and the number of ranks; each rank loads its own shard
+    world: int = 1
     options: dict = field(default_factory=dict)  # loader-specific settings from the config (e.g. dali.*)
     # What the loader reports back into the cell record; `prefetch_batches` (how many batches it prepares ahead,
     # the start-up backlog the warm-up must drain) is required.
@@ -52,10 +54,17 @@ class LoaderContext:
         self.info.update(workers=self.workers, prefetch_batches=self.workers * self.prefetch_factor)
         gen = torch.Generator()
         gen.manual_seed(self.seed)
+        sampler = None
+        if self.world > 1:  # ddp: this rank's shard of each epoch's shuffle (forever() advances the epoch)
+            sampler = torch.utils.data.DistributedSampler(
+                dataset, num_replicas=self.world, rank=self.rank, shuffle=True, seed=self.seed, drop_last=True
+            )
+            self.info.update(sampler=f"DistributedSampler(rank {self.rank} of {self.world})")
         return torch.utils.data.DataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=True,
+            shuffle=sampler is None,
+            sampler=sampler,
             drop_last=True,
             num_workers=self.workers,
             pin_memory=self.device.type == "cuda",
@@ -72,7 +81,12 @@ class LoaderContext:
 
 def forever(batches: Iterable, to_device: Callable) -> Iterator:
     """Loop over epochs of `batches` without end, moving each batch with `to_device`."""
+    epoch = 0
     while True:
+        sampler = getattr(batches, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        epoch += 1
         n = 0
         for batch in batches:
             n += 1

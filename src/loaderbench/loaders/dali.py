@@ -81,21 +81,34 @@ def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int
 
 
 def build(ctx: LoaderContext, decode: str, per_gpu: bool):
-    """decode: 'mixed' or 'cpu'. per_gpu: one pipeline per GPU on its own shard (multi card) or one on GPU 0."""
+    """decode: 'mixed' or 'cpu'. per_gpu: one pipeline per GPU, each on its own shard (multi card), else one pipeline
+    for the whole batch (single card).
+
+    dp: per_gpu with several GPUs builds one pipeline per GPU and hands DataParallel one batch per GPU, already on
+    its GPU (no scatter); single card builds the global batch on GPU 0 and DataParallel scatters it.
+    ddp: per_gpu builds this rank's pipeline on this rank's GPU and shard; single card runs the only pipeline on
+    rank 0 (batch for all ranks) and scatters each rank its slice.
+    """
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
+    from ..parallel import Dist, scatter_from_main
+
     on_gpu = ctx.device.type == "cuda"
-    shards = ctx.gpus if (per_gpu and on_gpu) else 1
-    if shards > 1:
-        raise NotImplementedError(
-            "dali-mc on more than one GPU feeds each replica from its own GPU; that needs the replica-per-GPU "
-            "DataParallel/DDP of the multi-GPU work, not yet here"
-        )
-    threads = _threads(ctx, shards)
-    pipe = pipeline(ctx, decode=decode, batch_size=ctx.batch_size, device_id=(ctx.device.index or 0) if on_gpu else None,
-                    shard_id=0, num_shards=1, threads=threads)  # fmt: skip
     depth, hw_load = _settings(ctx)
     mixed = on_gpu and decode == "mixed"
+    ddp = ctx.world > 1
+    if ddp:
+        pipes_here = 1 if (per_gpu or ctx.rank == 0) else 0
+        shard, shards = (ctx.rank, ctx.world) if per_gpu else (0, 1)
+        batch = ctx.batch_size if per_gpu else ctx.batch_size * ctx.world
+        devices = [ctx.device.index or 0] if on_gpu else [None]
+        threads = _threads(ctx, ctx.world if per_gpu else 1)
+    else:
+        pipes_here = ctx.gpus if (per_gpu and on_gpu) else 1
+        shard, shards = 0, pipes_here
+        batch = ctx.batch_size // pipes_here
+        devices = list(range(pipes_here)) if on_gpu else [None]
+        threads = _threads(ctx, pipes_here)
     ctx.info.update(
         decoder="mixed" if mixed else "cpu",
         augment_device="gpu" if on_gpu else "cpu",
@@ -103,18 +116,40 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
         prefetch_queue_depth=depth,
         prefetch_batches=depth,
         hw_decoder_load=hw_load if mixed else None,
-        pipelines=shards,
+        pipelines=pipes_here if not ddp else (ctx.world if per_gpu else 1),
+        pipeline_batch=batch,
+        sharding=f"shard {shard} of {shards}" if ddp and per_gpu else ("scatter from rank 0" if ddp else
+                  f"{shards} shard(s), one per GPU" if shards > 1 else "one pipeline"),  # fmt: skip
+        prescattered=not ddp and pipes_here > 1,
     )
-    iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name="Reader",
-                                   last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)  # fmt: skip
 
-    def to_torch(batch):
-        out = batch[0]
-        images = out["images"]
+    def to_torch(images):
         if ctx.channels_last:  # NHWC from DALI viewed as NCHW: channels_last strides, no copy
             images = images.permute(0, 3, 1, 2)
         # float16 comes out of DALI as asked; bfloat16 (no DALI type) is the one case cast here
-        images = images.to(ctx.device, ctx.dtype, non_blocking=True)
-        return images, out["labels"].view(-1).long().to(ctx.device)
+        return images.to(images.device, ctx.dtype)
 
-    return forever(iterator, to_torch)
+    source = None
+    if pipes_here:
+        pipes = [
+            pipeline(ctx, decode=decode, batch_size=batch, device_id=dev, shard_id=shard + i, num_shards=shards,
+                     threads=threads)  # fmt: skip
+            for i, dev in enumerate(devices)
+        ]
+        iterator = DALIGenericIterator(pipes, ["images", "labels"], reader_name="Reader",
+                                       last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)  # fmt: skip
+        home = ctx.device
+
+        def convert(outs):
+            if len(outs) > 1:  # one batch per GPU for PreScatteredDataParallel; labels gathered where the loss is
+                parts = [to_torch(o["images"]) for o in outs]
+                labels = torch.cat([o["labels"].view(-1).long().to(home) for o in outs])
+                return parts, labels
+            images = to_torch(outs[0]["images"]).to(home, non_blocking=True)
+            return images, outs[0]["labels"].view(-1).long().to(home)
+
+        source = forever(iterator, convert)
+    if ddp and not per_gpu:
+        dist = Dist("ddp", ctx.rank, ctx.world, ctx.device.index or 0, ctx.device)
+        return scatter_from_main(source, dist, ctx.batch_size, ctx.crop_size, ctx.dtype, ctx.channels_last)
+    return source

@@ -1,0 +1,131 @@
+"""How a cell spreads over its GPUs: `dp` (one process, nn.DataParallel, as the seed ran it) or `ddp` (one process
+per GPU started by the cell runner, DistributedDataParallel; NCCL on GPUs, gloo on the CPU).
+
+On a CPU-only host a `ddp` cell with gpus=N runs N gloo processes on the CPU - the same code path as N GPUs, so CI
+exercises it; a `dp` cell with gpus > 1 needs GPUs and is skipped there.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in the cell: rank, world size and the device it trains on."""
+
+    mode: str  # dp | ddp
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    ctrl: object = None  # a gloo group for host-side agreement (stop flags, gathering results); None when world == 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def env_rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def start(mode: str, gpus: int, timeout_s: float) -> Dist:
+    """Join the cell's process group (ddp) or describe the single dp process; picks this process's device."""
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    if mode == "dp":
+        return Dist("dp", 0, 1, 0, torch.device("cuda:0" if cuda else "cpu"))
+    rank, world = env_rank(), int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    if world != gpus:
+        raise RuntimeError(f"ddp cell for {gpus} GPUs started with WORLD_SIZE={world}")
+    device = torch.device(f"cuda:{local}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    timeout = datetime.timedelta(seconds=max(60.0, timeout_s))
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timeout,
+                            device_id=device if cuda else None)  # fmt: skip
+    ctrl = dist.new_group(backend="gloo", timeout=timeout) if cuda else dist.group.WORLD
+    return Dist("ddp", rank, world, local, device, ctrl)
+
+
+def stop(d: Dist) -> None:
+    import torch.distributed as dist
+
+    if d.mode == "ddp" and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(model: torch.nn.Module, d: Dist, gpus: int, prescattered: bool) -> torch.nn.Module:
+    """DataParallel over `gpus` devices (dp; inputs already split per GPU when `prescattered`) or DDP (ddp)."""
+    if d.mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
+    ids = list(range(gpus)) if d.device.type == "cuda" else None
+    return (PreScatteredDataParallel if prescattered else torch.nn.DataParallel)(model, device_ids=ids)
+
+
+class PreScatteredDataParallel(torch.nn.DataParallel):
+    """DataParallel fed one batch per GPU, each already on its GPU (dali-mc's pipelines): no scatter from GPU 0.
+
+    The seed overrode DataParallel's forward the same way. Outputs are gathered on the first GPU for the loss, as in
+    plain DataParallel, so labels arrive concatenated there.
+    """
+
+    def forward(self, parts):
+        if not isinstance(parts, (list, tuple)):
+            return super().forward(parts)
+        if not self.device_ids:
+            return self.module(torch.cat(list(parts)))
+        replicas = self.replicate(self.module, self.device_ids[: len(parts)])
+        outputs = self.parallel_apply(replicas, [(p,) for p in parts], [{} for _ in parts])
+        return self.gather(outputs, self.output_device)
+
+
+def agree_max(d: Dist, value: int) -> int:
+    """The largest of every rank's `value` (host-side, over the gloo control group)."""
+    if d.world == 1:
+        return value
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=d.ctrl)
+    return int(t.item())
+
+
+def gather(d: Dist, obj) -> list:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if d.world == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * d.world
+    dist.all_gather_object(out, obj, group=d.ctrl)
+    return out
+
+
+def scatter_from_main(source: Iterator | None, d: Dist, per_rank: int, crop: int, dtype: torch.dtype,
+                      channels_last: bool) -> Iterator:  # fmt: skip
+    """dali-sc under ddp: rank 0 produces the batch for all ranks and scatters each its slice (NCCL on GPUs)."""
+    import torch.distributed as dist
+
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    while True:
+        images = torch.empty((per_rank, 3, crop, crop), dtype=dtype, device=d.device, memory_format=fmt)
+        labels = torch.empty((per_rank,), dtype=torch.int64, device=d.device)
+        img_parts = lab_parts = None
+        if d.is_main:
+            batch_images, batch_labels = next(source)
+            img_parts = [p.contiguous(memory_format=fmt) for p in batch_images.split(per_rank)]
+            lab_parts = [p.contiguous() for p in batch_labels.split(per_rank)]
+        dist.scatter(images, img_parts, src=0)
+        dist.scatter(labels, lab_parts, src=0)
+        yield images, labels
