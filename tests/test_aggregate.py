@@ -113,3 +113,14 @@ def test_efficiency_and_au_compare_within_the_same_parallel_mode():
     assert t.loc[("dali-sc", "ssd", 1, "ddp"), "AU"] == pytest.approx(350 / 500)
     assert t.loc[("dali-sc", "ssd", 1, "dp"), "AU"] == pytest.approx(300 / 400)
     assert t.loc[("torchvision", "hdd", 1, "dp"), "Speed"] == pytest.approx(1.0)
+
+
+def test_peak_memory_of_the_main_card_and_the_others_are_kept_apart():
+    from loaderbench.aggregate import repeats_table
+
+    rec = {"cell_id": "x", "status": "ok", "spec": {"loader": "dali-sc", "tier": "ssd", "gpus": 2, "batch_size": 128,
+           "precision": "fp32", "parallel": "dp", "repeat": 0},
+           "metrics": {"peak_gpu_mem_mb": [9000.0, 4000.0], "samples_per_s": 10.0, "time_s": 1.0, "steps": 1}}  # fmt: skip
+    t = cells_table(repeats_table([rec]), BASELINE)
+    assert t.loc[0, "Peak GPU mem main card (MB)"] == 9000.0 and t.loc[0, "Peak GPU mem other cards (MB)"] == 4000.0
+    assert t.loc[0, "Peak GPU mem (MB)"] == 9000.0

@@ -43,6 +43,8 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "data_wait_fraction": m.get("data_wait_fraction"),
                 "half_ratio": m.get("half_ratio"),
                 "peak_gpu_mem_mb": max(peak) if peak else None,
+                "peak_gpu_mem_main_mb": peak[0] if peak else None,  # GPU 0: DataParallel gathers and scatters there
+                "peak_gpu_mem_others_mb": max(peak[1:]) if len(peak) > 1 else None,
                 "input_dtype": (m.get("input") or {}).get("dtype"),
                 "compiled": s.get("compile", False),
                 "device": (m.get("device") or {}).get("type"),
@@ -79,11 +81,17 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
             "Data wait (ms/step)": float(ok["data_wait_ms"].median()) if len(ok) else np.nan,
             "Compute (ms/step)": float(ok["compute_ms"].median()) if len(ok) else np.nan,
             "Data wait fraction": float(ok["data_wait_fraction"].median()) if len(ok) else np.nan,
-            "Peak GPU mem (MB)": float(ok["peak_gpu_mem_mb"].max()) if ok["peak_gpu_mem_mb"].notna().any() else np.nan,
+            "Peak GPU mem (MB)": _max(ok, "peak_gpu_mem_mb"),
+            "Peak GPU mem main card (MB)": _max(ok, "peak_gpu_mem_main_mb"),
+            "Peak GPU mem other cards (MB)": _max(ok, "peak_gpu_mem_others_mb"),
             "Device": ",".join(sorted({d for d in ok["device"] if isinstance(d, str)})),
             "Warnings": "; ".join(sorted({w for w in ok["warnings"] if isinstance(w, str) and w})),
         }
     )
+
+
+def _max(rows: pd.DataFrame, col: str) -> float:
+    return float(rows[col].max()) if col in rows and rows[col].notna().any() else np.nan
 
 
 def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05) -> pd.DataFrame:
