@@ -17,43 +17,15 @@ from pathlib import Path
 from .config import CellSpec
 
 
-def _model_and_step(spec: CellSpec, classes: int, device):
-    """Exactly the cell's model, optimizer and step (train.measure builds them the same way)."""
-    import torch
-    import torchvision
-
-    kind = device.type
-    model = torchvision.models.mobilenet_v2(num_classes=max(classes, 2)).to(device)
-    if spec.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    model.train()
-    criterion = torch.nn.CrossEntropyLoss()
-    opt = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
-    if spec.compile:
-        model = torch.compile(model)
-    amp = spec.precision == "amp"
-    amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(
-        spec.amp_dtype, torch.float16 if kind == "cuda" else torch.bfloat16
-    )
-    scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
-
-    def step(images, labels):
-        with torch.autocast(kind, dtype=amp_dtype, enabled=amp):
-            loss = criterion(model(images), labels)
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-
-    return step, (amp_dtype if amp and spec.input_dtype == "auto" else torch.float32)
-
-
 def bare_loop(spec: CellSpec, classes: int, steps: int, warmup: int, device, images=None) -> float:
     """Samples/s of the plain loop over one device-resident batch (the synthetic loader's tensors)."""
     import torch
 
+    from .train import dtypes, training_step
+
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    step, dtype = _model_and_step(spec, classes, device)
+    _, step = training_step(spec, classes, device)
+    _, dtype = dtypes(spec, device.type)
     gen = torch.Generator().manual_seed(spec.seed)
     if images is None:
         fmt = torch.channels_last if spec.channels_last else torch.contiguous_format

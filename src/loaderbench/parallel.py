@@ -112,17 +112,18 @@ def gather(d: Dist, obj) -> list:
     return out
 
 
-def scatter_from_main(source: Iterator | None, d: Dist, per_rank: int, crop: int, dtype: torch.dtype,
-                      channels_last: bool) -> Iterator:  # fmt: skip
-    """dali-sc under ddp: rank 0 produces the batch for all ranks and scatters each its slice (NCCL on GPUs)."""
+def scatter_from_main(source: Iterator | None, rank: int, device: torch.device, per_rank: int, crop: int,
+                      dtype: torch.dtype, channels_last: bool) -> Iterator:  # fmt: skip
+    """dali-sc under ddp: rank 0 produces the batch for all ranks (`source`, None elsewhere) and scatters each rank
+    its slice over the default group (NCCL on GPUs)."""
     import torch.distributed as dist
 
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     while True:
-        images = torch.empty((per_rank, 3, crop, crop), dtype=dtype, device=d.device, memory_format=fmt)
-        labels = torch.empty((per_rank,), dtype=torch.int64, device=d.device)
+        images = torch.empty((per_rank, 3, crop, crop), dtype=dtype, device=device, memory_format=fmt)
+        labels = torch.empty((per_rank,), dtype=torch.int64, device=device)
         img_parts = lab_parts = None
-        if d.is_main:
+        if rank == 0:
             batch_images, batch_labels = next(source)
             img_parts = [p.contiguous(memory_format=fmt) for p in batch_images.split(per_rank)]
             lab_parts = [p.contiguous() for p in batch_labels.split(per_rank)]

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import CellSpec
+from . import parallel
 from .parallel import env_rank
 from .records import failed_record, make_record, skipped_record
 from .util import atomic_write_json
@@ -53,10 +54,51 @@ def summarize_ms(values_s: list[float]) -> dict:
     return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
+def dtypes(spec: CellSpec, kind: str):
+    """(autocast dtype, dtype the loaders deliver) for this cell on device type `kind`."""
+    import torch
+
+    amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(
+        spec.amp_dtype, torch.float16 if kind == "cuda" else torch.bfloat16
+    )
+    return amp_dtype, amp_dtype if spec.precision == "amp" and spec.input_dtype == "auto" else torch.float32
+
+
+def training_step(spec: CellSpec, classes: int, device, wrap=None):
+    """The cell's model (MobileNetV2, channels_last, wrapped by `wrap`, compiled if asked), loss, SGD and AMP
+    (autocast + GradScaler for float16). Returns (model, step); step(images, labels) runs one training step."""
+    import torch
+    import torchvision
+
+    kind = device.type
+    amp = spec.precision == "amp"
+    amp_dtype, _ = dtypes(spec, kind)
+    model = torchvision.models.mobilenet_v2(num_classes=max(classes, 2)).to(device)
+    if spec.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if wrap is not None:
+        model = wrap(model)
+    model.train()
+    criterion = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+    if spec.compile:  # compiled by the first step (the cell's warm-up), outside the window
+        model = torch.compile(model)
+    scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
+
+    def step(images, labels):
+        with torch.autocast(kind, dtype=amp_dtype, enabled=amp):
+            loss = criterion(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    return model, step
+
+
 def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict | None:
     """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure."""
-    from . import parallel
-
     t_start = time.perf_counter()
     since_process_start = _seconds_since_process_start()
     kind, count = available_devices()
@@ -69,18 +111,12 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict | 
 
 def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start) -> dict | None:
     import torch
-    import torchvision
 
-    from . import parallel
     from .loaders import get_loader
     from .loaders.common import LoaderContext
 
     device = dist.device
-    amp = spec.precision == "amp"
-    amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(
-        spec.amp_dtype, torch.float16 if kind == "cuda" else torch.bfloat16
-    )
-    input_dtype = amp_dtype if amp and spec.input_dtype == "auto" else torch.float32
+    amp_dtype, input_dtype = dtypes(spec, kind)
     torch.manual_seed(spec.seed)
     if kind == "cuda":
         torch.backends.cudnn.benchmark = True
@@ -113,29 +149,12 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     batches = get_loader(spec.loader).build(ctx)
     classes = len({p.split("/", 1)[0] for p in allowed})
 
-    model = torchvision.models.mobilenet_v2(num_classes=max(classes, 2)).to(device)
-    if spec.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    model = parallel.wrap(model, dist, spec.gpus, prescattered=bool(ctx.info.get("prescattered")))
-    model.train()
-    criterion = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
-    if spec.compile:  # compiled by the first warm-up step, outside the window
-        model = torch.compile(model)
-    scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
+    prescattered = bool(ctx.info.get("prescattered"))
+    model, step = training_step(spec, classes, device, wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))
 
     def sync():
         if kind == "cuda":
             torch.cuda.synchronize(device)
-
-    def step(images, labels):
-        with torch.autocast(kind, dtype=amp_dtype, enabled=amp):
-            loss = criterion(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return loss
 
     backlog = ctx.info["prefetch_batches"]
     # every rank runs the same number of steps (DDP's gradient all-reduce pairs them up)
@@ -210,6 +229,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         return None
 
     elapsed = max(r["time_s"] for r in ranks)  # the cell is as slow as its slowest rank
+    first = images[0] if isinstance(images, list) else images  # a pre-scattered batch: one part per GPU
     all_waits = [w for r in ranks for w in r["waits"]]
     all_computes = [c for r in ranks for c in r["computes"]]
     warnings = []
@@ -237,9 +257,8 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "startup_s": since_process_start,  # process start to here: interpreter, imports (torch), spec and manifest
         "setup_s": t_setup - t_start,  # CUDA context, process group, loader and model built
         "warmup_s": t_warm - t_setup,
-        "input": {"dtype": str(images.dtype if not isinstance(images, list) else images[0].dtype).replace("torch.", ""),
-                  "channels_last": (images if not isinstance(images, list) else images[0]).is_contiguous(
-                      memory_format=torch.channels_last)},  # fmt: skip
+        "input": {"dtype": str(first.dtype).replace("torch.", ""),
+                  "channels_last": first.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
         "compiled": spec.compile,
         "parallel": {
             "mode": spec.parallel,
@@ -261,7 +280,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "workers": ctx.info.get("workers"),
         "loader_info": ctx.info,
         "device": {"type": kind, "count": count, "used": spec.gpus if kind == "cuda" else 0},
-        "amp_dtype": str(amp_dtype).replace("torch.", "") if amp else None,
+        "amp_dtype": str(amp_dtype).replace("torch.", "") if spec.precision == "amp" else None,
         "peak_gpu_mem_mb": [m for r in ranks for m in r["peak_gpu_mem_mb"]],
         "gpu_mem_nvml_mb": _nvml_used_mb(spec.gpus) if kind == "cuda" else None,
         "main_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -91,7 +91,7 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
     """
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-    from ..parallel import Dist, scatter_from_main
+    from ..parallel import scatter_from_main
 
     on_gpu = ctx.device.type == "cuda"
     depth, hw_load = _settings(ctx)
@@ -123,11 +123,11 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
         prescattered=not ddp and pipes_here > 1,
     )
 
-    def to_torch(images):
+    def to_torch(images, device):
         if ctx.channels_last:  # NHWC from DALI viewed as NCHW: channels_last strides, no copy
             images = images.permute(0, 3, 1, 2)
         # float16 comes out of DALI as asked; bfloat16 (no DALI type) is the one case cast here
-        return images.to(images.device, ctx.dtype)
+        return images.to(device, ctx.dtype, non_blocking=True)
 
     source = None
     if pipes_here:
@@ -138,18 +138,16 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
         ]
         iterator = DALIGenericIterator(pipes, ["images", "labels"], reader_name="Reader",
                                        last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)  # fmt: skip
-        home = ctx.device
 
         def convert(outs):
             if len(outs) > 1:  # one batch per GPU for PreScatteredDataParallel; labels gathered where the loss is
-                parts = [to_torch(o["images"]) for o in outs]
-                labels = torch.cat([o["labels"].view(-1).long().to(home) for o in outs])
+                parts = [to_torch(o["images"], o["images"].device) for o in outs]
+                labels = torch.cat([o["labels"].view(-1).long().to(ctx.device) for o in outs])
                 return parts, labels
-            images = to_torch(outs[0]["images"]).to(home, non_blocking=True)
-            return images, outs[0]["labels"].view(-1).long().to(home)
+            return to_torch(outs[0]["images"], ctx.device), outs[0]["labels"].view(-1).long().to(ctx.device)
 
         source = forever(iterator, convert)
     if ddp and not per_gpu:
-        dist = Dist("ddp", ctx.rank, ctx.world, ctx.device.index or 0, ctx.device)
-        return scatter_from_main(source, dist, ctx.batch_size, ctx.crop_size, ctx.dtype, ctx.channels_last)
+        return scatter_from_main(source, ctx.rank, ctx.device, ctx.batch_size, ctx.crop_size, ctx.dtype,
+                                 ctx.channels_last)  # fmt: skip
     return source
