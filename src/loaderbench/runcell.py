@@ -53,7 +53,7 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
                 # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
                 env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
             procs.append(subprocess.Popen(cmd, preexec_fn=_die_with_parent, env=env))
-        rc, why = _wait_all(procs, spec.timeout_s)
+        rc, why, culprit = _wait_all(procs, spec.timeout_s)
     except BaseException:
         for proc in procs:
             _kill_tree(proc)  # interrupted: take the ranks and their loader workers down with us
@@ -65,11 +65,17 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
         # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
         # so the next run measures this cell again.
         raise SystemExit(f"cell {spec.cell_id}: interrupted ({signal.Signals(-rc).name}); no record written")
-    rank_failures = [p for p in leftovers[1:] if p.is_file()]
-    if partial.is_file() and (why is None or json.loads(partial.read_text())["status"] != "ok"):
+    if culprit:
+        # another rank failed first; what rank 0 then recorded (a broken collective) is a consequence, not the cause
+        own = leftovers[culprit]
+        if own.is_file():
+            record = json.loads(own.read_text())
+        else:
+            consequence = json.loads(partial.read_text())["reason"] if partial.is_file() else None
+            record = failed_record(spec, why, f"rank 0 then: {consequence}" if consequence else None)
+            record["started_at"] = started
+    elif partial.is_file() and (why is None or json.loads(partial.read_text())["status"] != "ok"):
         record = json.loads(partial.read_text())
-    elif rank_failures:  # rank 0 was stopped waiting for a rank that failed: that rank's reason is the cell's
-        record = json.loads(rank_failures[0].read_text())
     else:
         record = failed_record(spec, why or "measurement process wrote no record")
         record["started_at"] = started
@@ -81,10 +87,12 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
     return record
 
 
-def _wait_all(procs: list[subprocess.Popen], timeout_s: float, grace_s: float = 60.0) -> tuple[int | None, str | None]:
+def _wait_all(procs: list[subprocess.Popen], timeout_s: float,
+              grace_s: float = 60.0) -> tuple[int | None, str | None, int | None]:  # fmt: skip
     """Wait for every rank. The first rank to fail (or a hang past the timeout) stops the others: ranks block in
     collectives for their peers, so one failure would otherwise hang the rest until the timeout. When one rank
-    finishes, the others get `grace_s` to finish too. Returns (exit status, reason) of the first failure."""
+    finishes, the others get `grace_s` to finish too. Returns (exit status, reason, rank) of the first process that
+    exited non-zero or by a signal (rank None when none did)."""
     deadline = time.monotonic() + timeout_s
     first_done = None
     while True:
@@ -95,9 +103,9 @@ def _wait_all(procs: list[subprocess.Popen], timeout_s: float, grace_s: float = 
             for p in procs:
                 _kill_tree(p)
             who = f"rank {rank} " if len(procs) > 1 else ""
-            return code, who + _exit_reason(code) if code is not None else None
+            return code, who + _exit_reason(code), rank
         if all(c == 0 for c in codes):
-            return 0, None
+            return 0, None, None
         now = time.monotonic()
         if first_done is None and any(c == 0 for c in codes):
             first_done = now
@@ -105,8 +113,8 @@ def _wait_all(procs: list[subprocess.Popen], timeout_s: float, grace_s: float = 
             for p in procs:
                 _kill_tree(p)
             if now > deadline:
-                return None, f"timed out after {timeout_s:g} s (cell_timeout_s)"
-            return None, f"ranks still running {grace_s:g} s after another finished (a collective without its peers)"
+                return None, f"timed out after {timeout_s:g} s (cell_timeout_s)", None
+            return None, f"ranks still running {grace_s:g} s after another finished (a collective without its peers)", None
         time.sleep(0.1)
 
 
