@@ -11,8 +11,8 @@ SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -qq --upgrade pip
-	$(BIN)/python -m pip install -qq -e '.[test]'
+	$(BIN)/python -m pip install -qq --no-cache-dir --upgrade pip
+	$(BIN)/python -m pip install -qq --no-cache-dir -e '.[test]'
 	touch $@
 
 ## quickstart: install into .venv, run the whole pipeline on config/quickstart.yaml, print where the bundle is
