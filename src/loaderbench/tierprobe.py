@@ -1,0 +1,148 @@
+"""The measured read rate of a storage tier: whole-file reads by 1..N concurrent readers, cold by default.
+
+`probe()` reads the same deterministic subset of files once per reader count (evicting the page cache first
+when cold) and reports files/s and MB/s; with a `DeviceModel` it adds what the model predicts and the ratio.
+`probe_manifest()` does the same for a staging manifest (its "root" and "files").
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from . import cache
+from .emulated import DeviceModel, predict
+
+CHUNK = 1 << 20
+
+
+class ProbeError(ValueError):
+    """A probe cannot run; the message names the path or manifest key and the fix."""
+
+
+def _relative_paths(files: Iterable[str | os.PathLike | dict]) -> list[str]:
+    """Relative paths from plain paths or manifest entries ({"path", "size", ...})."""
+    out = []
+    for i, f in enumerate(files):
+        if isinstance(f, dict):
+            if "path" not in f:
+                raise ProbeError(f"files[{i}] has no 'path' key (got keys {sorted(f)})")
+            f = f["path"]
+        out.append(os.fspath(f))
+    return out
+
+
+def select(files: Sequence[str], max_files: int | None) -> list[str]:
+    """At most `max_files` files, evenly spread over the list, in list order; the same for the same input."""
+    if max_files is None or len(files) <= max_files:
+        return list(files)
+    if max_files < 1:
+        raise ProbeError(f"max_files must be >= 1 or None, got {max_files}")
+    return [files[i * len(files) // max_files] for i in range(max_files)]
+
+
+def _read_whole(path: str, buf: mmap.mmap) -> int:
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while got := f.readinto(buf):
+            n += got
+    return n
+
+
+def read_files(paths: Sequence[str], readers: int, max_seconds: float) -> dict:
+    """Read whole files with `readers` threads, issuing no new file after `max_seconds` (at least one file)."""
+    lock = threading.Lock()
+    state = {"next": 0, "files": 0, "bytes": 0}
+    errors: list[BaseException] = []
+    start = time.monotonic()
+    deadline = start + max_seconds
+
+    def worker() -> None:
+        buf = mmap.mmap(-1, CHUNK)  # page-aligned: the kernel does not split a direct-I/O read at a page boundary
+        while True:
+            with lock:
+                i = state["next"]
+                if i >= len(paths) or (i > 0 and time.monotonic() >= deadline) or errors:
+                    return
+                state["next"] = i + 1
+            try:
+                n = _read_whole(paths[i], buf)
+            except OSError as e:
+                errors.append(e)
+                return
+            with lock:
+                state["files"] += 1
+                state["bytes"] += n
+
+    threads = [threading.Thread(target=worker, name=f"probe-reader-{k}") for k in range(readers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.monotonic() - start
+    if errors:
+        raise ProbeError(f"reading {getattr(errors[0], 'filename', '?')} failed: {errors[0]}")
+    files, nbytes = state["files"], state["bytes"]
+    return {
+        "readers": readers,
+        "files": files,
+        "bytes": nbytes,
+        "seconds": round(seconds, 6),
+        "files_per_s": files / seconds if seconds > 0 else 0.0,
+        "mb_per_s": nbytes / 1e6 / seconds if seconds > 0 else 0.0,
+        "mean_file_bytes": nbytes / files if files else 0.0,
+        "stopped_by_time": files < len(paths),
+    }
+
+
+def probe(root: str | os.PathLike, files: Iterable[str | os.PathLike | dict], readers: Iterable[int] = (1, 8),
+          max_files: int | None = None, max_seconds: float = 10.0, cold: bool = True,
+          model: DeviceModel | None = None) -> dict:  # fmt: skip
+    """Measured whole-file read rate of `files` (relative to `root`) for each reader count."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ProbeError(f"probe root {root} is not a directory; stage the dataset onto the tier first")
+    readers = [int(r) for r in readers]
+    if not readers or min(readers) < 1:
+        raise ProbeError(f"readers must be a non-empty list of counts >= 1, got {readers}")
+    if max_seconds <= 0:
+        raise ProbeError(f"max_seconds must be > 0, got {max_seconds}")
+    rel = _relative_paths(files)
+    if not rel:
+        raise ProbeError(f"no files to probe under {root}")
+    chosen = [str(root / p) for p in select(rel, max_files)]
+    runs = []
+    for r in readers:
+        eviction = cache.evict(chosen) if cold else None
+        run = read_files(chosen, r, max_seconds)
+        run["eviction"] = eviction
+        if model is not None and run["files"]:
+            expected = predict(model, run["mean_file_bytes"], r)
+            run["predicted"] = expected
+            run["ratio"] = run["files_per_s"] / expected["files_per_s"]
+        runs.append(run)
+    return {
+        "root": str(root),
+        "files_available": len(rel),
+        "files_selected": len(chosen),
+        "max_seconds": max_seconds,
+        "cold": cold,
+        "model": model.to_dict() if model is not None else None,
+        "runs": runs,
+    }
+
+
+def probe_manifest(manifest: dict, readers: Iterable[int] = (1, 8), max_files: int | None = None,
+                   max_seconds: float = 10.0, model: DeviceModel | None = None, cold: bool = True) -> dict:  # fmt: skip
+    """`probe()` over a staging manifest ({"tier", "root", "files": [{"path", "size", "sha256"}]})."""
+    tier = manifest.get("tier", "?") if isinstance(manifest, dict) else "?"
+    for key in ("root", "files"):
+        if not isinstance(manifest, dict) or key not in manifest:
+            raise ProbeError(f"staging manifest of tier '{tier}' has no '{key}' key; re-run the stage step")
+    result = probe(manifest["root"], manifest["files"], readers=readers, max_files=max_files,
+                   max_seconds=max_seconds, cold=cold, model=model)  # fmt: skip
+    return {"tier": manifest.get("tier"), **result}

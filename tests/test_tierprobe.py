@@ -1,0 +1,104 @@
+"""Page cache eviction and the tier probe, on a real disk and on a real emulated (FUSE) tier."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from loaderbench.cache import evict, resident_fraction
+from loaderbench.emulated import DeviceModel, fuse_available, mount, predict
+from loaderbench.provenance import filesystem_of
+from loaderbench.tierprobe import ProbeError, probe, probe_manifest
+
+FUSE_PROBLEM = fuse_available()
+needs_fuse = pytest.mark.skipif(FUSE_PROBLEM is not None, reason=f"FUSE is not usable here: {FUSE_PROBLEM}")
+
+SLOW_DISK = DeviceModel("test-slow-disk", access_ms=20, bandwidth_mb_s=100, concurrency=1)
+
+
+def write_files(root: Path, n: int, size: int, seed: int = 5) -> list[dict]:
+    """n random files under root; their manifest-style entries."""
+    rng = random.Random(seed)
+    entries = []
+    for i in range(n):
+        rel = f"c{i % 2}/f{i:03d}.jpg"
+        data = rng.randbytes(size)
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        with open(root / rel, "wb") as f:
+            f.write(data)
+            os.fsync(f.fileno())
+        entries.append({"path": rel, "size": len(data), "sha256": "not-checked-here"})
+    return entries
+
+
+@pytest.fixture
+def emulated(tmp_path):
+    """A mounted emulated tier over 30 files of 50 kB, unmounted at the end whatever happens."""
+    backing = tmp_path / "backing"
+    entries = write_files(backing, 30, 50_000)
+    m = mount(backing, tmp_path / "mnt", SLOW_DISK)
+    try:
+        yield m, entries
+    finally:
+        m.unmount()
+
+
+def test_evict_makes_a_read_file_cold(tmp_path):
+    fstype = filesystem_of(tmp_path)["fstype"]
+    if fstype in ("tmpfs", "ramfs", None):
+        pytest.skip(f"{tmp_path} is on {fstype}: its pages cannot be evicted, a real disk is needed")
+    path = tmp_path / "data.bin"
+    with open(path, "wb") as f:
+        f.write(os.urandom(4 << 20))
+        os.fsync(f.fileno())
+    empty = tmp_path / "empty.bin"
+    empty.touch()
+    path.read_bytes()
+    assert resident_fraction([path, empty]) > 0.95
+    record = evict([path, empty])
+    assert record["method"] == ("drop_caches" if os.geteuid() == 0 else "fadvise")
+    assert record["files"] == 2 and record["resident_before"] > 0.95
+    assert record["resident_after"] < 0.5 and resident_fraction([path]) < 0.5
+    assert resident_fraction([empty]) == 0.0 and resident_fraction([]) == 0.0
+
+
+@needs_fuse
+def test_probe_of_an_emulated_tier_matches_the_model(emulated):
+    m, entries = emulated
+    result = probe(m.mountpoint, entries, readers=(1, 4), model=SLOW_DISK)
+    assert result["files_selected"] == 30
+    for run in result["runs"]:
+        assert run["files"] == 30 and run["bytes"] == sum(e["size"] for e in entries)
+        expected = predict(SLOW_DISK, run["mean_file_bytes"], run["readers"])["files_per_s"]
+        assert run["predicted"]["files_per_s"] == pytest.approx(expected)
+        assert 0.85 <= run["ratio"] <= 1.15, f"{run['readers']} readers: measured/predicted = {run['ratio']:.3f}"
+        assert run["eviction"]["files"] == 30
+
+
+@needs_fuse
+def test_probe_stops_issuing_files_after_max_seconds(emulated):
+    m, entries = emulated
+    run = probe(m.mountpoint, entries, readers=(1,), max_seconds=0.2, cold=False)["runs"][0]
+    assert 1 <= run["files"] < 30 and run["stopped_by_time"]
+    assert run["eviction"] is None and "ratio" not in run
+
+
+def test_probe_manifest_on_a_plain_directory(tmp_path):
+    root = tmp_path / "staged"
+    entries = write_files(root, 12, 30_000)
+    manifest = {"tier": "local", "root": str(root), "files": entries}
+    result = probe_manifest(manifest, readers=(1, 2), max_files=8, max_seconds=5.0)
+    assert result["tier"] == "local" and result["files_selected"] == 8 and result["files_available"] == 12
+    for run in result["runs"]:
+        assert run["files"] == 8 and run["bytes"] == 8 * 30_000 and run["mean_file_bytes"] == 30_000
+        assert run["seconds"] > 0 and run["files_per_s"] > 0 and run["mb_per_s"] > 0
+        assert run["eviction"]["method"] in ("drop_caches", "fadvise")
+    plain = probe(root, [e["path"] for e in entries], readers=(3,), cold=False)
+    assert plain["runs"][0]["files"] == 12
+    with pytest.raises(ProbeError, match="no 'root' key"):
+        probe_manifest({"tier": "local", "files": entries})
+    with pytest.raises(ProbeError, match="is not a directory"):
+        probe(tmp_path / "missing", entries)
