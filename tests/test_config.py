@@ -16,8 +16,33 @@ def test_defaults_are_filled_and_paths_resolved(tmp_path):
     assert cfg["baseline"] == {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32",
                                "parallel": "dp"}  # fmt: skip
     assert cfg["parallel"] == ["dp"]
-    assert cfg["storage"]["ssd"] == str(tmp_path / "rel/ssd")
+    assert cfg["storage"]["ssd"] == {"kind": "path", "path": str(tmp_path / "rel/ssd"), "cache": "cold", "model": None,
+                                     "mount": None}  # fmt: skip
+    assert cfg["telemetry_hz"] == 10
     assert cfg["dataset"]["name"].startswith("generated-256x4-")
+
+
+def test_tier_kinds_cache_policy_and_device_models(tmp_path):
+    cfg = validate_config({
+        "storage": {
+            "ram": "/dev/shm",
+            "ssd": {"path": "t/ssd", "cache": "warm"},
+            "hdd": {"kind": "emulated", "path": "t/hdd"},
+            "nas": {"kind": "emulated", "path": "t/nas", "model": "slow", "mount": "m/nas"},
+        },
+        "device_models": {"slow": {"access_ms": 30, "bandwidth_mb_s": 50, "concurrency": 2}},
+    }, base_dir=tmp_path)  # fmt: skip
+    st = cfg["storage"]
+    assert (st["ram"]["kind"], st["ram"]["cache"]) == ("ram", "warm")
+    assert (st["ssd"]["kind"], st["ssd"]["cache"]) == ("path", "warm")
+    assert st["hdd"]["kind"] == "emulated" and st["hdd"]["cache"] == "cold"
+    assert st["hdd"]["model"]["name"] == "hdd-7200" and st["hdd"]["model"]["concurrency"] == 1
+    assert st["hdd"]["mount"] == str(tmp_path / "resources/mnt/hdd")
+    assert st["nas"]["model"]["access_ms"] == 30 and st["nas"]["mount"] == str(tmp_path / "m/nas")
+    spec = cell_spec(cfg, "torchvision_hdd_g1_b128_fp32_dp_r0")
+    assert spec.tier_kind == "emulated" and spec.tier_path == str(tmp_path / "t/hdd")
+    assert str(spec.data_root).startswith(str(tmp_path / "resources/mnt/hdd") + "/loaderbench/")
+    assert validate_config(cfg) == cfg  # the full form validates again unchanged
 
 
 def test_window_steps_alone_replaces_the_default_seconds():
@@ -43,6 +68,12 @@ def test_window_steps_alone_replaces_the_default_seconds():
         ({"dataset": {"images": 2, "classes": 3}}, "'dataset.classes'", "exceed"),
         ({"storage": {"Bad Name": "/tmp"}}, "'storage'", "does not match"),
         ({"batchsize": [1]}, "unknown key", "'batchsize' was unexpected"),
+        ({"storage": {"r": {"kind": "ram", "path": "/dev/shm", "cache": "cold"}}}, "'storage.r.cache'", "cannot be cold"),
+        ({"storage": {"s": {"path": "/mnt/ssd", "model": "hdd-7200"}}}, "'storage.s.model'", "only an emulated tier"),
+        ({"storage": {"e": {"kind": "emulated", "path": "/x", "model": "floppy"}}}, "'storage.e.model'", "floppy"),
+        ({"storage": {"e": {"kind": "emulated", "path": "/x", "mount": "/x/m"}}}, "'storage.e.mount'", "outside"),
+        ({"storage": {"e": {"kind": "tape", "path": "/x"}}}, "'storage.e'", "is not valid under any"),
+        ({"device_models": {"d": {"access_ms": 1}}}, "'device_models.d'", "'bandwidth_mb_s' is a required property"),
     ],
 )
 def test_bad_config_names_the_key(raw, key, words):

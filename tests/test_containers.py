@@ -87,7 +87,7 @@ def test_use_singularity_runs_each_cell_in_the_container_with_nv_binds_and_image
     execs = [c for c in calls if "exec" in c]
     resolved = validate_config(cfg)
     assert len(execs) == len(cell_ids(resolved)) == 4  # only the cell jobs run in the container
-    binds = {str(Path(p).resolve()) for p in (*resolved["storage"].values(), extra, REPO)}
+    binds = {str(Path(t["path"]).resolve()) for t in resolved["storage"].values()} | {str(extra), str(REPO)}
     for argv in execs:
         i = argv.index("exec")
         opts = argv[i + 1 :]

@@ -23,6 +23,8 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
     for r in records:
         s, m = r["spec"], r.get("metrics") or {}
         peak = m.get("peak_gpu_mem_mb") or []
+        tel = r.get("telemetry") or {}
+        gpus = tel.get("gpus") or []
         rows.append(
             {
                 "cell_id": r["cell_id"],
@@ -50,9 +52,37 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "device": (m.get("device") or {}).get("type"),
                 "workers": m.get("workers"),
                 "warnings": "; ".join(m.get("warnings") or []),
+                "tier_kind": (r.get("tier") or {}).get("kind") or s.get("tier_kind") or _kind_of(s),
+                "cache": (r.get("tier") or {}).get("cache") or s.get("cache"),
+                "cpu_pct": _mean(tel.get("cpu_mean_pct")),
+                "gpu_util_pct": _avg([_mean(g.get("util_pct")) for g in gpus]),
+                "pcie_rx_mb_s": _avg([_mean(g.get("pcie_rx_mb_s")) for g in gpus]),
+                "disk_read_mb_s": _mean(tel.get("disk_read_mb_s")),
+                "proc_read_mb_s": _mean(tel.get("proc_read_mb_s")),
+                "timeline": tel.get("timeline"),
+                "rss_mb": (tel.get("rss_mb") or {}).get("max") or m.get("process_tree_rss_mb"),
             }
         )
     return pd.DataFrame(rows)
+
+
+def _kind_of(spec: dict) -> str:
+    """Tier kind of a record written before tiers had kinds: tmpfs under /dev/shm is RAM."""
+    return "ram" if str(spec.get("tier_path", "")).startswith("/dev/shm") else "path"
+
+
+def _mean(stats: dict | None) -> float | None:
+    return (stats or {}).get("mean")
+
+
+def _avg(values: list) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _median(rows: pd.DataFrame, col: str) -> float:
+    vals = pd.to_numeric(rows[col], errors="coerce") if col in rows else pd.Series(dtype=float)
+    return float(vals.median()) if vals.notna().any() else np.nan
 
 
 def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
@@ -85,6 +115,13 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
             "Peak GPU mem main card (MB)": _max(ok, "peak_gpu_mem_main_mb"),
             "Peak GPU mem other cards (MB)": _max(ok, "peak_gpu_mem_others_mb"),
             "Device": ",".join(sorted({d for d in ok["device"] if isinstance(d, str)})),
+            "Tier kind": g["tier_kind"].iloc[0],
+            "Cache": g["cache"].iloc[0],
+            "CPU %": _median(ok, "cpu_pct"),
+            "GPU util %": _median(ok, "gpu_util_pct"),
+            "PCIe RX MB/s": _median(ok, "pcie_rx_mb_s"),
+            "Disk read MB/s": _median(ok, "disk_read_mb_s"),
+            "Read MB/s": _median(ok, "proc_read_mb_s"),
             "Warnings": "; ".join(sorted({w for w in ok["warnings"] if isinstance(w, str) and w})),
         }
     )
@@ -143,7 +180,15 @@ def accelerator_utilisation(t: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=t.index, dtype=float)
 
 
-def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_dir: Path) -> pd.DataFrame:
+def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_dir: Path,
+              probes: list[Path] = ()) -> pd.DataFrame:  # fmt: skip
+    """cells.csv (median over repeats), repeats.csv (every record) and tier_probe.csv (each tier's read rate)."""
+    from .tierprobe import probe_rows
+
+    rows = probe_rows([json.loads(Path(p).read_text()) for p in probes])
+    cols = ["Tier", "Kind", "Cold", "Readers", "Files", "Mean file KB", "Files/s", "MB/s", "Model", "Predicted files/s",
+            "Measured/predicted", "Eviction"]  # fmt: skip
+    atomic_write_text(Path(out_dir) / "tier_probe.csv", pd.DataFrame(rows, columns=cols).to_csv(index=False, float_format="%.4g"))
     records = [json.loads(Path(p).read_text()) for p in cell_files]
     repeats = repeats_table(records)
     table = cells_table(repeats, baseline, spread_warn)

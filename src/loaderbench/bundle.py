@@ -36,7 +36,7 @@ def _summarize_provenance(records: list[dict]) -> dict:
 
 def make_bundle(
     config_json: Path, tables_dir: Path, figures_dir: Path, check_json: Path, manifests: list[Path],
-    cell_files: list[Path], captions_dir: Path, out_dir: Path, zip_path: Path,
+    cell_files: list[Path], captions_dir: Path, out_dir: Path, zip_path: Path, telemetry_dir: Path | None = None,
 ) -> Path:  # fmt: skip
     out_dir, zip_path = Path(out_dir), Path(zip_path)
     if out_dir.exists():
@@ -47,8 +47,11 @@ def make_bundle(
     for name in FIGURES:
         for ext in ("png", "svg"):
             shutil.copyfile(Path(figures_dir) / f"{name}.{ext}", out_dir / "figures" / f"{name}.{ext}")
-    for name in ("cells.csv", "repeats.csv"):
+    for name in ("cells.csv", "repeats.csv", "diagnosis.csv", "diagnosis.md", "recommendations.json",
+                 "tier_probe.csv"):
         shutil.copyfile(Path(tables_dir) / name, out_dir / "tables" / name)
+    if telemetry_dir and Path(telemetry_dir).is_dir():
+        shutil.copytree(telemetry_dir, out_dir / "telemetry")
     shutil.copyfile(Path(figures_dir) / "seed_table.html", out_dir / "tables" / "seed_table.html")
     records = []
     for f in cell_files:
@@ -62,12 +65,19 @@ def make_bundle(
         man = json.loads(Path(m).read_text())
         tiers.append({k: man[k] for k in ("tier", "tier_path", "root", "filesystem", "counts", "sha256")})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    probe = pd.read_csv(Path(tables_dir) / "tier_probe.csv")
     provenance = {"generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "tiers": tiers,
+                  "tier_probe": json.loads(probe.to_json(orient="records")),
                   "cells": _summarize_provenance(records)}  # fmt: skip
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=2))
     table = pd.read_csv(Path(tables_dir) / "cells.csv")
     captions = load_captions(captions_dir)
-    (out_dir / "index.html").write_text(_index_html(config, table, check, tiers, provenance, records, captions))
+    diagnosis = pd.read_csv(Path(tables_dir) / "diagnosis.csv")
+    recs = json.loads((Path(tables_dir) / "recommendations.json").read_text())
+    (out_dir / "index.html").write_text(
+        _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
+                    {f.name for f in (out_dir / "telemetry").glob("*.csv")})
+    )
     tmp = zip_path.with_name(f".{zip_path.name}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for f in sorted(out_dir.rglob("*")):
@@ -78,8 +88,9 @@ def make_bundle(
 
 
 def _index_html(
-    config: dict, table: pd.DataFrame, check: dict, tiers: list, provenance: dict, records: list, captions: dict
-) -> str:
+    config: dict, table: pd.DataFrame, check: dict, tiers: list, provenance: dict, records: list, captions: dict,
+    diagnosis: pd.DataFrame, recs: list[dict], timelines: set[str],
+) -> str:  # fmt: skip
     e = html.escape
     status = Counter(r["status"] for r in records)
     c = check["counts"]
@@ -98,6 +109,15 @@ def _index_html(
         "<a href='tables/repeats.csv'>repeats.csv</a> (every repeat), "
         "<a href='tables/seed_table.html'>seed_table.html</a>, <a href='config.json'>config.json</a>, "
         "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>",
+        "<h2>Diagnosis: the bottleneck of each cell</h2>",
+        diagnosis[["Dataloader", "Disk", "GPU", "Batch size", "Precision", "Parallel", "Samples/s", "AU", "Bottleneck",
+                   "Evidence"]].to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-"),
+        "<h2>Recommendations (computed from the cells above)</h2><ul>",
+        *(f"<li><b>{e(r['topic'])}</b>: {e(r['text'])} <small>(cells: {e(', '.join(r['cells']))})</small></li>"
+          for r in recs),
+        "</ul>" if recs else "<li>none: no two cells of this grid differ in one setting</li></ul>",
+        "<p>Also as <a href='tables/diagnosis.md'>diagnosis.md</a>, <a href='tables/diagnosis.csv'>diagnosis.csv</a> "
+        "(with the stall attribution) and <a href='tables/recommendations.json'>recommendations.json</a>.</p>",
         "<h2>Figures</h2>",
     ]
     for name in FIGURES:
@@ -117,12 +137,17 @@ def _index_html(
             f"mounted at {e(str(fs.get('mount_point')))}); {t['counts']['files']} files, "
             f"{t['counts']['bytes'] / 1e6:.1f} MB; manifest {e(t['sha256'])}</li>"
         )
-    parts.append("</ul><h2>Provenance</h2><table><tr><th>field</th><th>values (cells)</th></tr>")
+    parts.append("</ul><h3>Measured read rate of each tier (cold)</h3>")
+    parts.append(pd.DataFrame(provenance["tier_probe"]).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}",
+                                                                 na_rep="-"))  # fmt: skip
+    parts.append("<h2>Provenance</h2><table><tr><th>field</th><th>values (cells)</th></tr>")
     for k, vals in provenance["cells"].items():
         parts.append(f"<tr><td>{e(k)}</td><td>{e('; '.join(f'{v} ({n})' for v, n in vals.items()))}</td></tr>")
     parts.append("</table><h2>Cells</h2><ul>")
     for r in sorted(records, key=lambda r: r["cell_id"]):
         why = f": {e(r['reason'])}" if r.get("reason") else ""
-        parts.append(f"<li><a href='cells/{e(r['cell_id'])}.json'>{e(r['cell_id'])}</a> {e(r['status'])}{why}</li>")
+        tl = Path(str((r.get("telemetry") or {}).get("timeline") or ""))
+        tl_link = f" (<a href='telemetry/{e(tl.name)}'>timeline</a>)" if tl.name in timelines else ""
+        parts.append(f"<li><a href='cells/{e(r['cell_id'])}.json'>{e(r['cell_id'])}</a> {e(r['status'])}{why}{tl_link}</li>")
     parts.append("</ul></body></html>")
     return "\n".join(parts)

@@ -64,7 +64,9 @@ def cmd_run_cell(a) -> int:
     manifest = Path(a.manifest or f"results/staging/{spec.tier}.json")
     if not manifest.is_file():
         raise StagingError(f"tier manifest {manifest} is missing: stage the dataset first (snakemake {manifest})")
-    run_cell(spec, manifest, Path(a.out or f"results/cells/{spec.cell_id}.json"))
+    out = Path(a.out or f"results/cells/{spec.cell_id}.json")
+    timeline = Path(a.timeline) if a.timeline else out.parent.parent / "telemetry" / f"{spec.cell_id}.csv"
+    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "")
     return 0
 
 
@@ -83,7 +85,8 @@ def cmd_cells(a) -> int:
 def cmd_aggregate(a) -> int:
     from .aggregate import aggregate
 
-    table = aggregate([Path(p) for p in a.cells], json.loads(a.baseline), a.spread_warn, Path(a.out_dir))
+    table = aggregate([Path(p) for p in a.cells], json.loads(a.baseline), a.spread_warn, Path(a.out_dir),
+                      probes=[Path(p) for p in a.probes or []])  # fmt: skip
     print(f"aggregated {len(a.cells)} cell records into {len(table)} rows in {a.out_dir}/cells.csv", file=sys.stderr)
     return 0
 
@@ -91,7 +94,32 @@ def cmd_aggregate(a) -> int:
 def cmd_figures(a) -> int:
     from .figures import make_figures
 
-    make_figures(Path(a.table), Path(a.repeats), Path(a.out_dir))
+    make_figures(Path(a.table), Path(a.repeats), Path(a.out_dir), diagnosis_csv=Path(a.diagnosis) if a.diagnosis else None,
+                 telemetry_dir=Path(a.telemetry) if a.telemetry else None, timeline_cells=a.timeline_cells)  # fmt: skip
+    return 0
+
+
+def cmd_probe_tier(a) -> int:
+    from .tierprobe import probe_tier
+    from .util import atomic_write_json
+
+    manifest = json.loads(Path(a.manifest).read_text())
+    result = probe_tier(manifest, json.loads(a.tier), a.readers, a.max_files, a.max_seconds)
+    atomic_write_json(Path(a.out), result)
+    for run in result["runs"]:
+        pred = f", model predicts {run['predicted']['files_per_s']:.1f} (x{run['ratio']:.2f})" if run.get("ratio") else ""
+        print(f"tier {result['tier']} ({result['kind']}, {'cold' if result['cold'] else 'warm'}): {run['readers']} "
+              f"readers {run['files_per_s']:.1f} files/s, {run['mb_per_s']:.1f} MB/s{pred}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_diagnose(a) -> int:
+    from .diagnose import run
+
+    d = run(Path(a.table), json.loads(a.baseline), Path(a.out_dir))
+    for _, r in d.iterrows():
+        print(f"{r['Dataloader']:>12} {r['Disk']:>8} g{r['GPU']} b{r['Batch size']} {r['Precision']:>4} "
+              f"{r['Parallel']:>3}: {r['Bottleneck']}", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -101,6 +129,7 @@ def cmd_bundle(a) -> int:
     index = make_bundle(
         Path(a.config_json), Path(a.tables), Path(a.figures), Path(a.check), [Path(m) for m in a.manifests],
         [Path(c) for c in a.cells], Path(a.captions), Path(a.out_dir), Path(a.zip),
+        telemetry_dir=Path(a.telemetry) if a.telemetry else None,
     )  # fmt: skip
     print(f"bundle: {index.resolve()}  (zip: {Path(a.zip).resolve()})")
     return 0
@@ -205,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cell", help="cell id (see `loaderbench cells`)")
     s.add_argument("--manifest", help="tier manifest (default results/staging/<tier>.json)")
     s.add_argument("--out", help="record path (default results/cells/<cell>.json)")
+    s.add_argument("--timeline", help="telemetry timeline CSV (default <out>/../../telemetry/<cell>.csv)")
+    s.add_argument("--position", help="'i/n': the cell's place in the grid, shown in its progress lines")
     s.set_defaults(func=cmd_run_cell)
 
     s = sub.add_parser("cells", help="list the cell ids of a config")
@@ -217,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cells", nargs="+", required=True)
     s.add_argument("--baseline", required=True, help="baseline cell as JSON")
     s.add_argument("--spread-warn", type=float, default=0.05)
+    s.add_argument("--probes", nargs="*", help="tier probe results -> tier_probe.csv")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_aggregate)
 
@@ -224,7 +256,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--table", required=True)
     s.add_argument("--repeats", required=True)
     s.add_argument("--out-dir", required=True)
+    s.add_argument("--diagnosis", help="diagnosis.csv (default: computed from --table)")
+    s.add_argument("--telemetry", help="folder of the cells' telemetry timelines (default <table>/../../telemetry)")
+    s.add_argument("--timeline-cells", nargs="*", help="cells whose timelines to draw (default: one per loader)")
     s.set_defaults(func=cmd_figures)
+
+    s = sub.add_parser("probe-tier", help="measured read rate of one tier (files/s, MB/s; 1 and N readers, cold)")
+    s.add_argument("--manifest", required=True, help="the tier's staging manifest")
+    s.add_argument("--tier", required=True, help="the tier's storage entry (config, full form) as JSON")
+    s.add_argument("--readers", type=int, nargs="+", default=[1, 8])
+    s.add_argument("--max-files", type=int)
+    s.add_argument("--max-seconds", type=float, default=20.0)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_probe_tier)
+
+    s = sub.add_parser("diagnose", help="cells table -> stall attribution, bottleneck per cell, recommendations")
+    s.add_argument("--table", required=True)
+    s.add_argument("--baseline", required=True, help="the config's baseline as JSON")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_diagnose)
 
     s = sub.add_parser("bundle", help="figures + tables + provenance -> results/bundle/ and bundle.zip")
     s.add_argument("--config-json", required=True)
@@ -236,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--captions", required=True)
     s.add_argument("--out-dir", required=True)
     s.add_argument("--zip", required=True)
+    s.add_argument("--telemetry", help="folder of the cells' telemetry timelines, copied into the bundle")
     s.set_defaults(func=cmd_bundle)
 
     s = sub.add_parser("bench", help="loader-only throughput (images/s, no model) on a staged tier")

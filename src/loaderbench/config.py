@@ -97,12 +97,65 @@ def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
     if ds["source"] == "generated" and ds["classes"] > ds["images"]:
         raise ConfigError(f"config key 'dataset.classes': {ds['classes']} classes exceed dataset.images {ds['images']}")
     base_dir = Path(base_dir or os.getcwd())
-    cfg["storage"] = {k: str(_resolve(v, base_dir)) for k, v in cfg["storage"].items()}
+    cfg["storage"] = {k: _tier(k, v, base_dir, cfg["device_models"]) for k, v in cfg["storage"].items()}
     if ds["path"]:
         ds["path"] = str(_resolve(ds["path"], base_dir))
     if ds["name"] is None:
         ds["name"] = dataset_name(cfg)
     return cfg
+
+
+RAM_FILESYSTEMS = ("tmpfs", "ramfs")
+
+
+def _tier(name: str, value: str | dict, base_dir: Path, models: dict) -> dict:
+    """A storage entry in its full form: kind, path (absolute), cache policy, device model and mount point."""
+    t = {"path": value} if isinstance(value, str) else dict(value)
+    key = f"storage.{name}"
+    t["path"] = str(_resolve(t["path"], base_dir))
+    if "kind" not in t:
+        t["kind"] = "ram" if _on_ram(t["path"]) else "path"
+    if t["kind"] == "emulated":
+        from .emulated import EmulatedTierError, resolve_model
+
+        try:
+            t["model"] = resolve_model(t.get("model") or "hdd-7200", models).to_dict()
+        except EmulatedTierError as e:
+            raise ConfigError(f"config key '{key}.model': {e}") from e
+        t["mount"] = str(_resolve(t.get("mount") or f"resources/mnt/{name}", base_dir))
+        if Path(t["mount"]) == Path(t["path"]) or Path(t["path"]) in Path(t["mount"]).parents:
+            raise ConfigError(f"config key '{key}.mount': the mount point must lie outside the backing path {t['path']}")
+    else:
+        for k in ("model", "mount"):
+            if t.get(k) is not None:
+                raise ConfigError(f"config key '{key}.{k}': only an emulated tier (kind: emulated) has a {k}")
+        t["model"] = t["mount"] = None
+    if t["kind"] == "ram" and t.get("cache") == "cold":
+        raise ConfigError(f"config key '{key}.cache': a RAM tier cannot be cold (its files live in the page cache)")
+    t.setdefault("cache", "warm" if t["kind"] == "ram" else "cold")
+    return {k: t[k] for k in ("kind", "path", "cache", "model", "mount")}
+
+
+def _on_ram(path: str) -> bool:
+    """True for /dev/shm and any path on a tmpfs/ramfs mount (longest matching mount point wins)."""
+    real = os.path.realpath(path)
+    if real == "/dev/shm" or real.startswith("/dev/shm/"):
+        return True
+    best, fstype = "", None
+    try:
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            parts = line.split()
+            mnt = parts[1]
+            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, fstype = mnt, parts[2]
+    except OSError:
+        return False
+    return fstype in RAM_FILESYSTEMS
+
+
+def tier_read_path(tier: dict) -> str:
+    """Where cells read a tier: the FUSE mount for an emulated tier, else the staging path itself."""
+    return tier["mount"] if tier["kind"] == "emulated" else tier["path"]
 
 
 def _resolve(p: str, base_dir: Path) -> Path:
@@ -175,10 +228,15 @@ class CellSpec:
     momentum: float
     weight_decay: float
     timeout_s: float
+    tier_kind: str = "path"  # path, ram or emulated (config key storage.<tier>.kind)
+    cache: str = "cold"  # cold: the staged files are evicted from the page cache before the cell
+    read_path: str | None = None  # where the cell reads the tier (an emulated tier's FUSE mount); None: tier_path
+    device_model: dict | None = None  # an emulated tier's device model
+    telemetry_hz: float = 10.0  # resource sampling through the cell; 0: off
 
     @property
     def data_root(self) -> Path:
-        return staged_root(self.tier_path, self.dataset)
+        return staged_root(self.read_path or self.tier_path, self.dataset)
 
     @property
     def cell_id(self) -> str:
@@ -226,10 +284,11 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     if in_grid and cid not in set(cell_ids(cfg)):
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     opt = cfg["optimizer"]
+    tier = cfg["storage"][d["tier"]]
     return CellSpec(
         loader=d["loader"],
         tier=d["tier"],
-        tier_path=cfg["storage"][d["tier"]],
+        tier_path=cfg["storage"][d["tier"]]["path"],
         dataset=cfg["dataset"]["name"],
         gpus=d["gpus"],
         batch_size=d["batch_size"],
@@ -254,4 +313,9 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
         momentum=opt["momentum"],
         weight_decay=opt["weight_decay"],
         timeout_s=cfg["cell_timeout_s"],
+        telemetry_hz=cfg["telemetry_hz"],
+        tier_kind=tier["kind"],
+        cache=tier["cache"],
+        read_path=tier_read_path(tier),
+        device_model=tier["model"],
     )

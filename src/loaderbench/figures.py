@@ -1,4 +1,5 @@
-"""Figures from the tables (seaborn; PNG and SVG): throughput, Speed heatmap, the seed's table as an image."""
+"""Figures from the tables (seaborn; PNG and SVG): throughput, Speed heatmap, the seed's table, stall
+attribution, AU, memory per card, batch-size effect, GPU scaling and resource timelines of selected cells."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import seaborn as sns  # noqa: E402
 from .aggregate import SEED_COLUMNS  # noqa: E402
 from .util import atomic_write_text  # noqa: E402
 
-FIGURES = ("throughput", "speed_heatmap", "seed_table")
+FIGURES = ("throughput", "speed_heatmap", "seed_table", "stall_bars", "au_bars", "memory", "batch_effect", "scaling",
+           "timelines", "tier_probe")
+MAX_TIMELINES = 6
 
 
 def _save(fig, out_dir: Path, name: str) -> None:
@@ -84,7 +87,214 @@ def seed_table(table: pd.DataFrame, out_dir: Path) -> None:
     _save(fig, out_dir, "seed_table")
 
 
-def make_figures(table_csv: Path, repeats_csv: Path, out_dir: Path) -> None:
+def _label(t: pd.DataFrame) -> pd.Series:
+    return t["GPU"].astype(str) + " GPU x b" + t["Batch size"].astype(str) + ", " + t["Precision"] + ", " + t["Parallel"]
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
+    ax.set_axis_off()
+
+
+def stall_bars(diag: pd.DataFrame, out_dir: Path) -> None:
+    """Stacked ms/step per loader x tier: compute (synthetic), prep stall (RAM tier - compute), fetch stall
+    (tier - RAM tier); one panel per GPUs/batch/precision/parallel."""
+    d = diag[diag["Dataloader"] != "synthetic"].copy()
+    d["config"] = _label(d)
+    configs = list(dict.fromkeys(d["config"]))
+    fig, axes = plt.subplots(len(configs) or 1, 1, figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2)
+                             if len(d) else 6, 3.2 * max(1, len(configs))), squeeze=False)  # fmt: skip
+    if d.empty:
+        _empty(axes[0][0], "no loader cell: nothing to attribute")
+    colors = {"Compute (ms)": "#4c72b0", "Prep stall (ms)": "#dd8452", "Fetch stall (ms)": "#c44e52"}
+    for ax, cfg in zip(axes[:, 0], configs):
+        g = d[d["config"] == cfg]
+        names = (g["Dataloader"] + "\n" + g["Disk"]).tolist()
+        step = pd.to_numeric(g["Step (ms)"], errors="coerce").to_numpy()
+        # compute is capped at the cell's own step: a loader cell faster than synthetic (noise) shows no stall
+        parts = {col: pd.to_numeric(g[col], errors="coerce").fillna(0).to_numpy() for col in colors}
+        parts["Compute (ms)"] = np.fmin(parts["Compute (ms)"], step)
+        bottom = np.zeros(len(g))
+        for col, color in colors.items():
+            ax.bar(names, parts[col], bottom=bottom, color=color, label=col.replace(" (ms)", ""))
+            bottom += parts[col]
+        ax.scatter(names, step, marker="_", s=400, color="k", zorder=3, label="measured step")
+        for i, (lab, top) in enumerate(zip(g["Bottleneck"], np.fmax(bottom, np.nan_to_num(step)))):
+            ax.text(i, top * 1.02, lab, ha="center", va="bottom", fontsize=7)
+        ax.set_ylim(0, 1.2 * np.nanmax(np.fmax(bottom, np.nan_to_num(step))) or 1)
+        ax.set_ylabel("ms per step")
+        ax.set_title(cfg)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle("Where a training step's time goes (stall attribution after DS-Analyzer)")
+    fig.tight_layout()
+    _save(fig, out_dir, "stall_bars")
+
+
+def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
+    """AU (Samples/s over the synthetic ceiling) per loader and tier, one panel per configuration."""
+    t = table[table["Dataloader"] != "synthetic"].copy()
+    t["config"] = _label(t)
+    if t["AU"].notna().any():
+        g = sns.catplot(data=t, kind="bar", x="Dataloader", y="AU", hue="Disk", col="config", col_wrap=2,
+                        height=3.2, aspect=1.5, sharey=True)  # fmt: skip
+        g.set_titles("{col_name}")
+        for ax in g.axes.flat:
+            ax.axhline(1.0, color="k", lw=0.8, ls="--")
+            ax.axhline(0.9, color="grey", lw=0.6, ls=":")
+            ax.tick_params(axis="x", labelrotation=30)
+        g.figure.suptitle("AU: share of the compute ceiling each loader delivers (dotted: 0.9, GPU-bound)", y=1.03)
+        _save(g.figure, out_dir, "au_bars")
+    else:
+        fig, ax = plt.subplots(figsize=(6, 2))
+        _empty(ax, "no AU: the grid has no synthetic cell (add `synthetic` to loaders)")
+        _save(fig, out_dir, "au_bars")
+
+
+def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
+    """Peak GPU memory of the main card and the other cards per loader (the seed's 3.2.4); on a machine without
+    a GPU, the peak host memory (RSS) of the cell's process tree instead, which is then what a loader costs."""
+    t = table.copy()
+    t["config"] = _label(t)
+    long = []
+    if t["Peak GPU mem main card (MB)"].notna().any():
+        for _, r in t.iterrows():
+            for col, card in (("Peak GPU mem main card (MB)", "card 0"), ("Peak GPU mem other cards (MB)", "other cards")):
+                if pd.notna(r[col]):
+                    long.append({"Dataloader": r["Dataloader"], "Disk": r["Disk"], "config": r["config"],
+                                 "card": card, "MB": r[col]})  # fmt: skip
+        title, hue = "Peak GPU memory per card (allocator peak)", "card"
+    else:
+        ok = repeats[repeats["status"] == "ok"]
+        for _, r in ok.iterrows():
+            if pd.notna(r.get("rss_mb")):
+                long.append({"Dataloader": r["Dataloader"], "Disk": r["Disk"], "config": "", "card": "host", "MB": r["rss_mb"]})
+        title, hue = "No GPU in this run: peak host memory (RSS) of each cell's processes", "Disk"
+    fig_df = pd.DataFrame(long)
+    if fig_df.empty:
+        fig, ax = plt.subplots(figsize=(6, 2))
+        _empty(ax, "no memory figures recorded")
+        _save(fig, out_dir, "memory")
+        return
+    g = sns.catplot(data=fig_df, kind="bar", x="Dataloader", y="MB", hue=hue, col="config", col_wrap=2, height=3.2,
+                    aspect=1.5, estimator=np.max, errorbar=None)  # fmt: skip
+    g.set_titles("{col_name}")
+    for ax in g.axes.flat:
+        ax.tick_params(axis="x", labelrotation=30)
+    g.figure.suptitle(title, y=1.03)
+    _save(g.figure, out_dir, "memory")
+
+
+def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
+    """Samples/s against the per-GPU batch size per loader, one panel per tier and precision (the seed's 3.2.3)."""
+    t = table[table["Samples/s"].notna()].copy()
+    t["panel"] = t["Disk"] + ", " + t["Precision"] + ", " + t["GPU"].astype(str) + " GPU"
+    g = sns.relplot(data=t, kind="line", x="Batch size", y="Samples/s", hue="Dataloader", col="panel", col_wrap=3,
+                    marker="o", height=3, aspect=1.3, facet_kws={"sharey": False})  # fmt: skip
+    g.set_titles("{col_name}")
+    sizes = sorted(t["Batch size"].unique())
+    for ax in g.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(int(b)) for b in sizes])
+    note = "" if len(sizes) > 1 else " (this grid has one batch size: add more under batch_sizes)"
+    g.figure.suptitle(f"Batch-size effect per loader{note}", y=1.04)
+    _save(g.figure, out_dir, "batch_effect")
+
+
+def scaling(table: pd.DataFrame, out_dir: Path) -> None:
+    """Samples/s against GPU count per loader with the ideal (linear from 1 GPU) line; one panel per tier,
+    batch, precision and parallel mode."""
+    t = table[table["Samples/s"].notna()].copy()
+    t["panel"] = t["Disk"] + ", b" + t["Batch size"].astype(str) + ", " + t["Precision"] + ", " + t["Parallel"]
+    g = sns.relplot(data=t, kind="line", x="GPU", y="Samples/s", hue="Dataloader", col="panel", col_wrap=3,
+                    marker="o", height=3, aspect=1.3, facet_kws={"sharey": False})  # fmt: skip
+    g.set_titles("{col_name}")
+    for panel, ax in g.axes_dict.items():
+        p = t[(t["panel"] == panel) & (t["GPU"] == 1)]
+        counts = sorted(t["GPU"].unique())
+        for _, r in p.iterrows():
+            ax.plot(counts, [r["Samples/s"] * n for n in counts], ls=":", lw=0.8, color="grey")
+        ax.set_xticks(counts)
+    note = "" if t["GPU"].nunique() > 1 else " (this grid has one GPU count: add more under gpus)"
+    g.figure.suptitle(f"Scaling with GPUs; dotted: ideal (n x the 1-GPU cell){note}", y=1.04)
+    _save(g.figure, out_dir, "scaling")
+
+
+def pick_timeline_cells(repeats: pd.DataFrame, wanted: list[str] | None = None) -> list[str]:
+    """The cells whose resource timelines are drawn: `wanted` (config key figures.timeline_cells), else per
+    loader its first ok cell on the slowest tier of the grid's first configuration, at most MAX_TIMELINES."""
+    ok = repeats[(repeats["status"] == "ok") & repeats["timeline"].notna()]
+    if wanted:
+        return [c for c in wanted if c in set(ok["cell_id"])]
+    if ok.empty:
+        return []
+    first = ok.iloc[0]
+    same = ok[(ok["GPU"] == first["GPU"]) & (ok["Batch size"] == first["Batch size"])
+              & (ok["Precision"] == first["Precision"]) & (ok["Parallel"] == first["Parallel"])]  # fmt: skip
+    picked = []
+    for _, g in same.groupby("Dataloader", sort=False):
+        picked.append(g.loc[g["Samples/s"].idxmin(), "cell_id"])
+    return picked[:MAX_TIMELINES]
+
+
+def timelines(repeats: pd.DataFrame, telemetry_dir: Path, out_dir: Path, wanted: list[str] | None = None) -> None:
+    """Resource timeline of selected cells: GPU utilisation per GPU, CPU (mean of cores), and read MB/s (the tier's
+    device, or the cell's processes when the tier has no block device), the timed window shaded."""
+    cells = pick_timeline_cells(repeats, wanted)
+    fig, axes = plt.subplots(max(1, len(cells)), 1, figsize=(11, 2.4 * max(1, len(cells))), squeeze=False)
+    if not cells:
+        _empty(axes[0][0], "no telemetry timeline (telemetry_hz is 0, or no cell finished ok)")
+    for ax, cell in zip(axes[:, 0], cells):
+        tl = pd.read_csv(Path(telemetry_dir) / f"{cell}.csv")
+        win = tl[tl["phase"] == "window"]
+        if len(win):
+            ax.axvspan(win["s"].min(), win["s"].max(), color="#eeeeee", label="timed window")
+        for col in [c for c in tl.columns if c.endswith("_util") and c.startswith("gpu")]:
+            ax.plot(tl["s"], tl[col], lw=1, label=col.replace("_util", " util %"))
+        ax.plot(tl["s"], tl["cpu_mean"], lw=1, color="k", label="CPU % (mean of cores)")
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("%")
+        ax2 = ax.twinx()
+        read = "disk_read_mb_s" if "disk_read_mb_s" in tl and tl["disk_read_mb_s"].fillna(0).any() else "proc_read_mb_s"
+        if read in tl:
+            ax2.plot(tl["s"], tl[read], lw=1, color="#c44e52", ls="--",
+                     label="device read MB/s" if read == "disk_read_mb_s" else "read() MB/s (cell processes)")
+            ax2.set_ylabel("MB/s")
+        ax.set_title(cell, fontsize=9)
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower right", ncol=3)
+    axes[-1][0].set_xlabel("seconds since the cell's processes started")
+    fig.suptitle("Resource timelines (sampled about 10 Hz; shaded: the timed window)")
+    fig.tight_layout()
+    _save(fig, out_dir, "timelines")
+
+
+def tier_probe(probe: pd.DataFrame, out_dir: Path) -> None:
+    """Each tier's measured read rate (files/s, cold) with 1 and N readers; for an emulated tier the device model's
+    prediction as a black tick."""
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * probe["Tier"].nunique() + 3), 3.4))
+    if probe.empty:
+        _empty(ax, "no tier probe results")
+    else:
+        p = probe.copy()
+        p["readers"] = p["Readers"].astype(str) + " reader" + np.where(p["Readers"] > 1, "s", "")
+        p["tier"] = p["Tier"] + " (" + p["Kind"] + ")"
+        sns.barplot(data=p, x="tier", y="Files/s", hue="readers", ax=ax)
+        hues = list(dict.fromkeys(p["readers"]))
+        tiers = list(dict.fromkeys(p["tier"]))
+        width = 0.8 / len(hues)
+        for _, r in p[p["Predicted files/s"].notna()].iterrows():
+            x = tiers.index(r["tier"]) - 0.4 + width * (hues.index(r["readers"]) + 0.5)
+            ax.plot([x - width / 2, x + width / 2], [r["Predicted files/s"]] * 2, color="k", lw=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("")
+        ax.set_title("Tier read rate, cold (whole files; black: the device model's prediction)")
+    _save(fig, out_dir, "tier_probe")
+
+
+def make_figures(table_csv: Path, repeats_csv: Path, out_dir: Path, diagnosis_csv: Path | None = None,
+                 telemetry_dir: Path | None = None, timeline_cells: list[str] | None = None) -> None:  # fmt: skip
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="notebook")
@@ -93,3 +303,14 @@ def make_figures(table_csv: Path, repeats_csv: Path, out_dir: Path) -> None:
     throughput(repeats, out_dir)
     speed_heatmap(table, out_dir)
     seed_table(table, out_dir)
+    from .diagnose import diagnose
+
+    diag = pd.read_csv(diagnosis_csv) if diagnosis_csv else diagnose(table)
+    stall_bars(diag, out_dir)
+    au_bars(table, out_dir)
+    memory(table, repeats, out_dir)
+    batch_effect(table, out_dir)
+    scaling(table, out_dir)
+    timelines(repeats, Path(telemetry_dir or Path(table_csv).parent.parent / "telemetry"), out_dir, timeline_cells)
+    probe_csv = Path(table_csv).with_name("tier_probe.csv")
+    tier_probe(pd.read_csv(probe_csv) if probe_csv.is_file() else pd.DataFrame(), out_dir)

@@ -18,12 +18,17 @@ import threading
 import time
 from pathlib import Path
 
-from .config import CellSpec
+from . import telemetry
+from .config import TIERLESS, CellSpec, staged_root
 from .records import failed_record
 from .util import atomic_write_json
 
 
-def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
+def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = None, position: str = "") -> dict:
+    """Measure the cell in child processes and write its record to `out` (and its telemetry to `timeline`).
+
+    Around the measurement: an emulated tier is mounted (and always unmounted), a cold tier's files are evicted
+    from the page cache, and the resource sampler runs. `position` ("3/26") prefixes the progress lines."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.child"
@@ -36,12 +41,20 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
         "--spec", json.dumps(spec.to_dict()), "--manifest", str(manifest), "--out", str(partial),
     ]  # fmt: skip
     started = time.time()
-    print(f"cell {spec.cell_id}: starting ({spec.loader} on {spec.tier}, {spec.gpus} GPU x batch {spec.batch_size}, "
-          f"{spec.precision}, {spec.parallel})", file=sys.stderr, flush=True)  # fmt: skip
+    label = f"[{position}] " if position else ""
+    print(f"{label}cell {spec.cell_id}: starting ({spec.loader} on {spec.tier} ({spec.tier_kind}, {spec.cache}), "
+          f"{spec.gpus} GPU x batch {spec.batch_size}, {spec.precision}, {spec.parallel})",
+          file=sys.stderr, flush=True)  # fmt: skip
+    manifest_data = json.loads(Path(manifest).read_text())
+    tier = {"name": spec.tier, "kind": spec.tier_kind, "cache": spec.cache, "path": spec.tier_path,
+            "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup below
     procs = []
+    mount = sampler = samples = None
     try:
+        if spec.loader not in TIERLESS:
+            mount = _prepare_tier(spec, manifest_data, tier, out)
         # ddp: one process per GPU (rank), as torchrun would start them, under this runner's supervision
         port = _free_port() if spec.parallel == "ddp" else None
         for rank in range(ranks):
@@ -53,12 +66,19 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
                 # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
                 env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
             procs.append(subprocess.Popen(cmd, preexec_fn=_die_with_parent, env=env))
+        if spec.telemetry_hz > 0:
+            sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
         rc, why, culprit = _wait_all(procs, spec.timeout_s)
     except BaseException:
         for proc in procs:
             _kill_tree(proc)  # interrupted: take the ranks and their loader workers down with us
         raise
     finally:
+        if sampler:
+            samples = sampler.stop()
+        if mount:
+            mount.unmount()
+            tier["emulated"] = _read_json(mount.stats_path)
         if in_main:
             signal.signal(signal.SIGTERM, previous)
     if rc in (-signal.SIGTERM, -signal.SIGINT):
@@ -80,11 +100,68 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path) -> dict:
         record = failed_record(spec, why or "measurement process wrote no record")
         record["started_at"] = started
     record["wall_s"] = time.time() - started
+    metrics = record.get("metrics") or {}
+    if spec.loader not in TIERLESS:
+        _check_rereads(spec, manifest_data, tier, metrics)
+    record["tier"] = tier
+    marks = metrics.get("marks")
+    if samples is not None:
+        record["telemetry"] = telemetry.summarize(samples, marks)
+    else:
+        record["telemetry"] = {"off": "telemetry_hz is 0"}
+    if timeline is not None:
+        telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
+        record["telemetry"]["timeline"] = str(timeline)
     atomic_write_json(out, record)
     for p in leftovers:
         p.unlink(missing_ok=True)
-    print(summary_line(record), file=sys.stderr, flush=True)
+    print(label + summary_line(record), file=sys.stderr, flush=True)
     return record
+
+
+def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict, out: Path):
+    """Mount an emulated tier (returned, to be unmounted by the caller) and make a cold tier cold."""
+    mount = None
+    if spec.tier_kind == "emulated":
+        from .emulated import DeviceModel, mount as mount_emulated
+
+        mount = mount_emulated(spec.tier_path, spec.read_path, DeviceModel.from_dict(spec.device_model),
+                               stats_path=out.parent / f".{out.name}.emulated.json")  # fmt: skip
+    if spec.cache == "cold":
+        from .cache import evict
+
+        root = staged_root(spec.tier_path, spec.dataset)  # the real files (an emulated tier's backing files)
+        tier["eviction"] = evict([root / f["path"] for f in manifest["files"]])
+    return mount
+
+
+def _check_rereads(spec: CellSpec, manifest: dict, tier: dict, metrics: dict) -> None:
+    """A cold tier read more images than it holds: after the first pass they came from the page cache (unless
+    the tier is emulated: its FUSE mount bypasses the cache). Warn with the share of such rereads."""
+    files = len(manifest["files"])
+    read = (metrics.get("warmup_steps", 0) + metrics.get("steps", 0)) * metrics.get("global_batch", 0)
+    if not files or not read:
+        return
+    tier["images_read"] = read
+    tier["reread_fraction"] = max(0.0, read - files) / read
+    if spec.cache == "cold" and spec.tier_kind == "path" and read > files:
+        import psutil
+
+        size_mb = manifest.get("counts", {}).get("bytes", 0) / 1e6
+        ram_mb = psutil.virtual_memory().total / 1e6
+        if size_mb < ram_mb:
+            metrics.setdefault("warnings", []).append(
+                f"cold tier reread: the cell read {read} images of a {files}-file dataset ({size_mb:.0f} MB, fits in "
+                f"{ram_mb / 1e3:.0f} GB RAM), so {100 * tier['reread_fraction']:.0f}% of its reads came from the page "
+                "cache, not the device; use a larger dataset, a shorter window or an emulated tier"
+            )
+
+
+def _read_json(path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _wait_all(procs: list[subprocess.Popen], timeout_s: float,
@@ -128,8 +205,15 @@ def summary_line(record: dict) -> str:
     m = record.get("metrics") or {}
     if record["status"] == "ok":
         warn = "".join(f"\n  warning: {w}" for w in m.get("warnings", []))
+        tel = record.get("telemetry") or {}
+        res = ""
+        if (tel.get("cpu_mean_pct") or {}).get("mean") is not None:
+            res += f", CPU {tel['cpu_mean_pct']['mean']:.0f}%"
+        gpu_util = [g["util_pct"]["mean"] for g in tel.get("gpus", []) if g.get("util_pct")]
+        if gpu_util:
+            res += ", GPU " + "/".join(f"{u:.0f}" for u in gpu_util) + "%"
         return (f"cell {record['cell_id']}: ok  {m['samples_per_s']:.1f} samples/s  ({m['steps']} steps in "
-                f"{m['time_s']:.1f} s, data wait {100 * m['data_wait_fraction']:.0f}% of the window){warn}")  # fmt: skip
+                f"{m['time_s']:.1f} s, data wait {100 * m['data_wait_fraction']:.0f}% of the window{res}){warn}")  # fmt: skip
     return f"cell {record['cell_id']}: {record['status']}  {record['reason']}"
 
 

@@ -146,3 +146,38 @@ def probe_manifest(manifest: dict, readers: Iterable[int] = (1, 8), max_files: i
     result = probe(manifest["root"], manifest["files"], readers=readers, max_files=max_files,
                    max_seconds=max_seconds, cold=cold, model=model)  # fmt: skip
     return {"tier": manifest.get("tier"), **result}
+
+
+def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_files: int | None = None,
+               max_seconds: float = 10.0) -> dict:  # fmt: skip
+    """The probe job: a configured tier (config's full storage entry) read as the cells read it - an emulated
+    tier through its FUSE mount (mounted for the probe and always unmounted), cold unless the tier is RAM."""
+    from .config import staged_root
+    from .emulated import mount
+
+    base = {"tier": manifest.get("tier"), "kind": tier["kind"], "cache": tier["cache"]}
+    cold = tier["kind"] != "ram"
+    if tier["kind"] != "emulated":
+        return {**base, **probe_manifest(manifest, readers, max_files, max_seconds, cold=cold)}
+    model = DeviceModel.from_dict(tier["model"])
+    with mount(tier["path"], tier["mount"], model) as m:
+        root = staged_root(tier["mount"], manifest["dataset"])
+        result = probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
+        result["emulated_stats"] = m.stats()
+    return {**base, **result}
+
+
+def probe_rows(results: list[dict]) -> list[dict]:
+    """One table row per tier and reader count."""
+    rows = []
+    for res in results:
+        for run in res["runs"]:
+            pred = run.get("predicted") or {}
+            rows.append({
+                "Tier": res["tier"], "Kind": res["kind"], "Cold": res["cold"], "Readers": run["readers"],
+                "Files": run["files"], "Mean file KB": run["mean_file_bytes"] / 1e3, "Files/s": run["files_per_s"],
+                "MB/s": run["mb_per_s"], "Model": (res.get("model") or {}).get("name"),
+                "Predicted files/s": pred.get("files_per_s"), "Measured/predicted": run.get("ratio"),
+                "Eviction": (run.get("eviction") or {}).get("method"),
+            })  # fmt: skip
+    return rows

@@ -28,6 +28,9 @@ from .records import failed_record, make_record, skipped_record
 from .util import atomic_write_json
 
 
+PROGRESS_S = 5.0
+
+
 def available_devices() -> tuple[str, int]:
     import torch
 
@@ -100,16 +103,17 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
 def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict | None:
     """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure."""
     t_start = time.perf_counter()
+    marks = {"setup_start": time.time()}  # epoch seconds, for the telemetry timeline's phases
     since_process_start = _seconds_since_process_start()
     kind, count = available_devices()
     dist = parallel.start(spec.parallel, spec.gpus, spec.timeout_s)
     try:
-        return _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start)
+        return _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start, marks)
     finally:
         parallel.stop(dist)
 
 
-def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start) -> dict | None:
+def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start, marks) -> dict | None:
     import torch
 
     from .loaders import get_loader
@@ -144,6 +148,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
             "threads": spec.dali_threads,
             "prefetch_queue_depth": spec.dali_prefetch,
             "hw_decoder_load": spec.dali_hw_decoder_load,
+            "dont_use_mmap": spec.tier_kind == "emulated",
         },
     )
     batches = get_loader(spec.loader).build(ctx)
@@ -160,6 +165,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     # every rank runs the same number of steps (DDP's gradient all-reduce pairs them up)
     warmup = parallel.agree_max(dist, max(spec.warmup_steps, backlog + 2))
     t_setup = time.perf_counter()
+    marks["warmup_start"] = time.time()
     for _ in range(warmup):
         step(*next(batches))
     sync()
@@ -170,6 +176,8 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     computes: list = []
     step_end: list[float] = []
     steps = 0
+    shown = 0.0  # progress line every PROGRESS_S seconds (rank 0; one clock read per step, already taken)
+    marks["window_start"] = time.time()
     t0 = time.perf_counter()
     while True:
         tw = time.perf_counter()
@@ -187,6 +195,10 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
             computes.append(time.perf_counter() - tc)
         steps += 1
         step_end.append(time.perf_counter() - t0)
+        if dist.is_main and step_end[-1] - shown >= PROGRESS_S:
+            shown = step_end[-1]
+            print(f"  {spec.cell_id}: {steps} steps in {shown:.0f} s, {steps * global_batch / shown:.1f} samples/s "
+                  "(host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
         if spec.window_steps is not None and steps >= spec.window_steps:
             break
         if spec.window_s is not None:
@@ -195,6 +207,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
                 break
     sync()
     elapsed = time.perf_counter() - t0
+    marks["window_end"] = time.time()
     final_loss = float(loss.detach().float().item())
     if timer:
         computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
@@ -260,6 +273,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "input": {"dtype": str(first.dtype).replace("torch.", ""),
                   "channels_last": first.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
         "compiled": spec.compile,
+        "marks": marks,
         "parallel": {
             "mode": spec.parallel,
             "processes": dist.world,

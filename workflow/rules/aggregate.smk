@@ -14,15 +14,32 @@ rule resolved_config:
 
 rule aggregate:
     input:
-        get_cell_files(),
+        cells=get_cell_files(),
+        probes=expand("results/probe/{tier}.json", tier=TIERS),
     output:
         table="results/tables/cells.csv",
         repeats="results/tables/repeats.csv",
+        probe="results/tables/tier_probe.csv",
     params:
         baseline=json.dumps(CFG["baseline"]),
         spread_warn=CFG["spread_warn"],
     log:
         "logs/aggregate.log",
     shell:
-        "{LB} aggregate --cells {input} --baseline {params.baseline:q} "
+        "{LB} aggregate --cells {input.cells} --probes {input.probes} --baseline {params.baseline:q} "
         "--spread-warn {params.spread_warn} --out-dir results/tables 2> {log}"
+
+
+rule diagnose:
+    input:
+        "results/tables/cells.csv",
+    output:
+        table="results/tables/diagnosis.csv",
+        recommendations="results/tables/recommendations.json",
+        markdown="results/tables/diagnosis.md",
+    params:
+        baseline=json.dumps(CFG["baseline"]),
+    log:
+        "logs/diagnose.log",
+    shell:
+        "{LB} diagnose --table {input} --baseline {params.baseline:q} --out-dir results/tables 2> {log}"

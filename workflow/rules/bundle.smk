@@ -9,6 +9,8 @@ rule bundle:
         check="results/dataset/check.json",
         manifests=expand("results/staging/{tier}.json", tier=TIERS),
         cells=get_cell_files(),
+        diagnosis=rules.diagnose.output,
+        timelines=expand("results/telemetry/{cell}.csv", cell=CELLS),
     output:
         bundle=directory("results/bundle"),
         zip="results/bundle.zip",
@@ -19,4 +21,4 @@ rule bundle:
     shell:
         "{LB} bundle --config-json {input.config} --tables results/tables --figures results/figures "
         "--check {input.check} --manifests {input.manifests} --cells {input.cells} --captions {params.captions} "
-        "--out-dir {output.bundle} --zip {output.zip} 2> {log} && cat {log}"
+        "--telemetry results/telemetry --out-dir {output.bundle} --zip {output.zip} 2> {log} && cat {log}"

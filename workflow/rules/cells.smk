@@ -9,9 +9,11 @@ rule cell:
     input:
         manifest=get_cell_manifest,
     output:
-        "results/cells/{cell}.json",
+        record="results/cells/{cell}.json",
+        timeline="results/telemetry/{cell}.csv",
     params:
         spec=get_cell_spec,
+        position=lambda w: f"{CELLS.index(w.cell) + 1}/{len(CELLS)}" if w.cell in CELLS else "",
     log:
         "logs/cells/{cell}.log",
     container:
@@ -24,4 +26,5 @@ rule cell:
         runtime=SLURM["runtime_min"],
         **SLURM_PLACEMENT,
     shell:
-        "{CELL_LB} run-cell --spec {params.spec:q} --manifest {input.manifest} --out {output} 2>&1 | tee {log}"
+        "{CELL_LB} run-cell --spec {params.spec:q} --manifest {input.manifest} --out {output.record} "
+        "--timeline {output.timeline} --position {params.position:q} 2>&1 | tee {log}"

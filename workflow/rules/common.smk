@@ -48,7 +48,9 @@ SRC = str(Path(workflow.basedir, "src").resolve())
 def apptainer_args(cfg, existing):
     """`existing` plus --nv and one --bind per host path a cell needs: tiers, dataset source, project, extras."""
     have = shlex.split(existing)
-    paths = [*cfg["storage"].values(), workflow.basedir, *cfg["container"]["binds"]]
+    tiers = cfg["storage"].values()
+    paths = [*(t["path"] for t in tiers), *(t["mount"] for t in tiers if t["mount"]), workflow.basedir,
+             *cfg["container"]["binds"]]
     if cfg["dataset"]["source"] == "path":
         paths.append(cfg["dataset"]["path"])
     add = ["--nv"] if cfg["container"]["nv"] and "--nv" not in have else []

@@ -7,10 +7,30 @@ rule stage:
     output:
         "results/staging/{tier}.json",
     params:
-        tier_path=lambda w: CFG["storage"][w.tier],
+        tier_path=lambda w: CFG["storage"][w.tier]["path"],
         dataset=DATASET["name"],
     log:
         "logs/stage/{tier}.log",
     shell:
         "{LB} stage --check {input} --tier {wildcards.tier} --tier-path {params.tier_path:q} "
         "--dataset {params.dataset} --out {output} 2> {log}"
+
+
+# The measured read rate of each tier, read as the cells read it (an emulated tier through its mount), cold.
+rule probe_tier:
+    input:
+        "results/staging/{tier}.json",
+    output:
+        "results/probe/{tier}.json",
+    params:
+        tier=lambda w: json.dumps(CFG["storage"][w.tier]),
+        readers=" ".join(map(str, CFG["probe"]["readers"])),
+        max_files=f"--max-files {CFG['probe']['max_files']}" if CFG["probe"]["max_files"] else "",
+        max_seconds=CFG["probe"]["max_seconds"],
+    resources:
+        bench_slot=1,  # never beside a cell: both measure the same devices
+    log:
+        "logs/probe/{tier}.log",
+    shell:
+        "{LB} probe-tier --manifest {input} --tier {params.tier:q} --readers {params.readers} {params.max_files} "
+        "--max-seconds {params.max_seconds} --out {output} 2> {log} && cat {log}"

@@ -49,6 +49,9 @@ def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int
         jpegs, labels = fn.readers.file(
             files=[p for p, _ in samples], labels=[y for _, y in samples], random_shuffle=True,
             shard_id=shard_id, num_shards=num_shards, name="Reader", seed=ctx.seed + shard_id,
+            # read() instead of mmap on an emulated tier: FUSE serves mmap from the page cache even with direct_io,
+            # so after one pass DALI would read RAM while the other loaders pay the device (a real disk pays both)
+            dont_use_mmap=bool(ctx.options.get("dont_use_mmap")),
         )  # fmt: skip
         if fixed_crop is None:
             images = fn.decoders.image_random_crop(
@@ -111,6 +114,7 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
         threads = _threads(ctx, pipes_here)
     ctx.info.update(
         decoder="mixed" if mixed else "cpu",
+        file_access="read()" if ctx.options.get("dont_use_mmap") else "mmap",
         augment_device="gpu" if on_gpu else "cpu",
         threads=threads,
         prefetch_queue_depth=depth,

@@ -1,0 +1,225 @@
+"""Where the time goes: stall attribution, a bottleneck label per cell, and recommendations from the numbers.
+
+Stall attribution after DS-Analyzer, per configuration (loader, tier, GPUs, per-GPU batch, precision, parallel):
+
+- compute (ms/step): the `synthetic` cell's step time at the same GPUs, batch, precision and parallel mode;
+- prep stall: the same loader's step time on a RAM tier minus compute (decode, augment, collate, copy);
+- fetch stall: this tier's step time minus the RAM tier's (reading the files: I/O);
+- data wait: what the training loop waited for the next batch, host-side (measured directly).
+
+The label, in this order: `GPU-bound` (AU >= 0.9; `compute-bound` when the device is the CPU), `I/O-bound`
+(fetch stall is the larger stall), `transfer-bound` (the loader had batches ready - data wait under 10% of
+the step - yet the step is slower than compute: host-to-device copies, DataParallel's scatter),
+`CPU-prep-bound` (decode/augment on the CPU), `GPU-prep-bound` (decode/augment on the GPU, taking turns with
+training). Each label comes with its evidence in words and numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .util import atomic_write_text
+
+CONFIG_KEYS = ["GPU", "Batch size", "Precision", "Parallel"]
+GPU_BOUND_AU = 0.9  # within 10% of the synthetic ceiling
+STALL_SHARE = 0.1  # a stall under 10% of the step is not the bottleneck
+WAIT_SHARE = 0.1  # data wait under 10% of the step: batches were ready
+GPU_PREP_LOADERS = {"dali-sc", "dali-mc", "nvjpeg"}  # decode and augment on the GPU
+HOST_LOADERS = {"torchvision", "opencv", "dali-cpu"}  # batches made on the host, copied to the device
+
+
+def step_ms(t: pd.DataFrame) -> pd.Series:
+    """Median time per training step (ms) of each row of the cells table."""
+    return 1000.0 * t["Time(s)"] / t["Steps"]
+
+
+def attribute(t: pd.DataFrame) -> pd.DataFrame:
+    """Stall attribution columns for every row of the cells table (median over repeats)."""
+    t = t.copy()
+    t["Step (ms)"] = step_ms(t)
+    kind = t["Tier kind"] if "Tier kind" in t else pd.Series("path", index=t.index)
+    synth = t[t["Dataloader"] == "synthetic"].groupby(CONFIG_KEYS)["Step (ms)"].min().to_dict()
+    ram = t[(kind == "ram") & (t["Dataloader"] != "synthetic")]
+    ram_step = ram.groupby(["Dataloader", *CONFIG_KEYS])["Step (ms)"].min().to_dict()
+    compute, prep, fetch, ram_ms = [], [], [], []
+    for _, r in t.iterrows():
+        key = tuple(r[k] for k in CONFIG_KEYS)
+        c = synth.get(key, np.nan)
+        rm = ram_step.get((r["Dataloader"], *key), np.nan)
+        s = r["Step (ms)"]
+        compute.append(c)
+        ram_ms.append(rm)
+        if r["Dataloader"] == "synthetic":
+            prep.append(0.0)
+            fetch.append(0.0)
+        elif np.isfinite(rm):
+            prep.append(max(rm - c, 0.0) if np.isfinite(c) else np.nan)
+            fetch.append(max(s - rm, 0.0))
+        else:  # no RAM tier: prep and fetch together, reported as prep (flagged in the evidence)
+            prep.append(max(s - c, 0.0) if np.isfinite(c) else np.nan)
+            fetch.append(np.nan)
+    t["Compute (ms)"] = compute
+    t["RAM step (ms)"] = ram_ms
+    t["Prep stall (ms)"] = prep
+    t["Fetch stall (ms)"] = fetch
+    return t
+
+
+def _fmt(x: float, unit: str = "", digits: int = 1) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}f}{unit}"
+
+
+def label(r: pd.Series) -> tuple[str, str]:
+    """(bottleneck, evidence) of one attributed row."""
+    s, c = r["Step (ms)"], r["Compute (ms)"]
+    prep, fetch = r["Prep stall (ms)"], r["Fetch stall (ms)"]
+    wait = r.get("Data wait (ms/step)", np.nan)
+    au = r.get("AU", np.nan)
+    cpu = r.get("CPU %", np.nan)
+    gpu_util = r.get("GPU util %", np.nan)
+    on_cpu = "cuda" not in str(r.get("Device", ""))
+    compute_label = "compute-bound" if on_cpu else "GPU-bound"
+    facts = f"step {_fmt(s, ' ms')} vs compute-only {_fmt(c, ' ms')} (AU {_fmt(au, '', 2)})"
+    if np.isfinite(gpu_util):
+        facts += f", GPU busy {gpu_util:.0f}%"
+    if np.isfinite(cpu):
+        facts += f", CPU {cpu:.0f}% of all cores"
+    if r["Dataloader"] == "synthetic":
+        return compute_label, f"the compute ceiling: no data loading ({facts})"
+    if not np.isfinite(s):
+        return "unknown", f"no result ({r.get('Status', '')})"
+    if not np.isfinite(c):
+        return "unknown", "no synthetic cell at these GPUs/batch/precision/parallel: add `synthetic` to loaders"
+    if np.isfinite(au) and au >= GPU_BOUND_AU:
+        return compute_label, f"within {100 * (1 - GPU_BOUND_AU):.0f}% of the ceiling: {facts}"
+    no_ram = not np.isfinite(fetch)
+    stall_note = " (no RAM tier to separate fetch from prep)" if no_ram else ""
+    if not no_ram and fetch >= prep and fetch > STALL_SHARE * s:
+        read = r.get("Disk read MB/s", np.nan)
+        io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
+        return "I/O-bound", (f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['RAM step (ms)']:.1f} ms from "
+                             f"RAM{io}; {facts}")  # fmt: skip
+    if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s:
+        pcie = r.get("PCIe RX MB/s", np.nan)
+        bus = f", PCIe to GPU {pcie:.0f} MB/s" if np.isfinite(pcie) else ""
+        return "transfer-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes "
+                                  f"{s - c:.1f} ms more than compute{bus}; {facts}")  # fmt: skip
+    where = "GPU" if r["Dataloader"] in GPU_PREP_LOADERS else "CPU"
+    return f"{where}-prep-bound", (f"prep stall {_fmt(prep, ' ms')}/step{stall_note}, data wait {_fmt(wait, ' ms')}"
+                                   f"/step; {facts}")  # fmt: skip
+
+
+def diagnose(t: pd.DataFrame) -> pd.DataFrame:
+    a = attribute(t)
+    labels = [label(r) for _, r in a.iterrows()]
+    a["Bottleneck"] = [x[0] for x in labels]
+    a["Evidence"] = [x[1] for x in labels]
+    cols = ["Dataloader", "Disk", *CONFIG_KEYS, "Tier kind", "Samples/s", "AU", "Step (ms)", "Compute (ms)",
+            "RAM step (ms)", "Prep stall (ms)", "Fetch stall (ms)", "Data wait (ms/step)", "CPU %", "GPU util %",
+            "Bottleneck", "Evidence"]  # fmt: skip
+    return a[[c for c in cols if c in a]]
+
+
+def _cell(r: pd.Series) -> str:
+    return f"{r['Dataloader']}/{r['Disk']}/g{r['GPU']}/b{r['Batch size']}/{r['Precision']}/{r['Parallel']}"
+
+
+def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
+    """The seed's section 4, computed: what would pay off and by how much, with the cells behind each claim."""
+    ok = d[np.isfinite(d["Samples/s"].astype(float))]
+    out: list[dict] = []
+    base_loader = baseline.get("loader")
+    base_cfg = (baseline.get("gpus"), baseline.get("batch_size"), baseline.get("precision"), baseline.get("parallel", "dp"))
+    at_base = ok[[tuple(r[k] for k in CONFIG_KEYS) == base_cfg for _, r in ok.iterrows()]]
+    real = at_base[at_base["Dataloader"] != "synthetic"]
+
+    # 1. loader, per tier
+    for tier, g in real.groupby("Disk", sort=False):
+        best = g.loc[g["Samples/s"].idxmax()]
+        ref = g[g["Dataloader"] == base_loader]
+        if len(ref) and best["Dataloader"] != base_loader:
+            gain = best["Samples/s"] / ref.iloc[0]["Samples/s"]
+            out.append({"topic": "loader", "text": (
+                f"On {tier}, use {best['Dataloader']}: {best['Samples/s']:.0f} samples/s, {gain:.2f}x {base_loader} "
+                f"({ref.iloc[0]['Samples/s']:.0f}); its bottleneck there: {best['Bottleneck']}."),
+                "cells": [_cell(best), _cell(ref.iloc[0])]})  # fmt: skip
+    # 2. tier, per loader
+    for loader, g in real.groupby("Dataloader", sort=False):
+        if g["Disk"].nunique() < 2:
+            continue
+        fast, slow = g.loc[g["Samples/s"].idxmax()], g.loc[g["Samples/s"].idxmin()]
+        gain = fast["Samples/s"] / slow["Samples/s"]
+        verdict = "worth it" if gain >= 1.1 else "not worth it (within 10%)"
+        out.append({"topic": "storage", "text": (
+            f"{loader}: {fast['Disk']} instead of {slow['Disk']} gives {gain:.2f}x ({slow['Samples/s']:.0f} -> "
+            f"{fast['Samples/s']:.0f} samples/s), {verdict}; on {slow['Disk']} it is {slow['Bottleneck']}."),
+            "cells": [_cell(fast), _cell(slow)]})  # fmt: skip
+    # 3. batch size, per loader and tier (same GPUs/precision/parallel as the baseline)
+    same = ok[(ok["GPU"] == base_cfg[0]) & (ok["Precision"] == base_cfg[2]) & (ok["Parallel"] == base_cfg[3])]
+    for (loader, tier), g in same.groupby(["Dataloader", "Disk"], sort=False):
+        if g["Batch size"].nunique() < 2:
+            continue
+        lo, hi = g.loc[g["Batch size"].idxmin()], g.loc[g["Batch size"].idxmax()]
+        gain = hi["Samples/s"] / lo["Samples/s"]
+        if gain >= 1.1:
+            why = "worth it: the device does more per launch and the loader keeps up"
+        elif "prep" in lo["Bottleneck"] or "I/O" in lo["Bottleneck"]:
+            why = f"barely matters: the loader sets the pace ({lo['Bottleneck']}), a bigger batch only waits longer"
+        else:
+            why = "barely matters here"
+        out.append({"topic": "batch size", "text": (
+            f"{loader} on {tier}: batch {int(hi['Batch size'])} vs {int(lo['Batch size'])} gives {gain:.2f}x, {why}."),
+            "cells": [_cell(hi), _cell(lo)]})  # fmt: skip
+    # 4. GPU count
+    multi = ok[ok["GPU"] > 1]
+    for _, r in multi.iterrows():
+        one = ok[(ok["Dataloader"] == r["Dataloader"]) & (ok["Disk"] == r["Disk"]) & (ok["GPU"] == 1)
+                 & (ok["Batch size"] == r["Batch size"]) & (ok["Precision"] == r["Precision"])
+                 & (ok["Parallel"] == r["Parallel"])]  # fmt: skip
+        if not len(one):
+            continue
+        scale = r["Samples/s"] / one.iloc[0]["Samples/s"]
+        verdict = "pays off" if scale >= 0.8 * r["GPU"] else f"does not pay off: fix the {r['Bottleneck']} limit first"
+        out.append({"topic": "GPUs", "text": (
+            f"{r['Dataloader']} on {r['Disk']} ({r['Parallel']}): {int(r['GPU'])} GPUs give {scale:.2f}x one GPU "
+            f"(ideal {int(r['GPU'])}x), {verdict}."), "cells": [_cell(r), _cell(one.iloc[0])]})  # fmt: skip
+    # 5. precision
+    for (loader, tier, g_, b), g in ok.groupby(["Dataloader", "Disk", "GPU", "Batch size"], sort=False):
+        p = g.set_index(["Precision", "Parallel"])["Samples/s"]
+        for par in g["Parallel"].unique():
+            if ("fp32", par) in p and ("amp", par) in p:
+                gain = p[("amp", par)] / p[("fp32", par)]
+                row = g[(g["Precision"] == "fp32") & (g["Parallel"] == par)].iloc[0]
+                note = "" if gain >= 1.1 else f" - the loader, not the arithmetic, limits it ({row['Bottleneck']})"
+                out.append({"topic": "precision", "text": (
+                    f"{loader} on {tier}, {int(g_)} GPU x {int(b)}: AMP gives {gain:.2f}x over fp32{note}."),
+                    "cells": [_cell(row), _cell(g[(g["Precision"] == "amp") & (g["Parallel"] == par)].iloc[0])]})
+    return out
+
+
+def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
+    lines = ["# Diagnosis", "", "| Cell | Samples/s | AU | Bottleneck | Evidence |", "|---|---:|---:|---|---|"]
+    for _, r in d.iterrows():
+        lines.append(f"| {_cell(r)} | {_fmt(r['Samples/s'])} | {_fmt(r.get('AU', np.nan), '', 2)} | "
+                     f"{r['Bottleneck']} | {r['Evidence']} |")  # fmt: skip
+    lines += ["", "# Recommendations", ""]
+    if not recs:
+        lines.append("No recommendation: the grid has no two cells that differ in one setting.")
+    for rec in recs:
+        lines.append(f"- **{rec['topic']}**: {rec['text']} (cells: {', '.join(rec['cells'])})")
+    return "\n".join(lines) + "\n"
+
+
+def run(table_csv: Path, baseline: dict, out_dir: Path) -> pd.DataFrame:
+    t = pd.read_csv(table_csv)
+    d = diagnose(t)
+    recs = recommendations(d, baseline)
+    out_dir = Path(out_dir)
+    atomic_write_text(out_dir / "diagnosis.csv", d.to_csv(index=False, float_format="%.4g"))
+    atomic_write_text(out_dir / "recommendations.json", json.dumps(recs, indent=2) + "\n")
+    atomic_write_text(out_dir / "diagnosis.md", render_markdown(d, recs))
+    return d

@@ -1,0 +1,299 @@
+"""Resource telemetry through a cell: GPU, CPU, disk and memory sampled at about 10 Hz.
+
+The sampler runs as a thread of the cell runner (`loaderbench.runcell`), a different process from the training,
+so it never holds the training process's GIL; its own CPU time is recorded, and `loaderbench sweep` with
+`telemetry_hz=0` against the default measures what it costs a cell. Per sample:
+
+- per GPU (NVML, `nvidia-ml-py`): utilisation %, memory used MB, PCIe RX/TX MB/s. NVML's PCIe counter takes
+  about 20 ms a read, so one GPU's PCIe is read per sample, in turn;
+- CPU % per core (psutil, since the previous sample), and its mean;
+- read MB/s of the tier's block device (when it has one; tmpfs, FUSE and overlay filesystems have none), and
+  the MB/s the cell's processes read through read() calls (any tier, the page cache included);
+- RSS of the cell's process tree (training processes and loader workers) in MB.
+
+Without NVML (no driver, CPU machines) there are no GPU columns and `gpu_reason` says why.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .util import atomic_write_text
+
+PCIE_NOTE = "NVML PCIe throughput, one GPU per sample in turn (each read takes about 20 ms)"
+
+
+def block_device_of(path: Path) -> tuple[str | None, str]:
+    """(psutil disk name, explanation) of the block device holding `path`; name None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return None, f"cannot stat {path}: {e.strerror}"
+    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
+    link = Path(f"/sys/dev/block/{major}:{minor}")
+    if link.exists():
+        return link.resolve().name, f"block device {major}:{minor}"
+    fs = _fs_type(path)
+    return None, f"no block device behind {path} ({fs or 'unknown'} filesystem, device {major}:{minor})"
+
+
+def _fs_type(path: Path) -> str | None:
+    path = os.path.realpath(path)
+    best, fstype = "", None
+    try:
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            parts = line.split()
+            mnt = parts[1].replace("\\040", " ")
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, fstype = mnt, parts[2]
+    except OSError:
+        return None
+    return fstype
+
+
+class _Nvml:
+    """NVML handles for the physical GPUs a cell uses; `reason` is set when NVML is unusable."""
+
+    def __init__(self, gpus: int):
+        self.reason = None
+        self.handles: list = []
+        self.indices: list[int] = []
+        if gpus <= 0:
+            self.reason = "the cell uses no GPU"
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception as e:  # no nvidia-ml-py, no driver (CPU machines)
+            self.reason = f"NVML unavailable: {type(e).__name__}: {e}"
+            return
+        self.nv = pynvml
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = list(range(gpus))
+        if visible:
+            try:
+                ids = [int(v) for v in visible.split(",")[:gpus]]
+            except ValueError:  # UUIDs: NVML's order is not CUDA's; use the first cards as the fallback
+                pass
+        try:
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in ids]
+            self.indices = ids
+        except Exception as e:
+            self.reason = f"NVML cannot open GPUs {ids}: {e}"
+            self.handles = []
+
+    def sample(self, turn: int) -> dict:
+        out = {}
+        nv = self.nv
+        for k, h in enumerate(self.handles):
+            try:
+                util = nv.nvmlDeviceGetUtilizationRates(h)
+                out[f"gpu{k}_util"] = float(util.gpu)
+                out[f"gpu{k}_mem_mb"] = nv.nvmlDeviceGetMemoryInfo(h).used / 2**20
+            except Exception:
+                out[f"gpu{k}_util"] = out[f"gpu{k}_mem_mb"] = float("nan")
+        if self.handles:
+            k = turn % len(self.handles)
+            h = self.handles[k]
+            try:  # KB/s over the counter's 20 ms window
+                out[f"gpu{k}_pcie_rx_mb_s"] = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES) / 1e3
+                out[f"gpu{k}_pcie_tx_mb_s"] = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES) / 1e3
+            except Exception:
+                pass
+        return out
+
+    def close(self) -> None:
+        if self.handles or not self.reason:
+            try:
+                self.nv.nvmlShutdown()
+            except Exception:
+                pass
+
+
+class Sampler:
+    """Samples the machine and a process tree at `hz` in a background thread; `stop()` returns the timeline."""
+
+    def __init__(self, hz: float, pids: list[int], tier_path: Path | None, gpus: int):
+        self.hz = hz
+        self.pids = pids
+        self.tier_path = tier_path
+        self.gpus = gpus
+        self.rows: list[dict] = []
+        self.meta: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="loaderbench-telemetry", daemon=True)
+        self._cpu_s = 0.0
+        self._cost_s: list[float] = []
+        self._read: dict[int, int] = {}
+        self._live: set[int] = set()
+        self._scans = 0
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return {"meta": self.meta, "rows": self.rows}
+
+    def _run(self) -> None:
+        import psutil
+
+        nvml = _Nvml(self.gpus)
+        disk, disk_note = block_device_of(self.tier_path) if self.tier_path else (None, "no tier path")
+        self.meta = {
+            "hz_target": self.hz,
+            "gpus": nvml.indices,
+            "gpu_reason": nvml.reason,
+            "pcie": PCIE_NOTE if nvml.handles else None,
+            "disk": disk,
+            "disk_note": disk_note,
+            "cores": psutil.cpu_count(),
+        }
+        procs: dict[int, psutil.Process] = {}
+        psutil.cpu_percent(percpu=True)  # starts the per-core interval
+        prev = None
+        turn = 0
+        cpu0 = time.thread_time()
+        period = 1.0 / self.hz
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            t_begin = time.perf_counter()
+            now = time.time()
+            row = {"t": now}
+            cores = psutil.cpu_percent(percpu=True)
+            row["cpu_mean"] = float(np.mean(cores)) if cores else float("nan")
+            for i, c in enumerate(cores):
+                row[f"cpu{i}"] = c
+            rss, read = self._tree(procs)
+            row["rss_mb"] = rss / 2**20
+            disk_bytes = None
+            if disk:
+                try:
+                    disk_bytes = psutil.disk_io_counters(perdisk=True)[disk].read_bytes
+                except (KeyError, AttributeError):
+                    disk_bytes = None
+            if prev is not None:
+                dt = max(now - prev[0], 1e-6)
+                row["proc_read_mb_s"] = max(read - prev[1], 0) / dt / 1e6
+                if disk_bytes is not None and prev[2] is not None:
+                    row["disk_read_mb_s"] = max(disk_bytes - prev[2], 0) / dt / 1e6
+            prev = (now, read, disk_bytes)
+            if nvml.handles:
+                row.update(nvml.sample(turn))
+            turn += 1
+            self.rows.append(row)
+            self._cost_s.append(time.perf_counter() - t_begin)
+            next_t += period
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+        nvml.close()
+        self.meta["sampler_cpu_s"] = time.thread_time() - cpu0
+        self.meta["sample_cost_ms"] = float(1000 * np.mean(self._cost_s)) if self._cost_s else None
+
+    def _tree(self, procs: dict) -> tuple[int, int]:
+        """RSS and cumulative read() bytes of the root processes and all their descendants (children that
+        already exited keep their last read count, so the rate never goes negative)."""
+        import psutil
+
+        if self._scans % 10 == 0:  # listing descendants scans /proc: once a second, not every sample
+            live: set[int] = set()
+            for pid in self.pids:
+                try:
+                    root = procs.get(pid) or procs.setdefault(pid, psutil.Process(pid))
+                    live.add(pid)
+                    for c in root.children(recursive=True):
+                        procs.setdefault(c.pid, c)
+                        live.add(c.pid)
+                except psutil.Error:
+                    pass
+            self._live = live
+        self._scans += 1
+        live = self._live
+        rss = 0
+        for pid in live:
+            try:
+                rss += procs[pid].memory_info().rss
+                self._read[pid] = procs[pid].io_counters().read_chars
+            except (psutil.Error, AttributeError):  # exited meanwhile; no io_counters on this platform
+                pass
+        return rss, sum(self._read.values())
+
+
+def phases(t: float, marks: dict | None) -> str:
+    """Which part of the cell a timestamp falls in, from the training process's marks (epoch seconds)."""
+    if not marks:
+        return ""
+    if marks.get("window_end") is not None and t > marks["window_end"]:
+        return "teardown"
+    for name in ("window", "warmup", "setup"):
+        start = marks.get(f"{name}_start")
+        if start is not None and t >= start:
+            return name
+    return "startup"
+
+
+def to_csv(timeline: dict, marks: dict | None) -> str:
+    rows = timeline["rows"]
+    cols: list[str] = ["t", "s", "phase"]
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    t0 = rows[0]["t"] if rows else 0.0
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({**r, "s": round(r["t"] - t0, 3), "phase": phases(r["t"], marks)})
+    return buf.getvalue()
+
+
+def write_timeline(path: Path, timeline: dict, marks: dict | None) -> None:
+    atomic_write_text(path, to_csv(timeline, marks))
+
+
+def summarize(timeline: dict, marks: dict | None) -> dict:
+    """Window statistics (the timed window only; the whole run when there are no marks) for the cell record."""
+    meta = timeline["meta"]
+    rows = timeline["rows"]
+    if marks and marks.get("window_start") is not None:
+        lo, hi = marks["window_start"], marks.get("window_end") or float("inf")
+        rows = [r for r in rows if lo <= r["t"] <= hi]
+    out = {
+        "samples": len(rows),
+        "hz_target": meta.get("hz_target"),
+        "hz": (len(rows) - 1) / max(rows[-1]["t"] - rows[0]["t"], 1e-9) if len(rows) >= 2 else None,
+        "sampler_cpu_s": meta.get("sampler_cpu_s"),
+        "sample_cost_ms": meta.get("sample_cost_ms"),
+        "gpu_reason": meta.get("gpu_reason"),
+        "pcie": meta.get("pcie"),
+        "disk": meta.get("disk"),
+        "disk_note": meta.get("disk_note"),
+    }
+
+    def stats(key: str) -> dict | None:
+        vals = np.array([r[key] for r in rows if r.get(key) is not None and r[key] == r[key]], dtype=float)
+        if vals.size == 0:
+            return None
+        return {"mean": float(vals.mean()), "p50": float(np.median(vals)), "max": float(vals.max())}
+
+    cores = [f"cpu{i}" for i in range(meta.get("cores") or 0)]
+    out["cpu_mean_pct"] = stats("cpu_mean")
+    out["cpu_per_core_mean_pct"] = [(stats(k) or {}).get("mean") for k in cores]
+    busy = [v for v in out["cpu_per_core_mean_pct"] if v is not None]
+    out["cpu_cores_busy"] = float(sum(busy) / 100) if busy else None
+    for key in ("rss_mb", "proc_read_mb_s", "disk_read_mb_s"):
+        out[key] = stats(key)
+    out["gpus"] = [
+        {"index": index, "util_pct": stats(f"gpu{k}_util"), "mem_mb": stats(f"gpu{k}_mem_mb"),
+         "pcie_rx_mb_s": stats(f"gpu{k}_pcie_rx_mb_s"), "pcie_tx_mb_s": stats(f"gpu{k}_pcie_tx_mb_s")}
+        for k, index in enumerate(meta.get("gpus") or [])
+    ]  # fmt: skip
+    return out

@@ -1,0 +1,103 @@
+"""Stall attribution, bottleneck labels and recommendations on made-up cells whose answers are known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from loaderbench.diagnose import attribute, diagnose, recommendations, render_markdown
+
+
+def cell(loader, disk, step_ms, kind="path", gpus=1, batch=128, precision="fp32", parallel="dp", wait_ms=None,
+         device="cuda", steps=100):  # fmt: skip
+    """One row of the cells table for a cell whose step took `step_ms` (median over repeats)."""
+    return {
+        "Dataloader": loader, "Disk": disk, "GPU": gpus, "Batch size": batch, "Precision": precision,
+        "Parallel": parallel, "Tier kind": kind, "Time(s)": steps * step_ms / 1000, "Steps": steps,
+        "Samples/s": 1000 * gpus * batch / step_ms, "Data wait (ms/step)": wait_ms if wait_ms is not None else 0.0,
+        "Device": device, "CPU %": 50.0, "GPU util %": np.nan, "Disk read MB/s": 120.0, "PCIe RX MB/s": np.nan,
+        "Status": "ok",
+    }  # fmt: skip
+
+
+def table(rows):
+    t = pd.DataFrame(rows)
+    synth = t[t["Dataloader"] == "synthetic"].set_index(["GPU", "Batch size", "Precision", "Parallel"])["Samples/s"]
+    t["AU"] = [r["Samples/s"] / synth.get((r["GPU"], r["Batch size"], r["Precision"], r["Parallel"]), np.nan)
+               for _, r in t.iterrows()]  # fmt: skip
+    return t
+
+
+GRID = table([
+    cell("synthetic", "hdd", 100.0),
+    cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0),  # prep stall 150
+    cell("torchvision", "hdd", 650.0, wait_ms=550.0),  # + fetch stall 400: I/O-bound
+    cell("dali-sc", "ram", 130.0, kind="ram", wait_ms=30.0),  # GPU decode: prep stall 30
+    cell("dali-sc", "hdd", 140.0, wait_ms=40.0),  # fetch 10 < prep 30: GPU-prep-bound
+    cell("dali-cpu", "ram", 104.0, kind="ram", wait_ms=2.0),  # AU 0.96: GPU-bound
+    cell("opencv", "ram", 200.0, kind="ram", wait_ms=5.0),  # batches ready, step +100: transfer-bound
+])  # fmt: skip
+
+
+def row(d, loader, disk):
+    return d[(d["Dataloader"] == loader) & (d["Disk"] == disk)].iloc[0]
+
+
+def test_attribution_splits_compute_prep_and_fetch():
+    a = attribute(GRID)
+    tv_hdd, tv_ram = row(a, "torchvision", "hdd"), row(a, "torchvision", "ram")
+    assert tv_hdd["Compute (ms)"] == pytest.approx(100.0)
+    assert tv_hdd["Prep stall (ms)"] == pytest.approx(150.0)
+    assert tv_hdd["Fetch stall (ms)"] == pytest.approx(400.0)
+    assert tv_ram["Fetch stall (ms)"] == pytest.approx(0.0)
+    assert tv_hdd["Compute (ms)"] + tv_hdd["Prep stall (ms)"] + tv_hdd["Fetch stall (ms)"] == pytest.approx(650.0)
+    assert row(a, "synthetic", "hdd")["Prep stall (ms)"] == 0.0
+
+
+def test_labels_name_the_known_bottleneck_with_evidence():
+    d = diagnose(GRID)
+    assert row(d, "torchvision", "hdd")["Bottleneck"] == "I/O-bound"
+    assert "fetch stall 400.0 ms/step" in row(d, "torchvision", "hdd")["Evidence"]
+    assert row(d, "torchvision", "ram")["Bottleneck"] == "CPU-prep-bound"
+    assert row(d, "dali-sc", "hdd")["Bottleneck"] == "GPU-prep-bound"
+    assert row(d, "dali-cpu", "ram")["Bottleneck"] == "GPU-bound"
+    assert row(d, "opencv", "ram")["Bottleneck"] == "transfer-bound"
+    assert row(d, "synthetic", "hdd")["Bottleneck"] == "GPU-bound"
+
+
+def test_cpu_device_is_compute_bound_and_missing_pieces_are_said():
+    t = table([cell("synthetic", "ssd", 100.0, device="cpu"), cell("torchvision", "ssd", 102.0, device="cpu"),
+               cell("opencv", "ssd", 300.0, device="cpu", wait_ms=200.0)])  # fmt: skip
+    d = diagnose(t)
+    assert row(d, "torchvision", "ssd")["Bottleneck"] == "compute-bound"
+    # no RAM tier: prep and fetch cannot be separated, and the evidence says so
+    assert row(d, "opencv", "ssd")["Bottleneck"] == "CPU-prep-bound"
+    assert "no RAM tier" in row(d, "opencv", "ssd")["Evidence"]
+    lonely = diagnose(table([cell("torchvision", "ssd", 100.0)]))
+    assert lonely.iloc[0]["Bottleneck"] == "unknown" and "synthetic" in lonely.iloc[0]["Evidence"]
+
+
+def test_recommendations_are_computed_from_the_cells():
+    rows = [
+        cell("synthetic", "hdd", 100.0), cell("synthetic", "hdd", 180.0, batch=256),
+        cell("torchvision", "hdd", 650.0, wait_ms=550.0), cell("torchvision", "hdd", 1300.0, batch=256, wait_ms=1100.0),
+        cell("torchvision", "ssd", 260.0, wait_ms=160.0), cell("dali-sc", "hdd", 140.0, wait_ms=40.0),
+        cell("torchvision", "hdd", 600.0, gpus=2, wait_ms=500.0),
+    ]  # fmt: skip
+    d = diagnose(table(rows))
+    recs = recommendations(d, {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128,
+                               "precision": "fp32", "parallel": "dp"})  # fmt: skip
+    text = "\n".join(r["topic"] + ": " + r["text"] for r in recs)
+    # loader: dali-sc 914 samples/s vs torchvision 197 on hdd = 4.64x
+    assert "On hdd, use dali-sc" in text and "4.64x torchvision" in text
+    # storage: ssd 2.50x hdd for torchvision
+    assert "torchvision: ssd instead of hdd gives 2.50x" in text
+    # batch: 256 vs 128 on hdd is 1.00x, and the loader sets the pace (no RAM tier here: prep and fetch together)
+    assert "torchvision on hdd: batch 256 vs 128 gives 1.00x, barely matters: the loader sets the pace" in text
+    assert "synthetic on hdd: batch 256 vs 128 gives 1.11x, worth it" in text
+    # GPUs: 2 GPUs give 2*1000*128/600 / (1000*128/650) = 2.17x > 1.6 -> pays off
+    assert "2 GPUs give 2.17x one GPU" in text and "pays off" in text
+    assert all(r["cells"] for r in recs)
+    md = render_markdown(d, recs)
+    assert "| torchvision/hdd/g1/b128/fp32/dp |" in md and "CPU-prep-bound" in md and "# Recommendations" in md
