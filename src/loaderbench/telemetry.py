@@ -4,8 +4,9 @@ The sampler runs as a thread of the cell runner (`loaderbench.runcell`), a diffe
 so it never holds the training process's GIL; its own CPU time is recorded, and `loaderbench sweep` with
 `telemetry_hz=0` against the default measures what it costs a cell. Per sample:
 
-- per GPU (NVML, `nvidia-ml-py`): utilisation %, memory used MB, PCIe RX/TX MB/s. NVML's PCIe counter takes
-  about 20 ms a read, so one GPU's PCIe is read per sample, in turn;
+- per GPU (NVML, `nvidia-ml-py`): utilisation %, memory used MB, PCIe RX/TX MB/s. NVML's PCIe counter blocks
+  about 20 ms a read (43 ms per sample on the H200 with RX and TX read in the loop, which cut the rate to about
+  3 Hz), so a second thread reads PCIe, one GPU a second, and each sample carries the latest reading;
 - CPU % per core (psutil, since the previous sample), and its mean;
 - read MB/s of the tier's block device (when it has one; tmpfs, FUSE and overlay filesystems have none), and
   the MB/s the cell's processes read through read() calls (any tier, the page cache included);
@@ -27,7 +28,8 @@ import numpy as np
 
 from .util import atomic_write_text
 
-PCIE_NOTE = "NVML PCIe throughput, one GPU per sample in turn (each read takes about 20 ms)"
+PCIE_NOTE = "NVML PCIe throughput (a 20 ms counter window), read by its own thread: one GPU per second, in turn"
+PCIE_PERIOD_S = 1.0
 
 
 def block_device_of(path: Path) -> tuple[str | None, str]:
@@ -90,7 +92,7 @@ class _Nvml:
             self.reason = f"NVML cannot open GPUs {ids}: {e}"
             self.handles = []
 
-    def sample(self, turn: int) -> dict:
+    def sample(self) -> dict:
         out = {}
         nv = self.nv
         for k, h in enumerate(self.handles):
@@ -100,15 +102,16 @@ class _Nvml:
                 out[f"gpu{k}_mem_mb"] = nv.nvmlDeviceGetMemoryInfo(h).used / 2**20
             except Exception:
                 out[f"gpu{k}_util"] = out[f"gpu{k}_mem_mb"] = float("nan")
-        if self.handles:
-            k = turn % len(self.handles)
-            h = self.handles[k]
-            try:  # KB/s over the counter's 20 ms window
-                out[f"gpu{k}_pcie_rx_mb_s"] = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES) / 1e3
-                out[f"gpu{k}_pcie_tx_mb_s"] = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES) / 1e3
-            except Exception:
-                pass
         return out
+
+    def pcie(self, k: int) -> dict:
+        """GPU k's PCIe RX/TX in MB/s (NVML reports KB/s over its 20 ms window; the call blocks that long)."""
+        nv, h = self.nv, self.handles[k]
+        try:
+            return {f"gpu{k}_pcie_rx_mb_s": nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES) / 1e3,
+                    f"gpu{k}_pcie_tx_mb_s": nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES) / 1e3}  # fmt: skip
+        except Exception:
+            return {}
 
     def close(self) -> None:
         if self.handles or not self.reason:
@@ -134,6 +137,7 @@ class Sampler:
         self._cost_s: list[float] = []
         self._read: dict[int, int] = {}
         self._live: set[int] = set()
+        self._pcie_latest: dict = {}
         self._scans = 0
 
     def start(self) -> Sampler:
@@ -159,10 +163,11 @@ class Sampler:
             "disk_note": disk_note,
             "cores": psutil.cpu_count(),
         }
+        if nvml.handles:
+            threading.Thread(target=self._pcie_loop, args=(nvml,), name="loaderbench-pcie", daemon=True).start()
         procs: dict[int, psutil.Process] = {}
         psutil.cpu_percent(percpu=True)  # starts the per-core interval
         prev = None
-        turn = 0
         cpu0 = time.thread_time()
         period = 1.0 / self.hz
         next_t = time.monotonic()
@@ -189,8 +194,9 @@ class Sampler:
                     row["disk_read_mb_s"] = max(disk_bytes - prev[2], 0) / dt / 1e6
             prev = (now, read, disk_bytes)
             if nvml.handles:
-                row.update(nvml.sample(turn))
-            turn += 1
+                row.update(nvml.sample())
+                row.update(self._pcie_latest)
+                self._pcie_latest = {}  # each PCIe reading appears once in the timeline
             self.rows.append(row)
             self._cost_s.append(time.perf_counter() - t_begin)
             next_t += period
@@ -198,6 +204,12 @@ class Sampler:
         nvml.close()
         self.meta["sampler_cpu_s"] = time.thread_time() - cpu0
         self.meta["sample_cost_ms"] = float(1000 * np.mean(self._cost_s)) if self._cost_s else None
+
+    def _pcie_loop(self, nvml: _Nvml) -> None:
+        turn = 0
+        while not self._stop.wait(PCIE_PERIOD_S):
+            self._pcie_latest = {**self._pcie_latest, **nvml.pcie(turn % len(nvml.handles))}
+            turn += 1
 
     def _tree(self, procs: dict) -> tuple[int, int]:
         """RSS and cumulative read() bytes of the root processes and all their descendants (children that
