@@ -16,6 +16,8 @@ import psutil
 import pytest
 
 from loaderbench.config import cell_ids, validate_config
+from loaderbench.emulated import mount_entry
+from loaderbench.figures import FIGURES
 from loaderbench.records import validate_record
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 
@@ -26,7 +28,13 @@ pytestmark = pytest.mark.e2e
 def finished_run(tmp_path_factory):
     """One complete run of the tiny grid, shared by the tests that only read or re-plan it."""
     work = tmp_path_factory.mktemp("run")
-    cfg_path = write_config(work, tiny_config(work))
+    # disk-b is an emulated HDD: a real FUSE mount over tier-b, throttled to one head (CI installs fuse3)
+    cfg = tiny_config(work, loaders=["torchvision", "opencv", "synthetic"],
+                      storage={"disk-a": str(work / "tier-a"),
+                               "disk-b": {"kind": "emulated", "path": str(work / "tier-b"), "mount": str(work / "mnt-b"),
+                                          "model": {"name": "test-hdd", "access_ms": 5, "bandwidth_mb_s": 100,
+                                                    "concurrency": 1}}})  # fmt: skip
+    cfg_path = write_config(work, cfg)
     snakemake(work, "--configfile", str(cfg_path))
     return work, cfg_path
 
@@ -49,8 +57,9 @@ def test_tiny_grid_runs_end_to_end(finished_run):
     table = pd.read_csv(work / "results/tables/cells.csv")
     assert list(table.columns[:9]) == ["Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s",
                                        "Speed", "GPU Efficiency"]  # fmt: skip
-    assert len(table) == 8 and set(table["Status"]) == {"ok"} and (table["Samples/s"] > 0).all()
-    assert set(table["Dataloader"]) == {"torchvision", "opencv"} and set(table["Disk"]) == {"disk-a", "disk-b"}
+    assert len(table) == 10 and set(table["Status"]) == {"ok"} and (table["Samples/s"] > 0).all()
+    assert set(table["Dataloader"]) == {"torchvision", "opencv", "synthetic"}
+    assert set(table["Disk"]) == {"disk-a", "disk-b"}
     assert set(table["Precision"]) == {"fp32", "amp"} and (table["Steps"] == 3).all()
     base = table[(table["Dataloader"] == "torchvision") & (table["Disk"] == "disk-a") & (table["Precision"] == "fp32")]
     assert float(base["Speed"].iloc[0]) == pytest.approx(1.0)
@@ -62,7 +71,7 @@ def test_tiny_grid_runs_end_to_end(finished_run):
     for tier in ("tier-a", "tier-b"):
         assert len(list((work / tier / "loaderbench").rglob("*.JPEG"))) == 32
     index = (work / "results/bundle/index.html").read_text()
-    for name in ("throughput", "speed_heatmap", "seed_table"):
+    for name in FIGURES:
         for ext in ("png", "svg"):
             assert f"figures/{name}.{ext}" in index
             assert (work / "results/bundle/figures" / f"{name}.{ext}").stat().st_size > 1000
@@ -72,6 +81,76 @@ def test_tiny_grid_runs_end_to_end(finished_run):
         names = set(z.namelist())
     assert "bundle/index.html" in names and "bundle/figures/throughput.png" in names
     assert "nothing to be done" in snakemake(work, "--configfile", str(cfg_path), "-n").stdout.lower()
+
+
+def test_emulated_tier_cells_read_through_the_mount_and_every_cell_is_diagnosed(finished_run):
+    work, _ = finished_run
+    for loader in ("torchvision", "opencv"):
+        rec = json.loads((work / f"results/cells/{loader}_disk-b_g1_b4_fp32_dp_r0.json").read_text())
+        tier, m = rec["tier"], rec["metrics"]
+        assert tier["kind"] == "emulated" and tier["read_path"].startswith(str(work / "mnt-b"))
+        read = (m["warmup_steps"] + m["steps"]) * m["global_batch"]
+        # every image the cell read went through the throttled mount: at least one positioning (5 ms) each
+        assert tier["emulated"]["seeks"] >= read and tier["emulated"]["busy_s"] >= read * 0.005
+        assert tier["eviction"]["method"] in ("drop_caches", "fadvise")
+        # telemetry: a timeline whose window rows match the record's window, and the summary in the record
+        tl = pd.read_csv(work / f"results/telemetry/{loader}_disk-b_g1_b4_fp32_dp_r0.csv")
+        assert {"startup", "window"} <= set(tl["phase"]) and tl["cpu_mean"].notna().all()
+        assert rec["telemetry"]["samples"] >= 1 and rec["telemetry"]["cpu_mean_pct"]["mean"] > 0
+        assert "NVML" in rec["telemetry"]["gpu_reason"] or rec["telemetry"]["gpus"]
+    assert mount_entry(work / "mnt-b") is None  # unmounted after every cell
+    assert not (work / "mnt-b.owner.json").exists()
+    probe = pd.read_csv(work / "results/tables/tier_probe.csv")
+    hdd = probe[probe["Tier"] == "disk-b"]
+    assert set(hdd["Readers"]) == {1, 8} and (hdd["Model"] == "test-hdd").all()
+    assert ((hdd["Measured/predicted"] > 0.5) & (hdd["Measured/predicted"] < 1.2)).all(), hdd
+    diag = pd.read_csv(work / "results/tables/diagnosis.csv")
+    assert len(diag) == 10 and diag["Bottleneck"].notna().all() and diag["Evidence"].str.len().gt(20).all()
+    assert set(diag.loc[diag["Dataloader"] == "synthetic", "Bottleneck"]) == {"compute-bound"}
+    index = (work / "results/bundle/index.html").read_text()
+    assert "Diagnosis: the bottleneck of each cell" in index and "Measured read rate of each tier" in index
+    assert (work / "results/bundle/telemetry").is_dir() and "telemetry/" in index
+
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+@pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+                    reason="Debian's chromium and chromium-driver are not installed (.ci/run installs them)")  # fmt: skip
+def test_bundle_index_renders_in_headless_chromium(finished_run, tmp_path):
+    from PIL import Image, ImageStat
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    work, _ = finished_run
+    bundle = work / "results/bundle"
+    opts = Options()
+    opts.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1280,2000", f"--user-data-dir={tmp_path / 'profile'}"):  # fmt: skip
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    try:
+        driver.get((bundle / "index.html").as_uri())
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
+        links = driver.execute_script("return Array.from(document.links).map(a => a.getAttribute('href'))")
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        shot = tmp_path / "index.png"
+        driver.save_screenshot(str(shot))
+    finally:
+        driver.quit()
+    assert {src for src, *_ in images} == {f"figures/{name}.png" for name in FIGURES}
+    broken = [src for src, complete, width in images if not complete or width == 0]
+    assert not broken, f"images that did not load: {broken}"
+    missing = [h for h in links if not (bundle / h.split("#")[0]).is_file()]
+    assert links and not missing, f"links that do not resolve: {missing}"
+    assert not errors, errors
+    with Image.open(shot) as im:  # rendered: a page-sized screenshot with text and figures, not a blank one
+        assert im.width >= 1000 and ImageStat.Stat(im.convert("L")).stddev[0] > 20
 
 
 def test_snakemake_report_has_the_figures(finished_run):
@@ -88,7 +167,7 @@ def test_deleting_one_cell_recomputes_exactly_that_cell(finished_run):
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cells if p != victim}
     victim.unlink()
     plan = snakemake(work, "--configfile", str(cfg_path), "-n").stdout
-    assert job_counts(plan) == {"cell": 1, "aggregate": 1, "figures": 1, "bundle": 1, "all": 1}
+    assert job_counts(plan) == {"cell": 1, "aggregate": 1, "diagnose": 1, "figures": 1, "bundle": 1, "all": 1}
     assert "results/cells/opencv_disk-b_g1_b4_amp_dp_r0.json" in plan
     snakemake(work, "--configfile", str(cfg_path))
     assert json.loads(victim.read_text())["status"] == "ok"
@@ -225,3 +304,30 @@ def test_missing_dataset_path_fails_in_the_check_job_naming_the_key(tmp_path):
     proc = snakemake(tmp_path, "--configfile", str(cfg_path), check=False)
     assert proc.returncode != 0
     assert f"dataset path {tmp_path / 'no-imagenet'} does not exist (config key dataset.path)" in proc.stdout + proc.stderr
+
+
+def test_run_killed_while_the_emulated_tier_is_mounted_leaves_no_mount_after_the_next_run(tmp_path):
+    mnt = tmp_path / "mnt-hdd"
+    cfg = tiny_config(tmp_path, loaders=["torchvision"], precisions=["fp32"], window={"seconds": 4},
+                      storage={"hdd": {"kind": "emulated", "path": str(tmp_path / "hdd"), "mount": str(mnt)}})  # fmt: skip
+    cfg_path = write_config(tmp_path, cfg)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--cores", "2", "--configfile", str(cfg_path)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    root = psutil.Process(proc.pid)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (mount_entry(mnt) and _measuring_children(root)):
+        time.sleep(0.2)
+    assert mount_entry(mnt), "the cell never mounted the emulated tier"
+    owner = json.loads((tmp_path / "mnt-hdd.owner.json").read_text())
+    os.killpg(proc.pid, signal.SIGKILL)  # Snakemake, the cell runner and the training, at once
+    proc.wait(timeout=60)
+    time.sleep(1)
+    # the FUSE server runs in its own session and outlives its owner: a stale mount, as after a lost run
+    assert mount_entry(mnt) is not None and not psutil.pid_exists(owner["owner_pid"])
+    snakemake(tmp_path, "--configfile", str(cfg_path), "--unlock")
+    snakemake(tmp_path, "--configfile", str(cfg_path))
+    assert mount_entry(mnt) is None and not (tmp_path / "mnt-hdd.owner.json").exists()
+    assert not psutil.pid_exists(owner["server_pid"]) or psutil.Process(owner["server_pid"]).status() == "zombie"
+    rec = json.loads((tmp_path / "results/cells/torchvision_hdd_g1_b4_fp32_dp_r0.json").read_text())
+    assert rec["status"] == "ok" and rec["tier"]["emulated"]["seeks"] > 0

@@ -187,7 +187,7 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
 
     rows = probe_rows([json.loads(Path(p).read_text()) for p in probes])
     cols = ["Tier", "Kind", "Cold", "Readers", "Files", "Mean file KB", "Files/s", "MB/s", "Model", "Predicted files/s",
-            "Measured/predicted", "Eviction"]  # fmt: skip
+            "Measured/predicted", "Eviction", "Error"]  # fmt: skip
     atomic_write_text(Path(out_dir) / "tier_probe.csv", pd.DataFrame(rows, columns=cols).to_csv(index=False, float_format="%.4g"))
     records = [json.loads(Path(p).read_text()) for p in cell_files]
     repeats = repeats_table(records)

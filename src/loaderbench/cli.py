@@ -106,6 +106,8 @@ def cmd_probe_tier(a) -> int:
     manifest = json.loads(Path(a.manifest).read_text())
     result = probe_tier(manifest, json.loads(a.tier), a.readers, a.max_files, a.max_seconds)
     atomic_write_json(Path(a.out), result)
+    if result.get("error"):
+        print(f"tier {result['tier']}: not probed: {result['error']}", file=sys.stderr)
     for run in result["runs"]:
         pred = f", model predicts {run['predicted']['files_per_s']:.1f} (x{run['ratio']:.2f})" if run.get("ratio") else ""
         print(f"tier {result['tier']} ({result['kind']}, {'cold' if result['cold'] else 'warm'}): {run['readers']} "

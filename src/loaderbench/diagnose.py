@@ -194,7 +194,12 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
             if ("fp32", par) in p and ("amp", par) in p:
                 gain = p[("amp", par)] / p[("fp32", par)]
                 row = g[(g["Precision"] == "fp32") & (g["Parallel"] == par)].iloc[0]
-                note = "" if gain >= 1.1 else f" - the loader, not the arithmetic, limits it ({row['Bottleneck']})"
+                if gain >= 1.1:
+                    note = ""
+                elif row["Bottleneck"] in ("GPU-bound", "compute-bound"):
+                    note = f" - no gain on this device although fp32 was {row['Bottleneck']}"
+                else:
+                    note = f" - the loader, not the arithmetic, limits it ({row['Bottleneck']} at fp32)"
                 out.append({"topic": "precision", "text": (
                     f"{loader} on {tier}, {int(g_)} GPU x {int(b)}: AMP gives {gain:.2f}x over fp32{note}."),
                     "cells": [_cell(row), _cell(g[(g["Precision"] == "amp") & (g["Parallel"] == par)].iloc[0])]})

@@ -99,7 +99,7 @@ def _empty(ax, text: str) -> None:
 def stall_bars(diag: pd.DataFrame, out_dir: Path) -> None:
     """Stacked ms/step per loader x tier: compute (synthetic), prep stall (RAM tier - compute), fetch stall
     (tier - RAM tier); one panel per GPUs/batch/precision/parallel."""
-    d = diag[diag["Dataloader"] != "synthetic"].copy()
+    d = diag[(diag["Dataloader"] != "synthetic") & pd.to_numeric(diag["Step (ms)"], errors="coerce").notna()].copy()
     d["config"] = _label(d)
     configs = list(dict.fromkeys(d["config"]))
     fig, axes = plt.subplots(len(configs) or 1, 1, figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2)
@@ -273,10 +273,14 @@ def timelines(repeats: pd.DataFrame, telemetry_dir: Path, out_dir: Path, wanted:
 def tier_probe(probe: pd.DataFrame, out_dir: Path) -> None:
     """Each tier's measured read rate (files/s, cold) with 1 and N readers; for an emulated tier the device model's
     prediction as a black tick."""
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * probe["Tier"].nunique() + 3), 3.4))
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * probe["Tier"].nunique() + 3), 3.4) if len(probe) else (6, 2))
+    failed = probe[probe["Error"].notna()] if "Error" in probe else probe.iloc[:0]
+    probe = probe[probe["Files/s"].notna()] if "Files/s" in probe else probe
     if probe.empty:
-        _empty(ax, "no tier probe results")
+        _empty(ax, "no tier probe results" + "".join(f"\n{r['Tier']}: {r['Error'][:90]}" for _, r in failed.iterrows()))
     else:
+        if len(failed):
+            ax.text(0, -0.25, "not probed: " + ", ".join(failed["Tier"]), transform=ax.transAxes, fontsize=8)
         p = probe.copy()
         p["readers"] = p["Readers"].astype(str) + " reader" + np.where(p["Readers"] > 1, "s", "")
         p["tier"] = p["Tier"] + " (" + p["Kind"] + ")"

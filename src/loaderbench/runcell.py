@@ -79,6 +79,7 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
         if mount:
             mount.unmount()
             tier["emulated"] = _read_json(mount.stats_path)
+            Path(mount.stats_path).unlink(missing_ok=True)
         if in_main:
             signal.signal(signal.SIGTERM, previous)
     if rc in (-signal.SIGTERM, -signal.SIGINT):

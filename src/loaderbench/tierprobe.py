@@ -159,11 +159,16 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
     cold = tier["kind"] != "ram"
     if tier["kind"] != "emulated":
         return {**base, **probe_manifest(manifest, readers, max_files, max_seconds, cold=cold)}
+    from .emulated import EmulatedTierError
+
     model = DeviceModel.from_dict(tier["model"])
-    with mount(tier["path"], tier["mount"], model) as m:
-        root = staged_root(tier["mount"], manifest["dataset"])
-        result = probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
-        result["emulated_stats"] = m.stats()
+    try:
+        with mount(tier["path"], tier["mount"], model) as m:
+            root = staged_root(tier["mount"], manifest["dataset"])
+            result = probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
+            result["emulated_stats"] = m.stats()
+    except EmulatedTierError as e:  # no FUSE here: a result that says why (the tier's cells say it too)
+        return {**base, "cold": True, "model": model.to_dict(), "runs": [], "error": str(e)}
     return {**base, **result}
 
 
@@ -171,6 +176,9 @@ def probe_rows(results: list[dict]) -> list[dict]:
     """One table row per tier and reader count."""
     rows = []
     for res in results:
+        if res.get("error"):
+            rows.append({"Tier": res["tier"], "Kind": res["kind"], "Cold": res.get("cold"), "Readers": None,
+                         "Model": (res.get("model") or {}).get("name"), "Error": res["error"]})  # fmt: skip
         for run in res["runs"]:
             pred = run.get("predicted") or {}
             rows.append({
