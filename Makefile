@@ -7,7 +7,7 @@ CORES  ?= $(shell nproc)
 CONFIG ?= config/quickstart.yaml
 SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 
-.PHONY: quickstart test bench ceiling report rerun cells lint clean
+.PHONY: quickstart test bench ceiling report rerun respread cells lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ bench: $(STAMP)
 ceiling: $(STAMP)
 	$(SMK) --until stage
 	$(BIN)/loaderbench ceiling --config $(CONFIG)
+
+## respread: rerun once every configuration whose repeats spread over spread_warn, then refresh the tables
+respread: $(STAMP)
+	$(SMK)
+	$(BIN)/loaderbench respread --config $(CONFIG)
+	$(SMK)
 
 ## report: Snakemake's HTML report with figure captions
 report: $(STAMP)

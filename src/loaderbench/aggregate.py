@@ -190,8 +190,17 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
             "Measured/predicted", "Eviction", "Error"]  # fmt: skip
     atomic_write_text(Path(out_dir) / "tier_probe.csv", pd.DataFrame(rows, columns=cols).to_csv(index=False, float_format="%.4g"))
     records = [json.loads(Path(p).read_text()) for p in cell_files]
+    from .respread import configuration, load_ledger
+
+    ledger = load_ledger(Path(out_dir).parent / "respread.json")
     repeats = repeats_table(records)
     table = cells_table(repeats, baseline, spread_warn)
+    if ledger:  # rerun once for their spread: the spread those repeats had before
+        before = {}
+        for key, entry in ledger.items():
+            before[key] = entry["spread"]
+        ids = repeats.groupby(KEYS, sort=False, dropna=False)["cell_id"].first().map(configuration)
+        table["Spread before rerun"] = [before.get(ids.get(tuple(r[k] for k in KEYS))) for _, r in table.iterrows()]
     out_dir = Path(out_dir)
     atomic_write_text(out_dir / "repeats.csv", repeats.to_csv(index=False))
     atomic_write_text(out_dir / "cells.csv", table.to_csv(index=False, float_format="%.4g"))

@@ -115,6 +115,19 @@ def cmd_probe_tier(a) -> int:
     return 0
 
 
+def cmd_respread(a) -> int:
+    from .respread import respread
+
+    cfg = _cfg(a)
+    results = Path(a.results)
+    keys = respread(results / "cells", cfg["spread_warn"], results / "respread.json")
+    for k in keys:
+        print(f"requeued {k}: repeats spread over {100 * cfg['spread_warn']:.0f}%; its records moved to "
+              f"{results / 'cells/superseded'}", file=sys.stderr)  # fmt: skip
+    print(f"{len(keys)} configuration(s) requeued; run snakemake again to measure them", file=sys.stderr)
+    return 0
+
+
 def cmd_diagnose(a) -> int:
     from .diagnose import run
 
@@ -271,6 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-seconds", type=float, default=20.0)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_probe_tier)
+
+    s = sub.add_parser("respread", help="requeue (once) configurations whose repeats spread over spread_warn")
+    s.add_argument("--config", required=True)
+    s.add_argument("--results", default="results")
+    s.set_defaults(func=cmd_respread)
 
     s = sub.add_parser("diagnose", help="cells table -> stall attribution, bottleneck per cell, recommendations")
     s.add_argument("--table", required=True)

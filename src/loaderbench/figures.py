@@ -67,11 +67,13 @@ def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> None:
 
 def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
     """The seed's columns (plus precision and status) with readable number formats."""
-    t = table[SEED_COLUMNS[:4] + ["Precision"] + SEED_COLUMNS[4:] + ["Status", "Repeats ok", "Spread"]].copy()
+    extra = ["Spread before rerun"] if "Spread before rerun" in table else []
+    t = table[SEED_COLUMNS[:4] + ["Precision"] + SEED_COLUMNS[4:] + ["Status", "Repeats ok", "Spread", *extra]].copy()
     fmt = {"Time(s)": "{:.1f}", "Steps": "{:.0f}", "Samples/s": "{:.1f}", "Speed": "{:.2f}", "GPU Efficiency": "{:.2f}"}
     for col, f in fmt.items():
         t[col] = [f.format(v) if pd.notna(v) else "-" for v in t[col]]
-    t["Spread"] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t["Spread"]]
+    for col in ["Spread", *extra]:
+        t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
     return t
 
 

@@ -1,0 +1,65 @@
+"""Rerun, once, the configurations whose repeats disagree: spread = (max - min) / median of Samples/s > spread_warn.
+
+`loaderbench respread` moves the records of such a configuration (every repeat) to `<cells>/superseded/` and
+notes it in the ledger `results/respread.json`; the next Snakemake run measures those cells again (their records
+are missing). A configuration in the ledger is never requeued, so each is rerun at most once; the table then shows
+the spread before the rerun next to the new one. `make respread` runs all three steps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+from .util import atomic_write_json
+
+REPEAT = re.compile(r"_r\d+$")
+
+
+def configuration(cell_id: str) -> str:
+    """The cell id without its repeat: the unit the table's median is taken over."""
+    return REPEAT.sub("", cell_id)
+
+
+def spreads(records: list[dict]) -> dict[str, dict]:
+    """Per configuration with at least two ok repeats: its spread and the repeats' Samples/s."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(configuration(r["cell_id"]), []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        sps = [r["metrics"]["samples_per_s"] for r in rs if r["status"] == "ok"]
+        if len(sps) >= 2:
+            med = statistics.median(sps)
+            out[key] = {"spread": (max(sps) - min(sps)) / med if med > 0 else 0.0, "samples_per_s": sps,
+                        "cells": sorted(r["cell_id"] for r in rs)}  # fmt: skip
+    return out
+
+
+def load_ledger(path: Path) -> dict:
+    return json.loads(Path(path).read_text()) if Path(path).is_file() else {}
+
+
+def respread(cells_dir: Path, spread_warn: float, ledger_path: Path) -> list[str]:
+    """Requeue every configuration over `spread_warn` that was not rerun before; returns their names."""
+    cells_dir = Path(cells_dir)
+    records = [json.loads(p.read_text()) for p in sorted(cells_dir.glob("*.json"))]
+    ledger = load_ledger(ledger_path)
+    requeued = []
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for key, s in sorted(spreads(records).items()):
+        if s["spread"] <= spread_warn or key in ledger:
+            continue
+        superseded = cells_dir / "superseded"
+        superseded.mkdir(exist_ok=True)
+        for cid in s["cells"]:
+            shutil.move(str(cells_dir / f"{cid}.json"), superseded / f"{cid}.{stamp}.json")
+        ledger[key] = {**s, "spread_warn": spread_warn, "requeued_at": stamp}
+        requeued.append(key)
+    if requeued:
+        atomic_write_json(ledger_path, ledger)
+    return requeued

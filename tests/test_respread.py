@@ -1,0 +1,46 @@
+"""Configurations whose repeats disagree are requeued once: records moved aside, a ledger, the old spread shown."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from loaderbench.aggregate import aggregate
+from loaderbench.respread import respread, spreads
+
+
+def record(cid, sps, status="ok"):
+    loader, tier, g, b, prec, par, r = cid.split("_")
+    return {
+        "cell_id": cid, "status": status, "reason": None if status == "ok" else "x",
+        "spec": {"loader": loader, "tier": tier, "gpus": int(g[1:]), "batch_size": int(b[1:]), "precision": prec,
+                 "parallel": par, "repeat": int(r[1:])},
+        "metrics": {"samples_per_s": sps, "time_s": 10.0, "steps": 10} if status == "ok" else None,
+    }  # fmt: skip
+
+
+def write(cells, records):
+    cells.mkdir(parents=True, exist_ok=True)
+    for rec in records:
+        (cells / f"{rec['cell_id']}.json").write_text(json.dumps(rec))
+
+
+def test_spread_over_the_threshold_is_requeued_once(tmp_path):
+    cells, ledger = tmp_path / "results/cells", tmp_path / "results/respread.json"
+    steady = [record(f"torchvision_ssd_g1_b128_fp32_dp_r{i}", v) for i, v in enumerate((100, 102, 101))]
+    noisy = [record(f"opencv_ssd_g1_b128_fp32_dp_r{i}", v) for i, v in enumerate((100, 120, 101))]
+    write(cells, steady + noisy)
+    s = spreads(steady + noisy)
+    assert round(s["opencv_ssd_g1_b128_fp32_dp"]["spread"], 3) == round(20 / 101, 3)
+    assert respread(cells, 0.05, ledger) == ["opencv_ssd_g1_b128_fp32_dp"]
+    assert sorted(p.name for p in cells.glob("*.json")) == [f"torchvision_ssd_g1_b128_fp32_dp_r{i}.json" for i in range(3)]
+    assert len(list((cells / "superseded").glob("opencv_*.json"))) == 3
+    # the rerun is as noisy again: it is not requeued a second time
+    write(cells, [record(f"opencv_ssd_g1_b128_fp32_dp_r{i}", v) for i, v in enumerate((90, 110, 100))])
+    assert respread(cells, 0.05, ledger) == []
+    table = aggregate(sorted(cells.glob("*.json")), {"loader": "torchvision", "tier": "ssd", "gpus": 1,
+                      "batch_size": 128, "precision": "fp32"}, 0.05, tmp_path / "results/tables")  # fmt: skip
+    row = table[table["Dataloader"] == "opencv"].iloc[0]
+    assert row["Spread flag"] and round(row["Spread before rerun"], 3) == round(20 / 101, 3)
+    assert pd.isna(table[table["Dataloader"] == "torchvision"].iloc[0]["Spread before rerun"])
