@@ -87,6 +87,17 @@ def make_bundle(
     return out_dir / "index.html"
 
 
+def _reread_note(records: list, e) -> list[str]:
+    """A warning at the top when cold-tier cells reread files (after the first pass from the page cache)."""
+    rereads = [r["cell_id"] for r in records if any(w.startswith("cold tier reread") for w in
+               ((r.get("metrics") or {}).get("warnings") or []))]  # fmt: skip
+    if not rereads:
+        return []
+    return [f"<p><b>Warning:</b> {len(rereads)} cold-tier cell(s) read more images than the dataset holds, so part of "
+            "their reads came from the page cache, not the device (the dataset fits in RAM): "
+            f"{e(', '.join(rereads))}. Use a larger dataset, a shorter window or an emulated tier.</p>"]
+
+
 def _index_html(
     config: dict, table: pd.DataFrame, check: dict, tiers: list, provenance: dict, records: list, captions: dict,
     diagnosis: pd.DataFrame, recs: list[dict], timelines: set[str],
@@ -103,6 +114,7 @@ def _index_html(
         f"<h1>loaderbench results: {e(config['name'])}</h1>",
         f"<p>{len(records)} cells: " + ", ".join(f"{v} {k}" for k, v in sorted(status.items())) + ". "
         f"Generated {e(provenance['generated_at'])}.</p>",
+        *_reread_note(records, e),
         "<h2>Table (the seed's columns)</h2>",
         seed_table_frame(table).to_html(index=False, border=0),
         "<p>Downloads: <a href='tables/cells.csv'>cells.csv</a> (median over repeats, all columns), "
@@ -148,6 +160,8 @@ def _index_html(
         why = f": {e(r['reason'])}" if r.get("reason") else ""
         tl = Path(str((r.get("telemetry") or {}).get("timeline") or ""))
         tl_link = f" (<a href='telemetry/{e(tl.name)}'>timeline</a>)" if tl.name in timelines else ""
-        parts.append(f"<li><a href='cells/{e(r['cell_id'])}.json'>{e(r['cell_id'])}</a> {e(r['status'])}{why}{tl_link}</li>")
+        warns = "".join(f"<br><small>warning: {e(w)}</small>" for w in (r.get("metrics") or {}).get("warnings") or [])
+        parts.append(f"<li><a href='cells/{e(r['cell_id'])}.json'>{e(r['cell_id'])}</a> {e(r['status'])}{why}{tl_link}"
+                     f"{warns}</li>")  # fmt: skip
     parts.append("</ul></body></html>")
     return "\n".join(parts)
