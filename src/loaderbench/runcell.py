@@ -52,12 +52,16 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup below
     procs = []
     mount = sampler = samples = None
+    rc, why, culprit = None, None, None
     try:
         if spec.loader not in TIERLESS:
-            mount = _prepare_tier(spec, manifest_data, tier, out)
+            try:
+                mount = _prepare_tier(spec, manifest_data, tier, out)
+            except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
+                why = f"tier {spec.tier} ({spec.tier_kind}) could not be prepared: {e}"
         # ddp: one process per GPU (rank), as torchrun would start them, under this runner's supervision
         port = _free_port() if spec.parallel == "ddp" else None
-        for rank in range(ranks):
+        for rank in range(ranks if why is None else 0):
             env = dict(os.environ)
             if port:
                 env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
@@ -66,9 +70,10 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
                 # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
                 env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
             procs.append(subprocess.Popen(cmd, preexec_fn=_die_with_parent, env=env))
-        if spec.telemetry_hz > 0:
+        if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
-        rc, why, culprit = _wait_all(procs, spec.timeout_s)
+        if procs:
+            rc, why, culprit = _wait_all(procs, spec.timeout_s)
     except BaseException:
         for proc in procs:
             _kill_tree(proc)  # interrupted: take the ranks and their loader workers down with us
