@@ -95,9 +95,12 @@ def test_shipped_configs_are_valid_and_the_seed_grid_has_its_cells():
     quick = load_config(REPO / "config/quickstart.yaml", base_dir=REPO)
     seed = load_config(REPO / "config/config.yaml", base_dir=REPO)
     # loaders x tiers x gpus x batch x precision, the tierless synthetic loader on the first tier only
-    assert len(cell_ids(quick)) == 6 * 2 * 1 * 1 * 2 + 1 * 1 * 1 * 1 * 2
+    assert len(cell_ids(quick)) == 6 * 3 * 1 * 2 * 1 + 1 * 1 * 1 * 2 * 1
     assert {c for c in cell_ids(quick) if c.startswith("synthetic")} == {"synthetic_local_g1_b16_fp32_dp_r0",
-                                                                          "synthetic_local_g1_b16_amp_dp_r0"}
+                                                                          "synthetic_local_g1_b64_fp32_dp_r0"}
+    assert [quick["storage"][t]["kind"] for t in ("local", "ram", "hdd")] == ["path", "ram", "emulated"]
+    single = load_config(REPO / "config/h200-single.yaml", base_dir=REPO)
+    assert len(cell_ids(single)) == (6 * 3 + 1) * 4 * 2 * 2 * 3 == 912
     # the seed's experiment: loaders x hdd/ssd x 1, 2, 4 GPUs x batch 128, 256, fp32, 3 repeats
     assert seed["tiers"] == ["hdd", "ssd"] and seed["gpus"] == [1, 2, 4] and seed["batch_sizes"] == [128, 256]
     assert len(cell_ids(seed)) == 2 * 2 * 3 * 2 * 1 * 3
