@@ -74,6 +74,11 @@ def test_cpu_device_is_compute_bound_and_missing_pieces_are_said():
     # no RAM tier: prep and fetch cannot be separated, and the evidence says so
     assert row(d, "opencv", "ssd")["Bottleneck"] == "CPU-prep-bound"
     assert "no RAM tier" in row(d, "opencv", "ssd")["Evidence"]
+    # batches ready but the step slower than compute: on the CPU the workers share the cores, no bus is crossed
+    shared = diagnose(table([cell("synthetic", "ssd", 100.0, device="cpu"),
+                             cell("dali-cpu", "ssd", 130.0, device="cpu", wait_ms=1.0)]))  # fmt: skip
+    assert row(shared, "dali-cpu", "ssd")["Bottleneck"] == "CPU-prep-bound"
+    assert "share the CPU" in row(shared, "dali-cpu", "ssd")["Evidence"]
     lonely = diagnose(table([cell("torchvision", "ssd", 100.0)]))
     assert lonely.iloc[0]["Bottleneck"] == "unknown" and "synthetic" in lonely.iloc[0]["Evidence"]
 
@@ -99,5 +104,10 @@ def test_recommendations_are_computed_from_the_cells():
     # GPUs: 2 GPUs give 2*1000*128/600 / (1000*128/650) = 2.17x > 1.6 -> pays off
     assert "2 GPUs give 2.17x one GPU" in text and "pays off" in text
     assert all(r["cells"] for r in recs)
+    close = recommendations(diagnose(table([cell("synthetic", "ram", 100.0, kind="ram"),
+                                            cell("torchvision", "ram", 104.0, kind="ram"),
+                                            cell("opencv", "ram", 101.0, kind="ram")])),
+                            {"loader": "torchvision", "gpus": 1, "batch_size": 128, "precision": "fp32"})  # fmt: skip
+    assert "On ram, the loader hardly matters: the best, opencv, is 1.03x torchvision" in close[0]["text"]
     md = render_markdown(d, recs)
     assert "| torchvision/hdd/g1/b128/fp32/dp |" in md and "CPU-prep-bound" in md and "# Recommendations" in md

@@ -9,7 +9,8 @@ Stall attribution after DS-Analyzer, per configuration (loader, tier, GPUs, per-
 
 The label, in this order: `GPU-bound` (AU >= 0.9; `compute-bound` when the device is the CPU), `I/O-bound`
 (fetch stall is the larger stall), `transfer-bound` (the loader had batches ready - data wait under 10% of
-the step - yet the step is slower than compute: host-to-device copies, DataParallel's scatter),
+the step - yet the step is slower than compute: host-to-device copies, DataParallel's scatter; on a CPU device,
+where nothing crosses a bus, that is the loader's workers taking cores from the training: `CPU-prep-bound`),
 `CPU-prep-bound` (decode/augment on the CPU), `GPU-prep-bound` (decode/augment on the GPU, taking turns with
 training). Each label comes with its evidence in words and numbers.
 """
@@ -103,6 +104,10 @@ def label(r: pd.Series) -> tuple[str, str]:
         io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
         return "I/O-bound", (f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['RAM step (ms)']:.1f} ms from "
                              f"RAM{io}; {facts}")  # fmt: skip
+    if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s and on_cpu:
+        # no bus to cross on a CPU device: the loader's workers take cores from the training itself
+        return "CPU-prep-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {s - c:.1f} ms "
+                                  f"more than compute: the loader's workers share the CPU with the training; {facts}")  # fmt: skip
     if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s:
         pcie = r.get("PCIe RX MB/s", np.nan)
         bus = f", PCIe to GPU {pcie:.0f} MB/s" if np.isfinite(pcie) else ""
@@ -143,10 +148,13 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
         ref = g[g["Dataloader"] == base_loader]
         if len(ref) and best["Dataloader"] != base_loader:
             gain = best["Samples/s"] / ref.iloc[0]["Samples/s"]
-            out.append({"topic": "loader", "text": (
-                f"On {tier}, use {best['Dataloader']}: {best['Samples/s']:.0f} samples/s, {gain:.2f}x {base_loader} "
-                f"({ref.iloc[0]['Samples/s']:.0f}); its bottleneck there: {best['Bottleneck']}."),
-                "cells": [_cell(best), _cell(ref.iloc[0])]})  # fmt: skip
+            if gain >= 1.1:
+                text = (f"On {tier}, use {best['Dataloader']}: {best['Samples/s']:.0f} samples/s, {gain:.2f}x "
+                        f"{base_loader} ({ref.iloc[0]['Samples/s']:.0f}); its bottleneck there: {best['Bottleneck']}.")
+            else:
+                text = (f"On {tier}, the loader hardly matters: the best, {best['Dataloader']}, is {gain:.2f}x "
+                        f"{base_loader} (within 10%); {base_loader} there is {ref.iloc[0]['Bottleneck']}.")
+            out.append({"topic": "loader", "text": text, "cells": [_cell(best), _cell(ref.iloc[0])]})
     # 2. tier, per loader
     for loader, g in real.groupby("Dataloader", sort=False):
         if g["Disk"].nunique() < 2:
@@ -167,6 +175,8 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
         gain = hi["Samples/s"] / lo["Samples/s"]
         if gain >= 1.1:
             why = "worth it: the device does more per launch and the loader keeps up"
+        elif gain < 0.9:
+            why = f"slower: at batch {int(hi['Batch size'])} the cell is {hi['Bottleneck']}"
         elif "prep" in lo["Bottleneck"] or "I/O" in lo["Bottleneck"]:
             why = f"barely matters: the loader sets the pace ({lo['Bottleneck']}), a bigger batch only waits longer"
         else:
