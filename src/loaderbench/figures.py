@@ -121,9 +121,10 @@ def stall_bars(diag: pd.DataFrame, out_dir: Path) -> None:
             ax.bar(names, parts[col], bottom=bottom, color=color, label=col.replace(" (ms)", ""))
             bottom += parts[col]
         ax.scatter(names, step, marker="_", s=400, color="k", zorder=3, label="measured step")
+        crowded = len(g) > 8  # upright labels would overlap: stand them on end
         for i, (lab, top) in enumerate(zip(g["Bottleneck"], np.fmax(bottom, np.nan_to_num(step)))):
-            ax.text(i, top * 1.02, lab, ha="center", va="bottom", fontsize=7)
-        ax.set_ylim(0, 1.2 * np.nanmax(np.fmax(bottom, np.nan_to_num(step))) or 1)
+            ax.text(i, top * 1.02, lab, ha="center", va="bottom", fontsize=7, rotation=90 if crowded else 0)
+        ax.set_ylim(0, (1.45 if crowded else 1.2) * np.nanmax(np.fmax(bottom, np.nan_to_num(step))) or 1)
         ax.set_ylabel("ms per step")
         ax.set_title(cfg)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
