@@ -78,6 +78,9 @@ def test_cpu_device_is_compute_bound_and_missing_pieces_are_said():
     shared = diagnose(table([cell("synthetic", "ssd", 100.0, device="cpu"),
                              cell("dali-cpu", "ssd", 130.0, device="cpu", wait_ms=1.0)]))  # fmt: skip
     assert row(shared, "dali-cpu", "ssd")["Bottleneck"] == "CPU-prep-bound"
+    cpu_nvjpeg = diagnose(table([cell("synthetic", "ssd", 100.0, device="cpu"),
+                                 cell("nvjpeg", "ssd", 200.0, device="cpu", wait_ms=90.0)]))  # fmt: skip
+    assert row(cpu_nvjpeg, "nvjpeg", "ssd")["Bottleneck"] == "CPU-prep-bound"  # no GPU: it decodes on the CPU
     assert "share the CPU" in row(shared, "dali-cpu", "ssd")["Evidence"]
     lonely = diagnose(table([cell("torchvision", "ssd", 100.0)]))
     assert lonely.iloc[0]["Bottleneck"] == "unknown" and "synthetic" in lonely.iloc[0]["Evidence"]

@@ -113,7 +113,7 @@ def label(r: pd.Series) -> tuple[str, str]:
         bus = f", PCIe to GPU {pcie:.0f} MB/s" if np.isfinite(pcie) else ""
         return "transfer-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes "
                                   f"{s - c:.1f} ms more than compute{bus}; {facts}")  # fmt: skip
-    where = "GPU" if r["Dataloader"] in GPU_PREP_LOADERS else "CPU"
+    where = "GPU" if r["Dataloader"] in GPU_PREP_LOADERS and not on_cpu else "CPU"  # without a GPU all decode on CPU
     return f"{where}-prep-bound", (f"prep stall {_fmt(prep, ' ms')}/step{stall_note}, data wait {_fmt(wait, ' ms')}"
                                    f"/step; {facts}")  # fmt: skip
 
