@@ -154,6 +154,24 @@ def test_content_matches_backing_and_sequential_reads_do_not_seek(tmp_path, moun
 
 
 @needs_fuse
+def test_rereading_what_the_head_just_read_needs_no_second_positioning(tmp_path, mounts):
+    """OpenCV's imread opens a file twice (a few bytes to sniff the format, then the decode): a real drive serves
+    the second start from its track buffer, so the model charges one positioning per file, not two."""
+    backing, rels = make_tree(tmp_path, n=6)
+    m = mounts(backing, tmp_path / "mnt", ONE_HEAD)
+    before = m.stats()
+    for rel in rels:
+        with open(m.mountpoint / rel, "rb", buffering=0) as f:
+            assert len(f.read(16)) == 16
+        assert read_file(m.mountpoint / rel) == (backing / rel).read_bytes()
+    after = m.stats()
+    assert after["seeks"] - before["seeks"] == len(rels)
+    # another file in between moves the head: the first file costs a positioning again
+    read_file(m.mountpoint / rels[0])
+    assert m.stats()["seeks"] - after["seeks"] == 1
+
+
+@needs_fuse
 def test_stale_mount_of_a_killed_owner_is_cleaned_by_the_next_mount(tmp_path, mounts):
     backing, rels = make_tree(tmp_path, n=4)
     mp = tmp_path / "mnt"

@@ -153,10 +153,17 @@ def predict(model: DeviceModel, mean_file_bytes: float, readers: int) -> dict:
 
 
 class _Head:
-    __slots__ = ("busy", "file", "next_offset", "last_used")
+    """One head: the file and contiguous byte range it read last (the drive's track buffer holds that range)."""
+
+    __slots__ = ("busy", "file", "start", "next_offset", "last_used")
 
     def __init__(self):
-        self.busy, self.file, self.next_offset, self.last_used = False, None, -1, 0.0
+        self.busy, self.file, self.start, self.next_offset, self.last_used = False, None, -1, -1, 0.0
+
+    def holds(self, key: str, offset: int) -> bool:
+        """A read here needs no positioning: it continues the range just read or rereads part of it (a reader that
+        opens a file twice, as OpenCV's imread does to sniff the format, finds the first bytes in the buffer)."""
+        return self.file == key and self.start <= offset <= self.next_offset
 
 
 class Throttle:
@@ -180,7 +187,7 @@ class Throttle:
                     break
                 self._cond.wait()
             self._queue.popleft()
-            head = next((h for h in free if h.file == key and h.next_offset == offset), None)
+            head = next((h for h in free if h.holds(key, offset)), None)
             seek = head is None
             if seek:
                 head = min(free, key=lambda h: h.last_used)
@@ -192,7 +199,11 @@ class Throttle:
     def _release(self, head: _Head, key: str, end: int, nbytes: int, seek: bool, waited: float, held: float,
                  overrun: bool) -> None:  # fmt: skip
         with self._cond:
-            head.busy, head.file, head.next_offset, head.last_used = False, key, end, time.monotonic()
+            if seek:
+                head.start, head.next_offset = end - nbytes, end
+            else:
+                head.next_offset = max(head.next_offset, end)
+            head.busy, head.file, head.last_used = False, key, time.monotonic()
             self.requests += 1
             self.bytes += nbytes
             self.seeks += seek
@@ -205,11 +216,13 @@ class Throttle:
         """Run `do_read()` (the real read of `key` at `offset`) on a head; return after the modelled service time."""
         arrived = time.monotonic()
         head, seek = self._acquire(key, offset)
+        buffered_to = -1 if seek else head.next_offset  # bytes before this came from the track buffer
         start = time.monotonic()
         data, overrun = b"", False
         try:
             data = do_read()
-            remaining = start + self.model.service_s(len(data), seek) - time.monotonic()
+            fresh = len(data) if seek else max(0, offset + len(data) - max(offset, buffered_to))
+            remaining = start + self.model.service_s(fresh, seek) - time.monotonic()
             overrun = remaining < 0  # the backing read alone took longer than the model allows
             if remaining > 0:
                 time.sleep(remaining)
