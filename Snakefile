@@ -19,13 +19,16 @@ include: "workflow/rules/bundle.smk"
 report: "workflow/report/workflow.rst"
 
 
-# Everything but the cells runs where Snakemake runs (no container, no cluster job).
+# Everything but the cells runs where Snakemake runs (no container, no cluster job). The tier probe too: on a
+# cluster it measures the tiers as the submit host sees them (the same paths the compute nodes must see).
 localrules:
     make_dataset,
     check_dataset,
     stage,
+    probe_tier,
     resolved_config,
     aggregate,
+    diagnose,
     figures,
     bundle,
     all,
