@@ -183,12 +183,11 @@ def accelerator_utilisation(t: pd.DataFrame) -> pd.Series:
 def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_dir: Path,
               probes: list[Path] = ()) -> pd.DataFrame:  # fmt: skip
     """cells.csv (median over repeats), repeats.csv (every record) and tier_probe.csv (each tier's read rate)."""
-    from .tierprobe import probe_rows
+    from .tierprobe import PROBE_COLUMNS, probe_rows
 
     rows = probe_rows([json.loads(Path(p).read_text()) for p in probes])
-    cols = ["Tier", "Kind", "Cold", "Readers", "Files", "Mean file KB", "Files/s", "MB/s", "Model", "Predicted files/s",
-            "Measured/predicted", "Eviction", "Error"]  # fmt: skip
-    atomic_write_text(Path(out_dir) / "tier_probe.csv", pd.DataFrame(rows, columns=cols).to_csv(index=False, float_format="%.4g"))
+    probe = pd.DataFrame(rows, columns=PROBE_COLUMNS)
+    atomic_write_text(Path(out_dir) / "tier_probe.csv", probe.to_csv(index=False, float_format="%.4g"))
     records = [json.loads(Path(p).read_text()) for p in cell_files]
     from .respread import configuration, load_ledger
 
@@ -196,9 +195,7 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
     repeats = repeats_table(records)
     table = cells_table(repeats, baseline, spread_warn)
     if ledger:  # rerun once for their spread: the spread those repeats had before
-        before = {}
-        for key, entry in ledger.items():
-            before[key] = entry["spread"]
+        before = {key: entry["spread"] for key, entry in ledger.items()}
         ids = repeats.groupby(KEYS, sort=False, dropna=False)["cell_id"].first().map(configuration)
         table["Spread before rerun"] = [before.get(ids.get(tuple(r[k] for k in KEYS))) for _, r in table.iterrows()]
     out_dir = Path(out_dir)

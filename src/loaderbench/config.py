@@ -14,6 +14,7 @@ import jsonschema
 import yaml
 
 from .loaders import LOADERS
+from .provenance import filesystem_of
 from .util import stable_hash
 
 PRECISIONS = ("fp32", "amp")
@@ -141,16 +142,7 @@ def _on_ram(path: str) -> bool:
     real = os.path.realpath(path)
     if real == "/dev/shm" or real.startswith("/dev/shm/"):
         return True
-    best, fstype = "", None
-    try:
-        for line in Path("/proc/self/mounts").read_text().splitlines():
-            parts = line.split()
-            mnt = parts[1]
-            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-                best, fstype = mnt, parts[2]
-    except OSError:
-        return False
-    return fstype in RAM_FILESYSTEMS
+    return filesystem_of(real)["fstype"] in RAM_FILESYSTEMS
 
 
 def tier_read_path(tier: dict) -> str:

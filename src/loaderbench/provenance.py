@@ -40,7 +40,8 @@ def filesystem_of(path: str | Path) -> dict:
     for line in lines:
         dev, mnt, fstype = line.split()[:3]
         mnt = mnt.replace("\\040", " ")
-        if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > best_len:
+        # >=: of mounts stacked on the same point, the last listed is the one on top
+        if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= best_len:
             best, best_len = {"mount_point": mnt, "fstype": fstype, "device": dev}, len(mnt)
     return best
 

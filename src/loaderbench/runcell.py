@@ -56,7 +56,7 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     try:
         if spec.loader not in TIERLESS:
             try:
-                mount = _prepare_tier(spec, manifest_data, tier, out)
+                mount = _prepare_tier(spec, manifest_data, tier)
             except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
                 why = f"tier {spec.tier} ({spec.tier_kind}) could not be prepared: {e}"
         # ddp: one process per GPU (rank), as torchrun would start them, under this runner's supervision
@@ -83,8 +83,7 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
             samples = sampler.stop()
         if mount:
             mount.unmount()
-            tier["emulated"] = _read_json(mount.stats_path)
-            Path(mount.stats_path).unlink(missing_ok=True)
+            tier["emulated"] = mount.final_stats
         if in_main:
             signal.signal(signal.SIGTERM, previous)
     if rc in (-signal.SIGTERM, -signal.SIGINT):
@@ -125,14 +124,13 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     return record
 
 
-def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict, out: Path):
+def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict):
     """Mount an emulated tier (returned, to be unmounted by the caller) and make a cold tier cold."""
     mount = None
     if spec.tier_kind == "emulated":
         from .emulated import DeviceModel, mount as mount_emulated
 
-        mount = mount_emulated(spec.tier_path, spec.read_path, DeviceModel.from_dict(spec.device_model),
-                               stats_path=out.parent / f".{out.name}.emulated.json")  # fmt: skip
+        mount = mount_emulated(spec.tier_path, spec.read_path, DeviceModel.from_dict(spec.device_model))
     if spec.cache == "cold":
         from .cache import evict
 
@@ -161,13 +159,6 @@ def _check_rereads(spec: CellSpec, manifest: dict, tier: dict, metrics: dict) ->
                 f"{ram_mb / 1e3:.0f} GB RAM), so {100 * tier['reread_fraction']:.0f}% of its reads came from the page "
                 "cache, not the device; use a larger dataset, a shorter window or an emulated tier"
             )
-
-
-def _read_json(path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError, TypeError):
-        return None
 
 
 def _wait_all(procs: list[subprocess.Popen], timeout_s: float,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .provenance import filesystem_of
 from .util import atomic_write_text
 
 PCIE_NOTE = "NVML PCIe throughput (a 20 ms counter window), read by its own thread: one GPU per second, in turn"
@@ -42,22 +43,8 @@ def block_device_of(path: Path) -> tuple[str | None, str]:
     link = Path(f"/sys/dev/block/{major}:{minor}")
     if link.exists():
         return link.resolve().name, f"block device {major}:{minor}"
-    fs = _fs_type(path)
+    fs = filesystem_of(path)["fstype"]
     return None, f"no block device behind {path} ({fs or 'unknown'} filesystem, device {major}:{minor})"
-
-
-def _fs_type(path: Path) -> str | None:
-    path = os.path.realpath(path)
-    best, fstype = "", None
-    try:
-        for line in Path("/proc/self/mounts").read_text().splitlines():
-            parts = line.split()
-            mnt = parts[1].replace("\\040", " ")
-            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-                best, fstype = mnt, parts[2]
-    except OSError:
-        return None
-    return fstype
 
 
 class _Nvml:

@@ -172,6 +172,10 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
     return {**base, **result}
 
 
+PROBE_COLUMNS = ["Tier", "Kind", "Cold", "Readers", "Files", "Mean file KB", "Files/s", "MB/s", "Model",
+                 "Predicted files/s", "Measured/predicted", "Eviction", "Error"]  # fmt: skip
+
+
 def probe_rows(results: list[dict]) -> list[dict]:
     """One table row per tier and reader count."""
     rows = []
