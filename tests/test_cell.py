@@ -79,9 +79,9 @@ def test_an_exception_in_the_cell_is_a_failed_record(staged, tmp_path):
 
 def test_a_timeout_is_a_failed_record(staged, tmp_path):
     tmp, cfg = staged
-    spec = replace(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0"), timeout_s=0.5)
+    spec = cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0")
     out = tmp_path / "c.json"
-    run_cell(spec, tmp / "disk.json", out)
+    run_cell(spec, tmp / "disk.json", out, timeout_s=0.5)
     rec = json.loads(out.read_text())
     assert rec["status"] == "failed" and rec["reason"] == "timed out after 0.5 s (cell_timeout_s)"
 

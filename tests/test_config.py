@@ -12,7 +12,8 @@ def test_defaults_are_filled_and_paths_resolved(tmp_path):
     cfg = validate_config({"storage": {"ssd": "rel/ssd"}}, base_dir=tmp_path)
     assert cfg["loaders"] == ["torchvision", "opencv"]
     assert cfg["tiers"] == ["ssd"]
-    assert cfg["window"] == {"steps": None, "seconds": 60}
+    assert cfg["window"] == {"steps": None, "seconds": None, "max_seconds": 30, "min_seconds": 3, "precision": 0.02}
+    assert cfg["cell_timeout_s"] == 300 + 4 * 30  # auto: follows the window
     assert cfg["baseline"] == {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32",
                                "parallel": "dp"}  # fmt: skip
     assert cfg["parallel"] == ["dp"]
@@ -45,9 +46,13 @@ def test_tier_kinds_cache_policy_and_device_models(tmp_path):
     assert validate_config(cfg) == cfg  # the full form validates again unchanged
 
 
-def test_window_steps_alone_replaces_the_default_seconds():
+def test_a_fixed_window_replaces_the_adaptive_default():
     cfg = validate_config({"window": {"steps": 10}})
-    assert cfg["window"] == {"steps": 10, "seconds": None}
+    assert cfg["window"]["steps"] == 10 and cfg["window"]["seconds"] is None and cfg["window"]["max_seconds"] is None
+    cfg = validate_config({"window": {"seconds": 8}})
+    assert cfg["window"]["seconds"] == 8 and cfg["window"]["max_seconds"] is None
+    assert cfg["cell_timeout_s"] == 300 + 4 * 8
+    assert validate_config({"window": {"steps": 10}, "cell_timeout_s": 50})["cell_timeout_s"] == 50
 
 
 @pytest.mark.parametrize(
@@ -63,7 +68,10 @@ def test_window_steps_alone_replaces_the_default_seconds():
         ({"gpus": "2"}, "'gpus'", "not of type 'array'"),
         ({"repeats": "three"}, "'repeats'", "not of type 'integer'"),
         ({"precisions": ["fp16"]}, "'precisions[0]'", "is not one of"),
-        ({"window": {"steps": 5, "seconds": 5}}, "'window'", "exactly one of"),
+        ({"window": {"steps": 5, "seconds": 5}}, "'window'", "not steps and seconds"),
+        ({"window": {"seconds": 5, "max_seconds": 9}}, "'window'", "not seconds and max_seconds"),
+        ({"window": {"min_seconds": 9, "max_seconds": 5}}, "'window.min_seconds'", "exceeds"),
+        ({"placement": "cores"}, "'placement'", "is not one of"),
         ({"dataset": {"source": "path"}}, "'dataset.path'", "required"),
         ({"dataset": {"images": 2, "classes": 3}}, "'dataset.classes'", "exceed"),
         ({"storage": {"Bad Name": "/tmp"}}, "'storage'", "does not match"),

@@ -54,6 +54,7 @@ def cmd_stage(a) -> int:
 def cmd_run_cell(a) -> int:
     from .config import CellSpec
     from .runcell import run_cell
+    from .watchdog import StallRule
 
     if a.spec:
         spec = CellSpec.from_dict(json.loads(a.spec))
@@ -66,7 +67,11 @@ def cmd_run_cell(a) -> int:
         raise StagingError(f"tier manifest {manifest} is missing: stage the dataset first (snakemake {manifest})")
     out = Path(a.out or f"results/cells/{spec.cell_id}.json")
     timeline = Path(a.timeline) if a.timeline else out.parent.parent / "telemetry" / f"{spec.cell_id}.csv"
-    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "")
+    cfg = _cfg(a) if a.config else None
+    timeout_s = a.timeout_s or (cfg["cell_timeout_s"] if cfg else None)
+    stall = StallRule(floor_s=a.stall_s or (cfg["watchdog"]["stall_s"] if cfg else 60.0),
+                      factor=a.stall_factor or (cfg["watchdog"]["step_factor"] if cfg else 50.0))  # fmt: skip
+    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "", timeout_s=timeout_s, stall=stall)
     return 0
 
 
@@ -251,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="record path (default results/cells/<cell>.json)")
     s.add_argument("--timeline", help="telemetry timeline CSV (default <out>/../../telemetry/<cell>.csv)")
     s.add_argument("--position", help="'i/n': the cell's place in the grid, shown in its progress lines")
+    s.add_argument("--timeout-s", type=float, help="the cell's time limit (default: config cell_timeout_s, else auto)")
+    s.add_argument("--stall-s", type=float, help="watchdog: no step for this long is a stall (default 60)")
+    s.add_argument("--stall-factor", type=float, help="... or for this many median steps, when longer (default 50)")
     s.set_defaults(func=cmd_run_cell)
 
     s = sub.add_parser("cells", help="list the cell ids of a config")

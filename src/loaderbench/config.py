@@ -88,10 +88,17 @@ def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
             f"(defined: {', '.join(cfg['storage'])})"
         )
     win = cfg["window"]
-    if win.get("steps") is not None and "seconds" not in (raw or {}).get("window", {}):
-        win["seconds"] = None  # steps given alone: drop the default seconds
-    if (win["steps"] is None) == (win["seconds"] is None):
-        raise ConfigError("config key 'window': give exactly one of 'steps' or 'seconds'")
+    given = [k for k in ("steps", "seconds", "max_seconds") if (raw or {}).get("window", {}).get(k) is not None]
+    if len(given) > 1:
+        raise ConfigError(f"config key 'window': give one of 'steps', 'seconds' (fixed) or 'max_seconds' (adaptive), "
+                          f"not {' and '.join(given)}")  # fmt: skip
+    if given and given[0] != "max_seconds":
+        win["max_seconds"] = None  # a fixed window: no adaptive stop
+    if win["max_seconds"] is not None and win["min_seconds"] > win["max_seconds"]:
+        raise ConfigError(f"config key 'window.min_seconds': {win['min_seconds']} exceeds window.max_seconds "
+                          f"{win['max_seconds']}")  # fmt: skip
+    if cfg["cell_timeout_s"] == "auto":
+        cfg["cell_timeout_s"] = auto_timeout(win, cfg["compile"])
     ds = cfg["dataset"]
     if ds["source"] == "path" and not ds["path"]:
         raise ConfigError("config key 'dataset.path': required when dataset.source is 'path'")
@@ -104,6 +111,12 @@ def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
     if ds["name"] is None:
         ds["name"] = dataset_name(cfg)
     return cfg
+
+
+def auto_timeout(window: dict, compile_: bool) -> float:
+    """A cell's time limit from its window: start-up, build and warm-up allowance plus the longest window, x4."""
+    longest = window["seconds"] or window["max_seconds"]
+    return (300.0 + 4 * longest if longest else 900.0) + (600.0 if compile_ else 0.0)
 
 
 RAM_FILESYSTEMS = ("tmpfs", "ramfs")
@@ -203,8 +216,11 @@ class CellSpec:
     parallel: str  # dp: one process, nn.DataParallel; ddp: one process per GPU, DistributedDataParallel
     repeat: int
     seed: int
-    window_steps: int | None
-    window_s: float | None
+    window_steps: int | None  # a fixed window of steps, or
+    window_s: float | None  # a fixed window of seconds, or
+    window_max_s: float | None  # an adaptive one: stops when the rate is known to +-window_precision, or at this
+    window_min_s: float
+    window_precision: float
     warmup_steps: int
     crop_size: int
     workers: int | str
@@ -219,7 +235,8 @@ class CellSpec:
     lr: float
     momentum: float
     weight_decay: float
-    timeout_s: float
+    cudnn_benchmark: bool
+    placement: str  # auto, pin or off (loaderbench.placement)
     tier_kind: str = "path"  # path, ram or emulated (config key storage.<tier>.kind)
     cache: str = "cold"  # cold: the staged files are evicted from the page cache before the cell
     read_path: str | None = None  # where the cell reads the tier (an emulated tier's FUSE mount); None: tier_path
@@ -290,6 +307,9 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
         seed=cfg["seed"] + d["repeat"],
         window_steps=cfg["window"]["steps"],
         window_s=cfg["window"]["seconds"],
+        window_max_s=cfg["window"]["max_seconds"],
+        window_min_s=cfg["window"]["min_seconds"],
+        window_precision=cfg["window"]["precision"],
         warmup_steps=cfg["warmup_steps"],
         crop_size=cfg["crop_size"],
         workers=cfg["workers"],
@@ -304,7 +324,8 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
         lr=opt["lr"],
         momentum=opt["momentum"],
         weight_decay=opt["weight_decay"],
-        timeout_s=cfg["cell_timeout_s"],
+        cudnn_benchmark=cfg["cudnn_benchmark"],
+        placement=cfg["placement"],
         telemetry_hz=cfg["telemetry_hz"],
         tier_kind=tier["kind"],
         cache=tier["cache"],

@@ -18,27 +18,35 @@ import threading
 import time
 from pathlib import Path
 
-from . import telemetry
-from .config import TIERLESS, CellSpec, staged_root
+from . import placement, telemetry
+from .config import TIERLESS, CellSpec, auto_timeout, staged_root
 from .records import failed_record
 from .util import atomic_write_json
+from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 
 
-def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = None, position: str = "") -> dict:
+def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = None, position: str = "",
+             timeout_s: float | None = None, stall: StallRule | None = None) -> dict:  # fmt: skip
     """Measure the cell in child processes and write its record to `out` (and its telemetry to `timeline`).
 
     Around the measurement: an emulated tier is mounted (and always unmounted), a cold tier's files are evicted
-    from the page cache, and the resource sampler runs. `position` ("3/26") prefixes the progress lines."""
+    from the page cache, the resource sampler runs, and the stall watchdog reads the ranks' heartbeats.
+    `position` ("3/26") prefixes the progress lines; `timeout_s` (default: from the window) bounds the cell."""
+    timeout_s = timeout_s or spec_timeout(spec)
+    stall = stall or StallRule()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.child"
     ranks = spec.gpus if spec.parallel == "ddp" else 1
-    leftovers = [partial, *(partial.with_name(f"{partial.name}.rank{r}") for r in range(1, ranks))]
+    beats = [heartbeat_path(partial, r) for r in range(ranks)]
+    stacks = [stacks_path(partial, r) for r in range(ranks)]
+    leftovers = [partial, *(partial.with_name(f"{partial.name}.rank{r}") for r in range(1, ranks)), *beats, *stacks]
     for p in leftovers:
         p.unlink(missing_ok=True)
     cmd = [
         sys.executable, "-m", "loaderbench.train",
         "--spec", json.dumps(spec.to_dict()), "--manifest", str(manifest), "--out", str(partial),
+        "--timeout-s", str(timeout_s),
     ]  # fmt: skip
     started = time.time()
     label = f"[{position}] " if position else ""
@@ -52,7 +60,7 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup below
     procs = []
     mount = sampler = samples = None
-    rc, why, culprit = None, None, None
+    rc, why, culprit, stack_dump = None, None, None, {}
     try:
         if spec.loader not in TIERLESS:
             try:
@@ -72,8 +80,9 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
             procs.append(subprocess.Popen(cmd, preexec_fn=_die_with_parent, env=env))
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
+        _keep_off_launch_cores(spec, mount)
         if procs:
-            rc, why, culprit = _wait_all(procs, spec.timeout_s)
+            rc, why, culprit, stack_dump = _wait_all(procs, timeout_s, beats, stacks, stall)
     except BaseException:
         for proc in procs:
             _kill_tree(proc)  # interrupted: take the ranks and their loader workers down with us
@@ -104,6 +113,10 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     else:
         record = failed_record(spec, why or "measurement process wrote no record")
         record["started_at"] = started
+    if stack_dump:
+        record["stacks"] = stack_dump
+        for rank, text in stack_dump.items():
+            print(f"--- Python stacks of rank {rank} ---\n{text}", file=sys.stderr, flush=True)
     record["wall_s"] = time.time() - started
     metrics = record.get("metrics") or {}
     if spec.loader not in TIERLESS:
@@ -161,14 +174,25 @@ def _check_rereads(spec: CellSpec, manifest: dict, tier: dict, metrics: dict) ->
             )
 
 
-def _wait_all(procs: list[subprocess.Popen], timeout_s: float,
-              grace_s: float = 60.0) -> tuple[int | None, str | None, int | None]:  # fmt: skip
-    """Wait for every rank. The first rank to fail (or a hang past the timeout) stops the others: ranks block in
-    collectives for their peers, so one failure would otherwise hang the rest until the timeout. When one rank
-    finishes, the others get `grace_s` to finish too. Returns (exit status, reason, rank) of the first process that
-    exited non-zero or by a signal (rank None when none did)."""
-    deadline = time.monotonic() + timeout_s
+def _wait_all(procs: list[subprocess.Popen], timeout_s: float, beats: list[Path], stacks: list[Path],
+              stall: StallRule, grace_s: float = 60.0) -> tuple[int | None, str | None, int | None, dict]:  # fmt: skip
+    """Wait for every rank. The first rank to fail, a stall (no heartbeat for the stall rule's limit) or a hang past
+    the timeout stops them all: ranks block in collectives for their peers, so one failure would otherwise hang the
+    rest until the timeout. When one rank finishes, the others get `grace_s` to finish too. A stall or a timeout
+    first collects every rank's Python stacks. Returns (exit status, reason, rank, stacks) of the first process
+    that exited non-zero or by a signal (rank None when none did)."""
+    start = time.monotonic()
+    deadline = start + timeout_s
     first_done = None
+    next_beat_check = start + 0.5
+    who = (lambda r: f"rank {r} ") if len(procs) > 1 else (lambda r: "")
+
+    def stop(reason: str, rank: int | None, with_stacks: bool):
+        dump = request_stacks([p.pid for p in procs if p.poll() is None], stacks) if with_stacks else {}
+        for p in procs:
+            _kill_tree(p)
+        return None, reason, rank, dump
+
     while True:
         codes = [p.poll() for p in procs]
         bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
@@ -176,20 +200,49 @@ def _wait_all(procs: list[subprocess.Popen], timeout_s: float,
             rank, code = bad[0]
             for p in procs:
                 _kill_tree(p)
-            who = f"rank {rank} " if len(procs) > 1 else ""
-            return code, who + _exit_reason(code), rank
+            return code, who(rank) + _exit_reason(code), rank, {}
         if all(c == 0 for c in codes):
-            return 0, None, None
+            return 0, None, None, {}
         now = time.monotonic()
         if first_done is None and any(c == 0 for c in codes):
             first_done = now
-        if now > deadline or (first_done is not None and now - first_done > grace_s):
-            for p in procs:
-                _kill_tree(p)
-            if now > deadline:
-                return None, f"timed out after {timeout_s:g} s (cell_timeout_s)", None
-            return None, f"ranks still running {grace_s:g} s after another finished (a collective without its peers)", None
+        if now > deadline:
+            return stop(f"timed out after {timeout_s:g} s (cell_timeout_s)", None, True)
+        if first_done is not None and now - first_done > grace_s:
+            return stop(f"ranks still running {grace_s:g} s after another finished (a collective without its peers)",
+                        None, True)  # fmt: skip
+        if now >= next_beat_check:
+            next_beat_check = now + 0.5
+            for rank, path in enumerate(beats):
+                if codes[rank] is not None:
+                    continue
+                # before its first beat a process is starting up (interpreter, imports) since the runner started it
+                beat = read(path) or Beat(0, "startup", start, None)
+                idle = stall.stalled(beat, now)
+                if idle is not None:
+                    return stop(describe(beat, idle, rank if len(procs) > 1 else None), rank, True)
         time.sleep(0.1)
+
+
+def spec_timeout(spec: CellSpec) -> float:
+    return auto_timeout({"seconds": spec.window_s, "max_seconds": spec.window_max_s}, spec.compile)
+
+
+def _keep_off_launch_cores(spec: CellSpec, mount) -> None:
+    """The runner's own threads (the sampler, this wait loop) and an emulated tier's server off the cores the
+    measuring processes launch from (they place their own threads)."""
+    place = placement.plan(placement.usable_cpus(), spec.gpus)
+    if place is None or not placement.wanted(spec.placement, "cuda" if _has_gpu() else "cpu"):
+        return
+    for tid in placement.threads_of(os.getpid()):
+        placement.set_thread_cpus(tid, place.others)
+    server = getattr(mount, "proc", None)
+    if server is not None:
+        placement.pin_process_tree(server.pid, place.others)
+
+
+def _has_gpu() -> bool:
+    return Path("/dev/nvidiactl").exists()
 
 
 def _free_port() -> int:

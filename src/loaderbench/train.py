@@ -1,10 +1,8 @@
-"""One cell: train MobileNetV2 from a loader for a fixed timed window and measure it.
+"""One cell: build the loader and the model, place the threads, then warm up and time a window (`window`), and
+summarise it (`summary`).
 
-Run as `python -m loaderbench.train` by the cell runner (`loaderbench.runcell`) in a fresh process.
-Window: warm-up steps first (cudnn autotune, worker start-up, prefetch fill - at least the loader's prefetch depth,
-workers x prefetch_factor batches for DataLoader loaders or DALI's queue depth, so the window does not drain a
-start-up backlog), then the device is synchronised, the clock starts, `window_steps` steps or `window_s` seconds
-run, the device is synchronised again and the clock stops. Samples/s = steps x global batch / Time(s).
+Run as `python -m loaderbench.train` by the cell runner (`loaderbench.runcell`) in a fresh process (one per rank under
+ddp), which watches its heartbeat (`watchdog`) and writes the final record.
 """
 
 from __future__ import annotations
@@ -15,20 +13,18 @@ import math
 import os
 import resource
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 
-import numpy as np
-
+from . import parallel, placement, summary
 from .config import CellSpec
-from . import parallel
 from .parallel import env_rank
 from .records import failed_record, make_record, skipped_record
 from .util import atomic_write_json
-
-
-PROGRESS_S = 5.0
+from .watchdog import Heartbeat, heartbeat_path, stacks_path
+from .window import StopRule, timed_window, warm_up
 
 
 def available_devices() -> tuple[str, int]:
@@ -39,22 +35,11 @@ def available_devices() -> tuple[str, int]:
     return "cpu", 1
 
 
-def resolve_workers(spec: CellSpec) -> int:
-    """`auto`: every usable CPU but one, which the training process needs to launch its GPU work.
-
-    On the H200 host (16 CPUs, quickstart grid, batch 16) 15 instead of 16 workers left the step time where it
-    was (about 20-30 ms, launch-bound at that batch size): the reserved core is a safeguard, not a measured win.
-    """
+def resolve_workers(spec: CellSpec, place: placement.Placement | None = None) -> int:
+    """`auto`: the CPUs left once the launching threads have theirs (every usable CPU but one when unpinned)."""
     if spec.workers == "auto":
-        return max(1, len(os.sched_getaffinity(0)) - 1)
+        return len(place.others) if place else max(1, len(os.sched_getaffinity(0)) - 1)
     return int(spec.workers)
-
-
-def summarize_ms(values_s: list[float]) -> dict:
-    a = np.asarray(values_s) * 1000.0
-    if a.size == 0:
-        return {"mean": None, "p50": None, "p95": None}
-    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
 def dtypes(spec: CellSpec, kind: str):
@@ -100,20 +85,34 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
     return model, step
 
 
-def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str]) -> dict | None:
+def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str], heartbeat: Heartbeat | None = None,
+            timeout_s: float = 600.0) -> dict | None:  # fmt: skip
     """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure."""
     t_start = time.perf_counter()
     marks = {"setup_start": time.time()}  # epoch seconds, for the telemetry timeline's phases
     since_process_start = _seconds_since_process_start()
+    heartbeat = heartbeat or Heartbeat(None)
+    heartbeat.phase("setup")
     kind, count = available_devices()
-    dist = parallel.start(spec.parallel, spec.gpus, spec.timeout_s)
+    dist = parallel.start(spec.parallel, spec.gpus, timeout_s)
     try:
-        return _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start, marks)
+        return _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start, marks, heartbeat)
     finally:
         parallel.stop(dist)
 
 
-def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start, marks) -> dict | None:
+def launchers(spec: CellSpec, kind: str) -> int:
+    """Threads that launch GPU work: one per GPU (ddp: each rank's main thread; dp: main + one per extra replica)."""
+    return spec.gpus if kind == "cuda" else 1
+
+
+def cell_placement(spec: CellSpec, kind: str) -> placement.Placement | None:
+    if not placement.wanted(spec.placement, kind):
+        return None
+    return placement.plan(placement.usable_cpus(), launchers(spec, kind))
+
+
+def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start, marks, heartbeat) -> dict | None:
     import torch
 
     from .loaders import get_loader
@@ -123,11 +122,12 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     amp_dtype, input_dtype = dtypes(spec, kind)
     torch.manual_seed(spec.seed)
     if kind == "cuda":
-        torch.backends.cudnn.benchmark = True
-    workers = resolve_workers(spec)
+        torch.backends.cudnn.benchmark = spec.cudnn_benchmark
+    place = cell_placement(spec, kind)
+    workers = resolve_workers(spec, place)
     ddp = spec.parallel == "ddp"
     if ddp and workers and spec.workers == "auto":
-        workers = max(1, (workers + 1) // dist.world - 1)  # the CPUs are shared by the ranks
+        workers = max(1, workers // dist.world)  # the CPUs are shared by the ranks
     # dp: one process gets the global batch (DataParallel splits it); ddp: each rank loads its own share
     global_batch = spec.batch_size * spec.gpus
     ctx = LoaderContext(
@@ -149,6 +149,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
             "prefetch_queue_depth": spec.dali_prefetch,
             "hw_decoder_load": spec.dali_hw_decoder_load,
             "dont_use_mmap": spec.tier_kind == "emulated",
+            "cpus": place.others if place else None,
         },
     )
     batches = get_loader(spec.loader).build(ctx)
@@ -161,64 +162,47 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         if kind == "cuda":
             torch.cuda.synchronize(device)
 
+    placed = {}
+
+    def pin():
+        """Launching threads on their own cores, every other thread of this process and its workers on the rest."""
+        if place is None:
+            return
+        keep = {threading.get_native_id(): place.launch[dist.rank if ddp else 0]}
+        for i, tid in enumerate(parallel.launch_threads(model), start=1):  # dp's replica threads
+            keep[tid] = place.launch[i % len(place.launch)]
+        placed["threads"] = placement.pin_process_tree(os.getpid(), place.others, keep)
+        placed["launch"] = {str(t): c for t, c in keep.items()}
+
     backlog = ctx.info["prefetch_batches"]
     # every rank runs the same number of steps (DDP's gradient all-reduce pairs them up)
     warmup = parallel.agree_max(dist, max(spec.warmup_steps, backlog + 2))
     t_setup = time.perf_counter()
     marks["warmup_start"] = time.time()
-    for _ in range(warmup):
-        step(*next(batches))
-    sync()
+    heartbeat.phase("warmup")
+    first = {}
+
+    def after_first_step():
+        first["s"] = time.perf_counter() - t_setup
+        pin()  # workers, DALI and replica threads exist now
+
+    warm, _ = warm_up(step, batches, warmup, sync, heartbeat, on_first_step=after_first_step)
+    pin()  # again: threads started during the warm-up (a new epoch's pin-memory thread) go where they belong
     t_warm = time.perf_counter()
 
-    timer = (lambda: torch.cuda.Event(enable_timing=True)) if kind == "cuda" else None
-    waits: list[float] = []
-    computes: list = []
-    step_end: list[float] = []
-    steps = 0
-    shown = 0.0  # progress line every PROGRESS_S seconds (rank 0; one clock read per step, already taken)
+    rule = StopRule(steps=spec.window_steps, seconds=spec.window_s, max_seconds=spec.window_max_s,
+                    min_seconds=spec.window_min_s, precision=spec.window_precision)  # fmt: skip
+    heartbeat.phase("window")
     marks["window_start"] = time.time()
-    t0 = time.perf_counter()
-    while True:
-        tw = time.perf_counter()
-        images, labels = next(batches)
-        tc = time.perf_counter()
-        waits.append(tc - tw)
-        if timer:
-            ev0, ev1 = timer(), timer()
-            ev0.record()
-            loss = step(images, labels)
-            ev1.record()
-            computes.append((ev0, ev1))
-        else:
-            loss = step(images, labels)
-            computes.append(time.perf_counter() - tc)
-        steps += 1
-        step_end.append(time.perf_counter() - t0)
-        if dist.is_main and step_end[-1] - shown >= PROGRESS_S:
-            shown = step_end[-1]
-            print(f"  {spec.cell_id}: {steps} steps in {shown:.0f} s, {steps * global_batch / shown:.1f} samples/s "
-                  "(host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
-        if spec.window_steps is not None and steps >= spec.window_steps:
-            break
-        if spec.window_s is not None:
-            # ranks stop together: at the first step after which any rank's clock passed the window
-            if parallel.agree_max(dist, int(step_end[-1] >= spec.window_s)):
-                break
-    sync()
-    elapsed = time.perf_counter() - t0
+    win = timed_window(
+        step, batches, rule, sync, heartbeat,
+        agree_stop=lambda done: bool(parallel.agree_max(dist, int(done))),
+        cuda_timer=(lambda: torch.cuda.Event(enable_timing=True)) if kind == "cuda" else None,
+        label=spec.cell_id, samples_per_step=global_batch, show_progress=dist.is_main,
+    )  # fmt: skip
     marks["window_end"] = time.time()
-    final_loss = float(loss.detach().float().item())
-    if timer:
-        computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
-
-    # Steady-state check: throughput of the second half of the window over the first half.
-    half = steps // 2
-    half_ratio = None
-    if half >= 2:
-        t_half = step_end[half - 1]
-        first, second = half / t_half, (steps - half) / max(elapsed - t_half, 1e-9)
-        half_ratio = second / first
+    heartbeat.phase("teardown")
+    final_loss = float(win.loss.detach().float().item())
 
     peak_gpu = []
     if kind == "cuda":
@@ -228,9 +212,9 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     rank_summary = {
         "rank": dist.rank,
         "device": str(device),
-        "time_s": elapsed,
-        "waits": waits,
-        "computes": computes,
+        "time_s": win.elapsed_s,
+        "waits": win.waits,
+        "computes": win.computes,
         "peak_gpu_mem_mb": peak_gpu,
         "process_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "loader_info": ctx.info,
@@ -242,20 +226,16 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         return None
 
     elapsed = max(r["time_s"] for r in ranks)  # the cell is as slow as its slowest rank
-    first = images[0] if isinstance(images, list) else images  # a pre-scattered batch: one part per GPU
+    steps = win.steps
+    images = win.last_batch[0]
+    first_input = images[0] if isinstance(images, list) else images  # a pre-scattered batch: one part per GPU
     all_waits = [w for r in ranks for w in r["waits"]]
     all_computes = [c for r in ranks for c in r["computes"]]
-    warnings = []
-    if not math.isfinite(final_loss):
-        warnings.append(f"loss is {final_loss} at the end of the window: training diverged (throughput still measured)")
-    if backlog and steps < 10 * backlog:
-        warnings.append(
-            f"window of {steps} steps is under 10x the prefetch depth ({backlog} batches): "
-            "lengthen it so start-up backlog cannot inflate the result"
-        )
-    if half_ratio is not None and not 0.8 <= half_ratio <= 1.25:
-        warnings.append(f"second half of the window ran at {half_ratio:.2f}x the first half's rate: not steady")
-
+    ratio = summary.half_ratio(win.step_end, win.elapsed_s)
+    warnings = summary.warnings_for(
+        final_loss=final_loss, backlog=backlog, steps=steps, ratio=ratio, rule=rule, converged=win.converged,
+        halfwidth=win.halfwidth, warmup_durations=warm, window_step_end=win.step_end,
+    )  # fmt: skip
     return {
         "time_s": elapsed,
         "steps": steps,
@@ -263,16 +243,23 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "samples": steps * global_batch,
         "samples_per_s": steps * global_batch / elapsed,
         "step_ms": 1000.0 * elapsed / steps,
-        "data_wait_ms": summarize_ms(all_waits),
-        "compute_ms": summarize_ms(all_computes),
+        "data_wait_ms": summary.summarize_ms(all_waits),
+        "compute_ms": summary.summarize_ms(all_computes),
         "data_wait_fraction": float(sum(ranks[0]["waits"]) / ranks[0]["time_s"]),
+        "window": {"mode": rule.mode, "min_s": rule.min_seconds if rule.mode == "adaptive" else None,
+                   "max_s": rule.max_seconds, "precision": rule.precision if rule.mode == "adaptive" else None,
+                   "ci95_rel_halfwidth": win.halfwidth, "converged": win.converged},  # fmt: skip
         "warmup_steps": warmup,
+        "warmup_step_ms": summary.summarize_ms(warm[1:]),
         "startup_s": since_process_start,  # process start to here: interpreter, imports (torch), spec and manifest
         "setup_s": t_setup - t_start,  # CUDA context, process group, loader and model built
+        "first_step_s": first.get("s"),  # autotuning, lazy CUDA module loading, worker start-up, first batch
         "warmup_s": t_warm - t_setup,
-        "input": {"dtype": str(first.dtype).replace("torch.", ""),
-                  "channels_last": first.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
+        "input": {"dtype": str(first_input.dtype).replace("torch.", ""),
+                  "channels_last": first_input.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
         "compiled": spec.compile,
+        "cudnn_benchmark": spec.cudnn_benchmark if kind == "cuda" else None,
+        "placement": {**place.to_dict(), **placed} if place else {"off": f"placement {spec.placement} on {kind}"},
         "marks": marks,
         "parallel": {
             "mode": spec.parallel,
@@ -281,14 +268,15 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
             "wrapper": type(model).__name__ if not spec.compile else f"compiled {type(model._orig_mod).__name__}",
             "per_rank": [
                 {"rank": r["rank"], "device": r["device"], "time_s": r["time_s"],
-                 "data_wait_ms": summarize_ms(r["waits"])["mean"], "compute_ms": summarize_ms(r["computes"])["mean"],
+                 "data_wait_ms": summary.summarize_ms(r["waits"])["mean"],
+                 "compute_ms": summary.summarize_ms(r["computes"])["mean"],
                  "peak_gpu_mem_mb": r["peak_gpu_mem_mb"], "process_rss_mb": r["process_rss_mb"]}
                 for r in ranks
             ],  # fmt: skip
         },
         "prefetch_backlog_batches": backlog,
         "window_over_backlog": steps / backlog if backlog else None,
-        "half_ratio": half_ratio,
+        "half_ratio": ratio,
         "final_loss": final_loss if math.isfinite(final_loss) else str(final_loss),
         "warnings": warnings,
         "workers": ctx.info.get("workers"),
@@ -339,7 +327,8 @@ def _process_tree_rss_mb() -> float | None:
     return total / 2**20
 
 
-def run(spec: CellSpec, manifest_path: Path, out: Path) -> dict:
+def run(spec: CellSpec, manifest_path: Path, out: Path, heartbeat: Heartbeat | None = None,
+        timeout_s: float = 600.0) -> dict:  # fmt: skip
     """Measure the cell and write its record (ok, skipped or failed) to `out`."""
     started = time.time()
     manifest = json.loads(manifest_path.read_text())
@@ -354,7 +343,7 @@ def run(spec: CellSpec, manifest_path: Path, out: Path) -> dict:
                 spec, f"cell needs {spec.gpus} GPUs; this host has {have}" + (" (CPU only)" if kind == "cpu" else "")
             )
         else:
-            metrics = measure(spec, spec.data_root, allowed)
+            metrics = measure(spec, spec.data_root, allowed, heartbeat, timeout_s)
             record = make_record(spec, "ok", metrics=metrics) if rank == 0 else None
     except BaseException as e:  # OOM, crashed workers, decode errors: a record, not a hole
         if isinstance(e, KeyboardInterrupt):
@@ -379,9 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec", required=True, help="cell spec as JSON")
     p.add_argument("--manifest", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--timeout-s", type=float, default=600.0, help="the cell's time limit (process group timeout)")
     a = p.parse_args(argv)
     spec = CellSpec.from_dict(json.loads(a.spec))
-    record = run(spec, a.manifest, a.out)
+    rank = env_rank()
+    heartbeat = Heartbeat(heartbeat_path(a.out, rank), stacks_path(a.out, rank))
+    record = run(spec, a.manifest, a.out, heartbeat, a.timeout_s)
     print(json.dumps({"cell": spec.cell_id, "rank": env_rank(), "status": record["status"]}), file=sys.stderr)
     # a failed ddp rank exits non-zero so the cell runner stops the ranks still waiting for it
     return 1 if env_rank() != 0 and record["status"] == "failed" else 0

@@ -1,4 +1,4 @@
-# One job per cell: loader x tier x gpus x batch x precision x repeat. The job always writes a record
+# One job per cell: loader x tier x gpus x batch x precision x parallel mode x repeat. The job always writes a record
 # (ok, skipped or failed with its reason), atomically. `bench_slot` (profiles/default) keeps cells from
 # running at the same time, which would make them compete for the CPUs and GPUs they measure.
 # With --use-singularity the job runs in the cell container (config key container.image); under
@@ -12,8 +12,7 @@ rule cell:
         record="results/cells/{cell}.json",
         timeline="results/telemetry/{cell}.csv",
     params:
-        spec=get_cell_spec,
-        position=lambda w: f"{CELLS.index(w.cell) + 1}/{len(CELLS)}" if w.cell in CELLS else "",
+        spec=get_cell_spec,  # the cell's identity: a changed spec re-measures the cell, nothing else does
     log:
         "logs/cells/{cell}.log",
     container:
@@ -26,5 +25,5 @@ rule cell:
         runtime=SLURM["runtime_min"],
         **SLURM_PLACEMENT,
     shell:
-        "{CELL_LB} run-cell --spec {params.spec:q} --manifest {input.manifest} --out {output.record} "
-        "--timeline {output.timeline} --position {params.position:q} 2>&1 | tee {log}"
+        "{CELL_LB} run-cell --spec {params.spec:q} --manifest {input.manifest:q} --out {output.record:q} "
+        "--timeline {output.timeline:q} {CELL_RUN_OPTS} 2>&1 | tee {log:q}"

@@ -79,6 +79,18 @@ if "LOADERBENCH_GIT_COMMIT" not in os.environ:
         os.environ["LOADERBENCH_GIT_COMMIT"] = git_commit()["commit"]
 
 
+# How a cell is run, not what it measures: passed outside the rule's params so that changing them re-measures
+# nothing (every param is a rerun trigger; the spec param is the cell's identity).
+CELL_RUN_OPTS = " ".join(
+    shlex.quote(str(v))
+    for v in (
+        "--timeout-s", CFG["cell_timeout_s"],
+        "--stall-s", CFG["watchdog"]["stall_s"],
+        "--stall-factor", CFG["watchdog"]["step_factor"],
+    )
+)  # fmt: skip
+
+
 def cell_gpus(wildcards):
     return parse_cell_id(wildcards.cell)["gpus"]
 

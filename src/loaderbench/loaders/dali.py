@@ -11,6 +11,7 @@ same pipelines are tested on CPU-only machines.
 from __future__ import annotations
 
 import os
+import random
 
 import torch
 
@@ -39,6 +40,7 @@ def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int
     from nvidia.dali import fn, pipeline_def, types
 
     samples, _ = ctx.samples()
+    random.Random(ctx.seed).shuffle(samples)  # the first epoch in random order too, not the folders' order
     on_gpu = device_id is not None
     decoder_device = decode if on_gpu else "cpu"
     depth, hw_load = _settings(ctx)
@@ -46,9 +48,12 @@ def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int
 
     @pipeline_def
     def train():
+        # A global shuffle of the whole file list every epoch, as the other loaders' samplers do, seeded by the
+        # cell (one seed for every pipeline, so the shards stay disjoint). Not `random_shuffle`: it draws from a
+        # buffer of `initial_fill` (1024) files that it fills before the first batch - 10 s of setup on an HDD.
         jpegs, labels = fn.readers.file(
-            files=[p for p, _ in samples], labels=[y for _, y in samples], random_shuffle=True,
-            shard_id=shard_id, num_shards=num_shards, name="Reader", seed=ctx.seed + shard_id,
+            files=[p for p, _ in samples], labels=[y for _, y in samples], shuffle_after_epoch=True,
+            shuffle_after_epoch_seed=ctx.seed, shard_id=shard_id, num_shards=num_shards, name="Reader",
             # read() instead of mmap on an emulated tier: FUSE serves mmap from the page cache even with direct_io,
             # so after one pass DALI would read RAM while the other loaders pay the device (a real disk pays both)
             dont_use_mmap=bool(ctx.options.get("dont_use_mmap")),
@@ -144,7 +149,7 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
                                        last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)  # fmt: skip
 
         def convert(outs):
-            if len(outs) > 1:  # one batch per GPU for PreScatteredDataParallel; labels gathered where the loss is
+            if len(outs) > 1:  # one batch per GPU for DataParallel(prescattered=True); labels gathered where the loss is
                 parts = [to_torch(o["images"], o["images"].device) for o in outs]
                 labels = torch.cat([o["labels"].view(-1).long().to(ctx.device) for o in outs])
                 return parts, labels

@@ -1,0 +1,145 @@
+"""The timed part of a cell: warm-up, then a window that stops once its steady-state rate is known.
+
+Warm-up runs untimed steps: at least `warmup_steps`, and never fewer than the loader's prefetch depth + 2, so the
+window cannot drain a start-up backlog. Then the device is synchronised, the clock starts, and steps run until the
+stop rule says so; the device is synchronised again and the clock stops. Samples/s = steps x global batch / Time(s).
+
+The adaptive rule (`window.max_seconds`): the step end times are cut into 10 equal batches of consecutive steps
+(batch means, which absorb the burstiness of worker-fed loaders once a batch spans several bursts); the window stops
+at the first step, after `min_seconds`, at which the 95% confidence interval of the mean batch duration is within
+`precision` (relative half-width; 0.02 = +-2%) - or at `max_seconds`, then saying it never got there.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+BATCHES = 10
+T_975 = 2.262  # Student's t, 95% two-sided, 9 degrees of freedom (10 batch means)
+PROGRESS_S = 5.0
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """Exactly one of `steps` (fixed), `seconds` (fixed) or `max_seconds` (adaptive) is set."""
+
+    steps: int | None = None
+    seconds: float | None = None
+    max_seconds: float | None = None
+    min_seconds: float = 3.0
+    precision: float = 0.02
+
+    @property
+    def mode(self) -> str:
+        return "steps" if self.steps else ("seconds" if self.seconds else "adaptive")
+
+    def done(self, step_end: list[float]) -> bool:
+        n, t = len(step_end), step_end[-1]
+        if self.steps:
+            return n >= self.steps
+        if self.seconds:
+            return t >= self.seconds
+        if t >= self.max_seconds:
+            return True
+        if t < self.min_seconds or n < 2 * BATCHES:
+            return False
+        hw = relative_halfwidth(step_end)
+        return hw is not None and hw <= self.precision
+
+
+def relative_halfwidth(step_end: list[float], batches: int = BATCHES) -> float | None:
+    """Relative half-width of the 95% confidence interval of the mean batch duration (batch means over the step end
+    times, measured from the window's start); None with fewer than 2 steps per batch."""
+    n = len(step_end)
+    b = n // batches
+    if b < 2:
+        return None
+    ends = [step_end[(j + 1) * b - 1] for j in range(batches)]
+    durations = [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, batches)]
+    mean = sum(durations) / batches
+    if mean <= 0:
+        return None
+    var = sum((d - mean) ** 2 for d in durations) / (batches - 1)
+    return T_975 * math.sqrt(var / batches) / mean
+
+
+@dataclass
+class WindowResult:
+    elapsed_s: float
+    steps: int
+    waits: list[float]  # host seconds blocked on the loader, per step
+    computes: list  # per step: seconds (CPU) or a pair of CUDA events, resolved by `resolve`
+    step_end: list[float]  # seconds from the window's start, host clock
+    loss: object
+    last_batch: object
+    halfwidth: float | None
+    converged: bool | None  # adaptive windows only
+    extra: dict = field(default_factory=dict)
+
+
+def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None) -> tuple[list[float], object]:
+    """Run `steps` untimed steps (at least one); returns their host durations and the last batch."""
+    durations = []
+    batch = None
+    for i in range(max(1, steps)):
+        t = time.perf_counter()
+        batch = next(batches)
+        step(*batch)
+        if i == 0:
+            sync()  # the first step carries autotuning and lazy initialisation: keep it out of the next ones
+            if on_first_step is not None:
+                on_first_step()
+        d = time.perf_counter() - t
+        durations.append(d)
+        heartbeat.beat(d)
+    sync()
+    return durations, batch
+
+
+def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_stop, cuda_timer, label: str,
+                 samples_per_step: int, show_progress: bool) -> WindowResult:  # fmt: skip
+    """The measured loop. `agree_stop(bool) -> bool` makes every rank stop at the same step (ddp)."""
+    waits: list[float] = []
+    computes: list = []
+    step_end: list[float] = []
+    shown = 0.0
+    loss = images_labels = None
+    sync()
+    t0 = time.perf_counter()
+    last = t0
+    while True:
+        tw = time.perf_counter()
+        images_labels = next(batches)
+        tc = time.perf_counter()
+        waits.append(tc - tw)
+        if cuda_timer:
+            ev0, ev1 = cuda_timer(), cuda_timer()
+            ev0.record()
+            loss = step(*images_labels)
+            ev1.record()
+            computes.append((ev0, ev1))
+        else:
+            loss = step(*images_labels)
+            computes.append(time.perf_counter() - tc)
+        now = time.perf_counter()
+        step_end.append(now - t0)
+        heartbeat.beat(now - last)
+        last = now
+        if show_progress and step_end[-1] - shown >= PROGRESS_S:
+            shown = step_end[-1]
+            hw = relative_halfwidth(step_end)
+            known = f", known to +-{100 * hw:.1f}%" if hw is not None else ""
+            print(f"  {label}: {len(step_end)} steps in {shown:.0f} s, {len(step_end) * samples_per_step / shown:.1f} "
+                  f"samples/s{known} (host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
+        if agree_stop(rule.done(step_end)):
+            break
+    sync()
+    elapsed = time.perf_counter() - t0
+    if cuda_timer:
+        computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
+    hw = relative_halfwidth(step_end)
+    converged = (hw is not None and hw <= rule.precision) if rule.mode == "adaptive" else None
+    return WindowResult(elapsed, len(step_end), waits, computes, step_end, loss, images_labels, hw, converged)
