@@ -16,6 +16,7 @@ from loaderbench.config import cell_spec, validate_config
 from loaderbench.records import validate_record
 from loaderbench.runcell import run_cell
 from loaderbench.stage import stage
+from loaderbench.watchdog import StallRule
 
 
 @pytest.fixture(scope="module")
@@ -123,13 +124,16 @@ def test_a_compiled_cell_trains_under_torch_compile(staged, tmp_path):
     assert m["warmup_s"] > 0 and m["setup_s"] > 0 and m["startup_s"] > 0
 
 
-def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(staged):
+def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(staged, tmp_path):
     from loaderbench.ceiling import ceiling
 
     tmp, cfg = staged
     spec = cell_spec(cfg, "synthetic_disk_g1_b4_amp_dp_r0", in_grid=False)
-    r = ceiling(spec, tmp / "disk.json", rounds=2, variant_steps=2)
+    r = ceiling(spec, tmp / "disk.json", rounds=2, variant_steps=2, out_dir=tmp_path)
     assert r["steps"] == [3, 3] and len(r["bare_samples_per_s"]) == 2
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == [  # each synthetic round a real cell record
+        "synthetic_disk_g1_b4_amp_dp_r0.json", "synthetic_disk_g1_b4_amp_dp_r1.json"]
+    assert r["placement"] == {"off": "placement auto on cpu"}
     assert all(x > 0 for x in r["synthetic_samples_per_s"] + r["bare_samples_per_s"])
     ratios = sorted(s / b for s, b in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"]))
     assert r["synthetic_over_bare"] == pytest.approx(sum(ratios) / 2)
@@ -223,3 +227,32 @@ def test_a_killed_rank_fails_the_ddp_cell_and_stops_the_other_rank(staged, tmp_p
     assert rec["status"] == "failed" and "rank 1" in rec["reason"] and "SIGKILL" in rec["reason"]
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
+
+
+def test_a_hanging_loader_ends_failed_as_stalled_with_its_stacks_within_the_watchdog_time(staged, tmp_path):
+    """A real hang: every staged file is a FIFO with no writer, so the loader's worker blocks in open() forever."""
+    import os
+    import shutil
+
+    tmp, cfg = staged
+    tier = tmp_path / "fifo-tier"
+    shutil.copytree(tmp / "tier", tier)
+    for f in (tier / "loaderbench").rglob("*.*"):
+        f.unlink()
+        os.mkfifo(f)
+    manifest = json.loads((tmp / "disk.json").read_text())
+    spec = replace(cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0"), tier_path=str(tier), read_path=None,
+                   cache="warm")  # warm: nothing opens the files before the loader does  # fmt: skip
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    out = tmp_path / "c.json"
+    t0 = time.time()
+    run_cell(spec, tmp_path / "m.json", out, stall=StallRule(floor_s=3, first_step_factor=2))
+    took = time.time() - t0
+    rec = json.loads(out.read_text())
+    validate_record(rec)
+    assert rec["status"] == "failed"
+    assert rec["reason"].startswith("stalled in warmup after 0 steps (no step for ")
+    assert took < 6 + 30  # the 6 s stall limit plus start-up, not the cell timeout
+    stacks = rec["stacks"]["0"]
+    assert "Thread" in stacks and "train.py" in stacks  # the main thread, where it waited for the loader
+    assert not [p for p in psutil.Process().children(recursive=True) if "loaderbench.train" in " ".join(p.cmdline())]

@@ -185,13 +185,18 @@ def cmd_ceiling(a) -> int:
     spec = cell_spec(cfg, cid, in_grid=False)
     if a.compile:
         spec = dataclasses.replace(spec, compile=True)
-    r = ceiling(spec, Path(a.results) / "staging" / f"{tier}.json", a.rounds, a.variant_steps)
+    r = ceiling(spec, Path(a.results) / "staging" / f"{tier}.json", a.rounds, a.variant_steps,
+                Path(a.results) / "ceiling", timeout_s=cfg["cell_timeout_s"])  # fmt: skip
+    window = (f"{spec.window_steps} steps" if spec.window_steps else f"{spec.window_s:g} s" if spec.window_s
+              else f"adaptive (+-{100 * spec.window_precision:g}%, at most {spec.window_max_s:g} s)")  # fmt: skip
     print(f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
-          f"channels_last={r['channels_last']}, compile={r['compile']}; window {spec.window_s or spec.window_steps}"
-          f"{' s' if spec.window_s else ' steps'} after the cell's warm-up, {a.rounds} alternating rounds")  # fmt: skip
+          f"channels_last={r['channels_last']}, compile={r['compile']}, cudnn.benchmark={r['cudnn_benchmark']}; "
+          f"window {window} after the cell's warm-up, {a.rounds} alternating rounds, each in a fresh process")  # fmt: skip
+    print(f"  placement (both loops): {json.dumps(r['placement'])}")
     for s_, b_, n, ph in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"], r["steps"], r["synthetic_phases"]):
         print(f"  synthetic cell {s_:9.1f} Samples/s   bare loop {b_:9.1f} Samples/s   ({n} steps each)  ratio "
-              f"{s_ / b_:.4f}   (cell setup {ph['setup_s']:.1f} s, warm-up {ph['warmup_steps']} steps {ph['warmup_s']:.1f} s)")
+              f"{s_ / b_:.4f}   (cell setup {ph['setup_s']:.1f} s, first step {ph['first_step_s']:.1f} s, warm-up "
+              f"{ph['warmup_steps']} steps {ph['warmup_s']:.1f} s)")  # fmt: skip
     print(f"  synthetic / bare loop (median of rounds) = {r['synthetic_over_bare']:.4f}")
     for name, ms in (r.get("input_variants_ms_per_step") or {}).items():
         print(f"  amp step, input {name:26s} {ms:8.2f} ms/step")

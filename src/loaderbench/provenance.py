@@ -63,16 +63,6 @@ def git_commit() -> dict:
     return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
 
 
-def nvidia_driver() -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-
-
 def container() -> dict:
     image = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
     return {"in_container": bool(image), "image": image}
@@ -84,40 +74,81 @@ def scheduler() -> dict:
     return {"slurm_job_id": job, "slurm_node": os.environ.get("SLURMD_NODENAME")} if job else {"slurm_job_id": None}
 
 
-def collect(tier_path: str | None = None) -> dict:
-    """Provenance of the running process (imports torch; still answers, with nulls, where torch is missing)."""
-    try:
-        import torch
-    except ImportError:  # a broken environment must still get its failure record
-        torch = None
-    cuda = bool(torch) and torch.cuda.is_available()
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
-    cv2_version = None
-    try:
-        import cv2
+def distribution_version(*names: str, prefix: str | None = None) -> str | None:
+    """An installed distribution's version from its metadata, without importing it (torch takes seconds)."""
+    from importlib import metadata
 
-        cv2_version = cv2.__version__
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    if prefix:
+        for dist in metadata.distributions():
+            if (dist.metadata["Name"] or "").lower().startswith(prefix):
+                return f"{dist.metadata['Name']} {dist.version}"
+    return None
+
+
+def gpus_by_nvml() -> tuple[list[str], str | None]:
+    """(GPU models, driver version) from NVML; ([], None) without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
     except Exception:
-        pass
+        return [], None
+    try:
+        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                 for i in range(pynvml.nvmlDeviceGetCount())]  # fmt: skip
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        return [n.decode() if isinstance(n, bytes) else n for n in names], (
+            driver.decode() if isinstance(driver, bytes) else driver
+        )
+    except Exception:
+        return [], None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def runtime() -> dict:
+    """What only a process that has torch loaded can say cheaply: the CUDA runtime and cuDNN it uses."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "cuda": torch.version.cuda if cuda else None,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "gpu_models": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+    }
+
+
+def collect(tier_path: str | None = None, runtime_info: dict | None = None) -> dict:
+    """Provenance of this environment, read without importing the libraries (versions from their metadata, GPUs
+    from NVML): the cell runner takes it outside the measuring process. `runtime_info` (from `runtime()` in the
+    measuring process) adds the CUDA runtime and cuDNN versions."""
+    rt = runtime_info or {}
+    gpu_models, driver = gpus_by_nvml()
     return {
         "versions": {
             "python": platform.python_version(),
             "loaderbench": _version("loaderbench"),
-            "torch": torch.__version__ if torch else None,
-            "torchvision": _version("torchvision"),
-            "opencv": cv2_version,
-            "pillow": _version("PIL"),
-            "numpy": _version("numpy"),
-            "cuda": torch.version.cuda if cuda else None,
-            "cudnn": torch.backends.cudnn.version() if cuda else None,
-            "driver": nvidia_driver() if cuda else None,
+            "torch": distribution_version("torch"),
+            "torchvision": distribution_version("torchvision"),
+            "dali": distribution_version(prefix="nvidia-dali"),
+            "opencv": distribution_version("opencv-python-headless", "opencv-python", "opencv-contrib-python"),
+            "pillow": distribution_version("pillow", "Pillow"),
+            "numpy": distribution_version("numpy"),
+            "cuda": rt.get("cuda"),
+            "cudnn": rt.get("cudnn"),
+            "driver": driver,
         },
         "host": {
             "hostname": socket.gethostname(),
             "os": platform.platform(),
             "cpu_model": cpu_model(),
             "cpus_usable": len(os.sched_getaffinity(0)),
-            "gpu_models": gpus,
+            "gpu_models": rt.get("gpu_models") or gpu_models,
         },
         "tier": {"path": tier_path, **filesystem_of(tier_path)} if tier_path else None,
         "git": git_commit(),

@@ -12,8 +12,7 @@ STATUSES = ("ok", "skipped", "failed")
 
 
 def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason: str | None = None, **extra) -> dict:
-    from .provenance import collect
-
+    """The record without provenance, which the cell runner adds (`provenance.collect`) for every outcome."""
     assert status in STATUSES
     return {
         "schema_version": SCHEMA_VERSION,
@@ -23,7 +22,6 @@ def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason
         "spec": spec.to_dict(),
         "spec_hash": stable_hash(spec.to_dict()),
         "metrics": metrics,
-        "provenance": collect(spec.tier_path),
         "finished_at": time.time(),
         **extra,
     }

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import placement, telemetry
 from .config import TIERLESS, CellSpec, auto_timeout, staged_root
+from .provenance import collect
 from .records import failed_record
 from .util import atomic_write_json
 from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
@@ -61,6 +62,7 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     procs = []
     mount = sampler = samples = None
     rc, why, culprit, stack_dump = None, None, None, {}
+    spawned = exited = None
     try:
         if spec.loader not in TIERLESS:
             try:
@@ -77,12 +79,14 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
                 # the ranks share the CPUs: split torch's intra-op threads among them as torchrun does (without it,
                 # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
                 env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
+            spawned = spawned or time.time()
             procs.append(subprocess.Popen(cmd, preexec_fn=_die_with_parent, env=env))
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
         _keep_off_launch_cores(spec, mount)
         if procs:
             rc, why, culprit, stack_dump = _wait_all(procs, timeout_s, beats, stacks, stall)
+            exited = time.time()
     except BaseException:
         for proc in procs:
             _kill_tree(proc)  # interrupted: take the ranks and their loader workers down with us
@@ -130,11 +134,33 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     if timeline is not None:
         telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
         record["telemetry"]["timeline"] = str(timeline)
+    record["provenance"] = collect(spec.tier_path, record.pop("runtime", None))
+    record["phases_s"] = phases(started, spawned, metrics.get("marks"), exited, time.time())
     atomic_write_json(out, record)
     for p in leftovers:
         p.unlink(missing_ok=True)
     print(label + summary_line(record), file=sys.stderr, flush=True)
     return record
+
+
+def phases(started: float, spawned: float | None, marks: dict | None, exited: float | None, ended: float) -> dict:
+    """Where the cell's wall time went (seconds), from the runner's clock and the measuring process's marks: before
+    the process (lock, eviction, mount), its start-up (interpreter, imports), setup, warm-up, the window, its teardown
+    (workers stopped, record written, exit), and the runner's own close (telemetry, record)."""
+    out = {"wall": ended - started}
+    if spawned is None:
+        return out
+    out["before_process"] = spawned - started
+    m = marks or {}
+    points = [("startup", m.get("setup_start")), ("setup", m.get("warmup_start")), ("warmup", m.get("window_start")),
+              ("window", m.get("window_end")), ("teardown", exited), ("close", ended)]  # fmt: skip
+    last = spawned
+    for name, t in points:
+        if t is not None:
+            out[name] = t - last
+            last = t
+    out["overhead"] = out["wall"] - out.get("window", 0.0)
+    return out
 
 
 def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict):
