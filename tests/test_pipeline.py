@@ -174,6 +174,31 @@ def test_deleting_one_cell_recomputes_exactly_that_cell(finished_run):
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
 
 
+def test_grid_edits_measure_only_new_cells_and_run_settings_measure_nothing(finished_run):
+    """Adding a loader or a batch size plans only the new cells; removing one, or changing how cells are run (the
+    time limit, the watchdog), plans no cell at all."""
+    import yaml
+
+    work, cfg_path = finished_run
+    cfg = yaml.safe_load(cfg_path.read_text())
+    old = set(cell_ids(validate_config(cfg, base_dir=work)))
+
+    def planned_cells(**edit):
+        path = work / "edited.yaml"
+        path.write_text(yaml.safe_dump({**cfg, **edit}))
+        plan = snakemake(work, "--configfile", str(path), "-n").stdout
+        new = set(cell_ids(validate_config({**cfg, **edit}, base_dir=work)))
+        return job_counts(plan).get("cell", 0) if "Job stats:" in plan else 0, new - old
+
+    n, new = planned_cells(loaders=[*cfg["loaders"], "dali-cpu"])
+    assert n == len(new) == 4  # dali-cpu on 2 tiers x 2 precisions
+    n, new = planned_cells(batch_sizes=[4, 8])
+    assert n == len(new) == 10
+    assert planned_cells(loaders=["torchvision", "synthetic"])[0] == 0
+    assert planned_cells(precisions=["fp32"])[0] == 0
+    assert planned_cells(cell_timeout_s=77, watchdog={"stall_s": 9})[0] == 0
+
+
 def test_rerun_of_a_single_configuration_by_its_cell_id(finished_run):
     work, cfg_path = finished_run
     cell = work / "results/cells/torchvision_disk-a_g1_b4_fp32_dp_r0.json"

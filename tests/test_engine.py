@@ -1,0 +1,157 @@
+"""The measuring engine's parts on their own: the adaptive window's stop rule, the stall rule and heartbeat, thread
+placement on a real process tree, DataParallel's persistent replica threads, and where a cell's wall time went."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from loaderbench import placement
+from loaderbench.parallel import ReplicaThreads
+from loaderbench.runcell import phases
+from loaderbench.watchdog import Beat, Heartbeat, StallRule, describe, read
+from loaderbench.window import StopRule, relative_halfwidth
+
+
+def ends(durations):
+    out, t = [], 0.0
+    for d in durations:
+        t += d
+        out.append(t)
+    return out
+
+
+def test_steady_steps_are_known_to_the_precision_and_stop_the_adaptive_window():
+    rng = random.Random(1)
+    steady = ends([0.1 * (1 + rng.uniform(-0.05, 0.05)) for _ in range(40)])  # 4 s of +-5% noise per step
+    hw = relative_halfwidth(steady)
+    assert hw is not None and hw < 0.02
+    rule = StopRule(max_seconds=30, min_seconds=3, precision=0.02)
+    assert rule.mode == "adaptive" and rule.done(steady)
+    assert not rule.done(steady[:25])  # 2.5 s: under min_seconds
+
+
+def test_bursty_or_drifting_steps_keep_the_window_open_until_its_maximum():
+    bursty = ends(([0.01] * 7 + [1.0]) * 5)  # a worker-fed loader: 7 batches ready, then a long wait
+    hw = relative_halfwidth(bursty)
+    assert hw is not None and hw > 0.02
+    rule = StopRule(max_seconds=30, min_seconds=3, precision=0.02)
+    assert not rule.done(bursty)
+    slowing = ends([0.1 + 0.01 * i for i in range(60)])
+    assert not rule.done(slowing) and slowing[-1] < 30
+    assert StopRule(max_seconds=5, min_seconds=3).done(slowing)  # past the maximum: stop, not converged
+    assert relative_halfwidth(ends([0.1] * 19)) is None  # fewer than 2 steps per batch mean
+
+
+def test_fixed_windows_stop_at_their_steps_or_seconds():
+    assert StopRule(steps=3).done([0.1, 0.2, 0.3]) and not StopRule(steps=3).done([0.1, 0.2])
+    assert StopRule(seconds=1.0).done([0.5, 1.01]) and not StopRule(seconds=1.0).done([0.5, 0.9])
+
+
+def test_the_stall_limit_follows_the_median_step_with_a_floor_and_a_longer_first_step():
+    rule = StallRule(floor_s=60, factor=50, first_step_factor=3, setup_factor=5)
+    assert rule.limit(Beat(0, "setup", 0, None)) == 300
+    assert rule.limit(Beat(0, "warmup", 0, None)) == 180
+    assert rule.limit(Beat(10, "window", 0, 0.03)) == 60  # 50 x 30 ms is under the floor
+    assert rule.limit(Beat(10, "window", 0, 4.0)) == 200
+    assert rule.stalled(Beat(10, "window", 100.0, 4.0), now=250.0) is None
+    assert rule.stalled(Beat(10, "window", 100.0, 4.0), now=301.0) == pytest.approx(201.0)
+    assert describe(Beat(12, "window", 0, 0.5), 61, rank=1) == (
+        "rank 1 stalled in window after 12 steps (no step for 61 s, median step 500.0 ms)"
+    )
+
+
+def test_the_heartbeat_file_carries_steps_phase_time_and_median(tmp_path):
+    hb = Heartbeat(tmp_path / "hb")
+    hb.phase("warmup")
+    for d in (0.2, 0.1, 0.3):
+        hb.beat(d)
+    beat = read(tmp_path / "hb")
+    assert beat.steps == 3 and beat.phase == "warmup" and beat.median_step_s == pytest.approx(0.2)
+    assert abs(time.monotonic() - beat.last) < 5
+    assert read(tmp_path / "missing") is None
+
+
+def test_the_plan_reserves_the_highest_cores_for_launching_and_leaves_at_least_two():
+    assert placement.plan({0, 1, 2, 3}, 1) == placement.Placement((3,), (0, 1, 2))
+    assert placement.plan(set(range(16)), 2) == placement.Placement((15, 14), tuple(range(14)))
+    assert placement.plan({0, 1}, 1) is None  # a 2-core machine: pinning would starve the loader
+    assert placement.wanted("auto", "cuda") and not placement.wanted("auto", "cpu") and placement.wanted("pin", "cpu")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to place threads apart")
+def test_pinning_a_real_process_tree_puts_every_thread_but_the_launcher_on_the_other_cores():
+    cpus = sorted(os.sched_getaffinity(0))
+    launch, others = cpus[-1], set(cpus[:-1])
+    # a process with a second thread and a child process (as a cell has DataLoader workers)
+    code = ("import subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(30,), daemon=True)"
+            ".start(); subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline and (len(placement.threads_of(proc.pid)) < 2 or not _children(proc.pid)):
+            time.sleep(0.1)
+        main_tid = proc.pid  # a process's first thread has the process id
+        placed = placement.pin_process_tree(proc.pid, others, {main_tid: launch})
+        assert placed >= 3
+        got = placement.thread_cpus(proc.pid)
+        assert got[main_tid] == [launch]
+        assert all(set(c) == others for t, c in got.items() if t != main_tid)
+        child = _children(proc.pid)[0]
+        assert all(set(c) == others for c in placement.thread_cpus(child).values())
+    finally:
+        for pid in [*_children(proc.pid), proc.pid]:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+
+
+def _children(pid):
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
+def test_replica_threads_live_across_calls_and_carry_grad_mode_and_autocast():
+    """The fix for DataParallel's 100x slowdown: replica i runs on the same thread every step (cuDNN's plans are
+    cached per thread). Checked on the CPU with CPU replicas; the speed itself is measured on GPUs."""
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append((threading.get_native_id(), torch.is_grad_enabled(), torch.is_autocast_enabled("cuda"),
+                         torch.get_autocast_dtype("cuda")))  # fmt: skip
+            return x * 2
+
+    pool = ReplicaThreads(3)
+    mods = [Probe(), Probe(), Probe()]
+    x = [(torch.ones(2),), (torch.ones(2) * 2,), (torch.ones(2) * 3,)]
+    out1 = pool.apply(mods, x, [{}, {}, {}], [None, None, None])
+    with torch.no_grad():
+        pool.apply(mods, x, [{}, {}, {}], [None, None, None])
+    assert [o.tolist() for o in out1] == [[2, 2], [4, 4], [6, 6]]
+    first, second = seen[:3], seen[3:]
+    assert first[0][0] == threading.get_native_id()  # replica 0 on the caller's thread
+    assert [s[0] for s in first] == [s[0] for s in second]  # the same threads on the next step
+    assert len({s[0] for s in first}) == 3 and pool.native_ids == [s[0] for s in first[1:]]
+    assert all(s[1] for s in first) and not any(s[1] for s in second)  # grad mode follows the caller
+
+
+def test_phases_split_the_wall_time_at_the_measuring_process_marks():
+    marks = {"setup_start": 12.0, "warmup_start": 14.0, "window_start": 17.0, "window_end": 27.0}
+    p = phases(started=10.0, spawned=10.5, marks=marks, exited=27.3, ended=27.5)
+    assert p == pytest.approx({"wall": 17.5, "before_process": 0.5, "startup": 1.5, "setup": 2.0, "warmup": 3.0,
+                               "window": 10.0, "teardown": 0.3, "close": 0.2, "overhead": 7.5})  # fmt: skip
+    assert phases(10.0, None, None, None, 11.0) == {"wall": 1.0}
