@@ -124,3 +124,9 @@ def test_peak_memory_of_the_main_card_and_the_others_are_kept_apart():
     t = cells_table(repeats_table([rec]), BASELINE)
     assert t.loc[0, "Peak GPU mem main card (MB)"] == 9000.0 and t.loc[0, "Peak GPU mem other cards (MB)"] == 4000.0
     assert t.loc[0, "Peak GPU mem (MB)"] == 9000.0
+
+
+def test_an_au_above_the_ceiling_is_flagged_implausible_and_others_are_not():
+    t = table([row("synthetic", "hdd", 1, 1000.0), row("dali-sc", "ssd", 1, 1100.0), row("dali-cpu", "ssd", 1, 1040.0)])
+    assert "implausible: AU 1.10 > 1.05 (ceiling or cell disturbed)" in t.loc[("dali-sc", "ssd", 1, 128, "fp32"), "Warnings"]
+    assert "implausible" not in str(t.loc[("dali-cpu", "ssd", 1, 128, "fp32"), "Warnings"])

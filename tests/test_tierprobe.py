@@ -59,7 +59,7 @@ def test_evict_makes_a_read_file_cold(tmp_path):
     path.read_bytes()
     assert resident_fraction([path, empty]) > 0.95
     record = evict([path, empty])
-    assert record["method"] == ("drop_caches" if os.geteuid() == 0 else "fadvise")
+    assert record["method"] == "fadvise"  # targeted eviction was enough: the page cache as a whole is left alone
     assert record["files"] == 2 and record["resident_before"] > 0.95
     assert record["resident_after"] < 0.5 and resident_fraction([path]) < 0.5
     assert resident_fraction([empty]) == 0.0 and resident_fraction([]) == 0.0
@@ -95,7 +95,7 @@ def test_probe_manifest_on_a_plain_directory(tmp_path):
     for run in result["runs"]:
         assert run["files"] == 8 and run["bytes"] == 8 * 30_000 and run["mean_file_bytes"] == 30_000
         assert run["seconds"] > 0 and run["files_per_s"] > 0 and run["mb_per_s"] > 0
-        assert run["eviction"]["method"] in ("drop_caches", "fadvise")
+        assert run["eviction"]["method"] in ("fadvise", "fadvise+drop_caches")
     plain = probe(root, [e["path"] for e in entries], readers=(3,), cold=False)
     assert plain["runs"][0]["files"] == 12
     with pytest.raises(ProbeError, match="no 'root' key"):

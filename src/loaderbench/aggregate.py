@@ -149,7 +149,17 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     t["Speed"] = speed(t["Samples/s"], float(base.iloc[0]) if len(base) else np.nan)
     t["GPU Efficiency"] = gpu_efficiency(t)
     t["AU"] = accelerator_utilisation(t)
+    implausible = t["AU"] > AU_IMPLAUSIBLE
+    t.loc[implausible, "Warnings"] = [
+        "; ".join(filter(None, [str(w) if isinstance(w, str) else "",
+                                f"implausible: AU {au:.2f} > {AU_IMPLAUSIBLE} (ceiling or cell disturbed)"]))
+        for w, au in zip(t.loc[implausible, "Warnings"], t.loc[implausible, "AU"])
+    ]  # fmt: skip
     return t[SEED_COLUMNS + [c for c in t.columns if c not in SEED_COLUMNS]]
+
+
+# A loader faster than the synthetic ceiling of its configuration: the ceiling was measured low or the cell high.
+AU_IMPLAUSIBLE = 1.05
 
 
 def speed(samples_per_s: pd.Series, baseline_samples_per_s: float) -> pd.Series:

@@ -1,7 +1,7 @@
 """Page cache control: make files cold before a measurement, and measure how much of them is cached.
 
-`evict()` drops the whole page cache when it can (root and a writable /proc/sys/vm/drop_caches) and always
-also fadvises each file DONTNEED. `resident_fraction()` counts cached pages with mmap + mincore. That count
+`evict()` fadvises each file DONTNEED, and drops the whole page cache (root and a writable
+/proc/sys/vm/drop_caches) only when that left pages resident. `resident_fraction()` counts cached pages with mmap + mincore. That count
 is for real filesystems: a FUSE mount with direct_io (the emulated tier) never caches file data, so there it
 is always near zero and says nothing about the device behind it.
 """
@@ -92,23 +92,29 @@ def _fadvise_dontneed(path: str) -> None:
         os.close(fd)
 
 
-def evict(paths: Iterable[str | os.PathLike], sample: int | None = 1000) -> dict:
+def evict(paths: Iterable[str | os.PathLike], sample: int | None = 1000, residue: float = 0.01) -> dict:
     """Make the files cold; returns the method used and the resident fraction before and after.
 
-    Without root only fadvise runs, and it cannot drop dirty (not yet written back) pages.
+    First per file `posix_fadvise(DONTNEED)`: targeted, and cheap. Only when more than `residue` of the pages stay
+    resident (dirty pages fadvise cannot drop) and this is root, the whole page cache is dropped too - which also
+    evicts the Python libraries the next cell imports (seconds of start-up per cell), hence not by default.
     `sample` caps how many files the before/after fractions look at (the eviction covers all of them).
     """
     paths = [os.fspath(p) for p in paths]
     before = resident_fraction(paths, sample)
     start = time.monotonic()
-    method = "drop_caches" if _drop_caches() else "fadvise"
-    for path in paths:  # always: cheap, targeted, and the only way without root
+    for path in paths:
         _fadvise_dontneed(path)
+    method = "fadvise"
+    after = resident_fraction(paths, sample)
+    if after > residue and _drop_caches():
+        method = "fadvise+drop_caches"
+        after = resident_fraction(paths, sample)
     seconds = time.monotonic() - start
     return {
         "method": method,
         "files": len(paths),
         "resident_before": round(before, 6),
-        "resident_after": round(resident_fraction(paths, sample), 6),
+        "resident_after": round(after, 6),
         "seconds": round(seconds, 6),
     }
