@@ -205,6 +205,16 @@ def cmd_ceiling(a) -> int:
     return 0
 
 
+def cmd_engine_report(a) -> int:
+    from .enginereport import load, render, report
+
+    rep = report(load(Path(a.cells)), json.loads(Path(a.ceiling).read_text()) if a.ceiling else None)
+    print(render(rep))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rep, indent=2))
+    return 0
+
+
 def cmd_sweep(a) -> int:
     from .sweep import render, sweep
 
@@ -344,6 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--results", default="results")
     s.add_argument("--json", help="also write the figures as JSON here")
     s.set_defaults(func=cmd_ceiling)
+
+    s = sub.add_parser("engine-report", help="the engine's cost and trust: per-cell overhead, convergence, dp/ddp, spread")
+    s.add_argument("--cells", default="results/cells", help="folder of cell records")
+    s.add_argument("--ceiling", help="a `loaderbench ceiling --json` file to include")
+    s.add_argument("--json", help="also write the report as JSON here")
+    s.set_defaults(func=cmd_engine_report)
 
     s = sub.add_parser("sweep", help="the same cells under variants of settings (a tuning experiment outside the grid)")
     s.add_argument("--config", required=True)

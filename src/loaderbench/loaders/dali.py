@@ -25,8 +25,9 @@ def _settings(ctx: LoaderContext) -> tuple[int, float]:
 
 def _threads(ctx: LoaderContext, pipelines: int) -> int:
     threads = ctx.options.get("threads", "auto")
-    if threads == "auto":
-        return max(1, (len(os.sched_getaffinity(0)) - 1) // pipelines)
+    if threads == "auto":  # the CPUs off the launch cores when the cell places its threads, else all but one
+        cpus = ctx.options.get("cpus")
+        return max(1, (len(cpus) if cpus else len(os.sched_getaffinity(0)) - 1) // pipelines)
     return int(threads)
 
 

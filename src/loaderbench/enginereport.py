@@ -1,0 +1,100 @@
+"""What the measuring engine costs and how far its numbers can be trusted, from a folder of cell records: per-cell
+overhead (wall minus window) and where it went, how well each window knew its rate, dp against ddp, and the spread
+of repeats measured in separate processes. `loaderbench engine-report` prints it; the benchmarks of the engine are
+read off this report, never asserted in tests."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from .config import parse_cell_id
+
+PHASES = ("before_process", "startup", "setup", "warmup", "teardown", "close")
+
+
+def load(cells_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(cells_dir).glob("*.json"))]
+
+
+def _config_key(cid: str) -> tuple:
+    d = parse_cell_id(cid)
+    return d["loader"], d["tier"], d["gpus"], d["batch_size"], d["precision"], d["parallel"]
+
+
+def report(records: list[dict], ceiling: dict | None = None) -> dict:
+    ok = [r for r in records if r["status"] == "ok" and r.get("phases_s")]
+    overhead = [r["phases_s"]["overhead"] for r in ok]
+    out: dict = {"cells": len(records), "ok": len(ok), "status": dict(_count(r["status"] for r in records))}
+    if overhead:
+        out["overhead_s"] = {"median": statistics.median(overhead), "min": min(overhead), "max": max(overhead)}
+        out["phase_median_s"] = {p: statistics.median(r["phases_s"].get(p, 0.0) for r in ok) for p in PHASES}
+        out["window_median_s"] = statistics.median(r["metrics"]["time_s"] for r in ok)
+        out["wall_total_s"] = sum(r["phases_s"]["wall"] for r in ok)
+    windows = [r["metrics"].get("window") or {} for r in ok]
+    adaptive = [w for w in windows if w.get("mode") == "adaptive"]
+    if adaptive:
+        known = [w["ci95_rel_halfwidth"] for w in adaptive if w.get("ci95_rel_halfwidth") is not None]
+        out["adaptive"] = {
+            "cells": len(adaptive),
+            "converged": sum(bool(w.get("converged")) for w in adaptive),
+            "ci95_median": statistics.median(known) if known else None,
+        }
+    by_config: dict[tuple, list[float]] = defaultdict(list)
+    for r in ok:
+        by_config[_config_key(r["cell_id"])].append(r["metrics"]["samples_per_s"])
+    median = {k: statistics.median(v) for k, v in by_config.items()}
+    out["repeats"] = [
+        {"config": "_".join(map(str, k)), "n": len(v), "median": statistics.median(v),
+         "spread": (max(v) - min(v)) / statistics.median(v)}
+        for k, v in sorted(by_config.items()) if len(v) > 1
+    ]  # fmt: skip
+    out["dp_over_ddp"] = [
+        {"config": "_".join(map(str, k[:5])), "dp": sps, "ddp": median[(*k[:5], "ddp")],
+         "ratio": sps / median[(*k[:5], "ddp")]}
+        for k, sps in sorted(median.items()) if k[5] == "dp" and (*k[:5], "ddp") in median
+    ]  # fmt: skip
+    warned = defaultdict(int)
+    for r in ok:
+        for w in r["metrics"].get("warnings", []):
+            warned[w.split(":", 1)[0] if ":" in w[:40] else w[:40]] += 1
+    out["warnings"] = dict(warned)
+    if ceiling:
+        out["ceiling"] = {k: ceiling[k] for k in ("synthetic_samples_per_s", "bare_samples_per_s", "synthetic_over_bare",
+                                                  "placement") if k in ceiling}  # fmt: skip
+    return out
+
+
+def _count(items):
+    counts: dict = defaultdict(int)
+    for i in items:
+        counts[i] += 1
+    return counts
+
+
+def render(rep: dict) -> str:
+    lines = [f"{rep['cells']} cell records: " + ", ".join(f"{n} {s}" for s, n in sorted(rep["status"].items()))]
+    if "overhead_s" in rep:
+        o = rep["overhead_s"]
+        lines.append(f"per-cell overhead (wall - window): median {o['median']:.1f} s (min {o['min']:.1f}, max "
+                     f"{o['max']:.1f}); median window {rep['window_median_s']:.1f} s; {rep['wall_total_s'] / 60:.1f} "
+                     "min of cell wall time in all")  # fmt: skip
+        lines.append("  median per phase: " + ", ".join(f"{p} {v:.2f} s" for p, v in rep["phase_median_s"].items()))
+    if "adaptive" in rep:
+        a = rep["adaptive"]
+        ci = f"+-{100 * a['ci95_median']:.2f}%" if a["ci95_median"] is not None else "unknown (too few steps)"
+        lines.append(f"adaptive windows: {a['converged']} of {a['cells']} reached their precision; median 95% CI {ci}")
+    for d in rep["dp_over_ddp"]:
+        lines.append(f"dp / ddp  {d['config']:40s} {d['dp']:9.1f} / {d['ddp']:9.1f} = {d['ratio']:.3f}")
+    for r in rep["repeats"]:
+        lines.append(f"repeats   {r['config']:40s} n={r['n']}  median {r['median']:9.1f}  spread {100 * r['spread']:.2f}%")
+    for w, n in sorted(rep["warnings"].items()):
+        lines.append(f"warning   {n} cell(s): {w}")
+    if "ceiling" in rep:
+        c = rep["ceiling"]
+        lines.append(f"ceiling   synthetic / bare loop = {c['synthetic_over_bare']:.4f} (synthetic "
+                     f"{', '.join(f'{x:.0f}' for x in c['synthetic_samples_per_s'])}; bare "
+                     f"{', '.join(f'{x:.0f}' for x in c['bare_samples_per_s'])}); placement {json.dumps(c.get('placement'))}")  # fmt: skip
+    return "\n".join(lines)
