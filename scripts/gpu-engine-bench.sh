@@ -17,8 +17,9 @@ print("torchvision", torchvision.__version__, "dali", nvidia.dali.__version__, "
 step dp probe
 python3 scripts/dp_probe.py > "$DEST/dp_probe.json" 2> "$DEST/dp_probe.log"
 step pipeline
-/usr/bin/time -f "pipeline wall %e s" python3 -m snakemake --cores "$(nproc)" --configfile "$C" > "$DEST/snakemake.log" 2>&1
-tail -1 "$DEST/snakemake.log"
+t0=$SECONDS
+python3 -m snakemake --cores "$(nproc)" --configfile "$C" > "$DEST/snakemake.log" 2>&1
+echo "pipeline wall $((SECONDS - t0)) s" | tee -a "$DEST/steps.log"
 step repeats
 python3 -m loaderbench sweep --config "$C" --tier ram --batch-size "$B" --precision amp --loaders synthetic dali-cpu \
   --repeats 3 --variant base: --out results/sweep-repeats > "$DEST/repeats.log" 2>&1

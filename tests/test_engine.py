@@ -127,12 +127,13 @@ def _children(pid):
 def test_replica_threads_live_across_calls_and_carry_grad_mode_and_autocast():
     """The fix for DataParallel's 100x slowdown: replica i runs on the same thread every step (cuDNN's plans are
     cached per thread). Checked on the CPU with CPU replicas; the speed itself is measured on GPUs."""
-    seen = []
+    seen = {}  # (call, replica) -> (thread, grad mode, autocast on, autocast dtype)
 
     class Probe(torch.nn.Module):
         def forward(self, x):
-            seen.append((threading.get_native_id(), torch.is_grad_enabled(), torch.is_autocast_enabled("cuda"),
-                         torch.get_autocast_dtype("cuda")))  # fmt: skip
+            seen[(len(seen) // 3, int(x[0].item()) - 1)] = (
+                threading.get_native_id(), torch.is_grad_enabled(), torch.is_autocast_enabled("cuda"),
+                torch.get_autocast_dtype("cuda"))  # fmt: skip
             return x * 2
 
     pool = ReplicaThreads(3)
@@ -142,7 +143,7 @@ def test_replica_threads_live_across_calls_and_carry_grad_mode_and_autocast():
     with torch.no_grad():
         pool.apply(mods, x, [{}, {}, {}], [None, None, None])
     assert [o.tolist() for o in out1] == [[2, 2], [4, 4], [6, 6]]
-    first, second = seen[:3], seen[3:]
+    first, second = [seen[(0, i)] for i in range(3)], [seen[(1, i)] for i in range(3)]
     assert first[0][0] == threading.get_native_id()  # replica 0 on the caller's thread
     assert [s[0] for s in first] == [s[0] for s in second]  # the same threads on the next step
     assert len({s[0] for s in first}) == 3 and pool.native_ids == [s[0] for s in first[1:]]
@@ -155,3 +156,31 @@ def test_phases_split_the_wall_time_at_the_measuring_process_marks():
     assert p == pytest.approx({"wall": 17.5, "before_process": 0.5, "startup": 1.5, "setup": 2.0, "warmup": 3.0,
                                "window": 10.0, "teardown": 0.3, "close": 0.2, "overhead": 7.5})  # fmt: skip
     assert phases(10.0, None, None, None, 11.0) == {"wall": 1.0}
+
+
+def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_records():
+    from loaderbench.enginereport import render, report
+
+    def rec(cid, sps, overhead, window_s=5.0, converged=True, status="ok"):
+        return {"cell_id": cid, "status": status, "phases_s": {"wall": overhead + window_s, "overhead": overhead,
+                "startup": 2.0, "setup": 1.0, "warmup": overhead - 3.0, "window": window_s},
+                "metrics": {"samples_per_s": sps, "time_s": window_s, "warnings": [] if converged else ["not converged: x"],
+                            "window": {"mode": "adaptive", "ci95_rel_halfwidth": 0.01 if converged else 0.04,
+                                       "converged": converged}}}  # fmt: skip
+
+    records = [
+        rec("synthetic_ram_g2_b256_amp_dp_r0", 12000.0, 8.0), rec("synthetic_ram_g2_b256_amp_ddp_r0", 13500.0, 10.0),
+        rec("dali-cpu_ram_g1_b256_amp_ddp_r0", 6000.0, 6.0), rec("dali-cpu_ram_g1_b256_amp_ddp_r1", 6120.0, 7.0),
+        rec("dali-cpu_ram_g1_b256_amp_ddp_r2", 5940.0, 9.0, converged=False),
+        {"cell_id": "torchvision_ram_g2_b256_amp_dp_r0", "status": "failed", "reason": "x"},
+    ]  # fmt: skip
+    rep = report(records)
+    assert rep["ok"] == 5 and rep["status"] == {"ok": 5, "failed": 1}
+    assert rep["overhead_s"] == {"median": 8.0, "min": 6.0, "max": 10.0}
+    assert rep["adaptive"] == {"cells": 5, "converged": 4, "ci95_median": 0.01}
+    (dp,) = rep["dp_over_ddp"]
+    assert dp["config"] == "synthetic_ram_2_256_amp" and dp["ratio"] == pytest.approx(12000 / 13500)
+    (rp,) = rep["repeats"]
+    assert rp["n"] == 3 and rp["median"] == 6000.0 and rp["spread"] == pytest.approx(180 / 6000)
+    text = render(rep)
+    assert "median 8.0 s" in text and "= 0.889" in text and "spread 3.00%" in text and "not converged" in text

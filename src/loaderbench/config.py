@@ -276,12 +276,13 @@ TIERLESS = ("synthetic",)
 
 
 def cell_ids(cfg: dict) -> list[str]:
-    """Every cell of the grid, in a stable order."""
+    """Every cell of the grid, in a stable order: repeats outermost, so that the repeats of one configuration are
+    measured apart (interleaved with the other configurations), not back to back - drift then shows as spread."""
     return [
         cell_id(lo, t, g, b, p, par, r)
-        for lo, t, g, b, p, par, r in itertools.product(
-            cfg["loaders"], cfg["tiers"], cfg["gpus"], cfg["batch_sizes"], cfg["precisions"], cfg["parallel"],
-            range(cfg["repeats"]),
+        for r, lo, t, g, b, p, par in itertools.product(
+            range(cfg["repeats"]), cfg["loaders"], cfg["tiers"], cfg["gpus"], cfg["batch_sizes"], cfg["precisions"],
+            cfg["parallel"],
         )
         if lo not in TIERLESS or t == cfg["tiers"][0]
     ]

@@ -47,10 +47,11 @@ def warnings_for(*, final_loss: float, backlog: int, steps: int, ratio: float | 
     if ratio is not None and not 0.8 <= ratio <= 1.25:
         out.append(f"second half of the window ran at {ratio:.2f}x the first half's rate: not steady")
     if converged is False:
-        known = f"+-{100 * halfwidth:.1f}%" if halfwidth is not None else "not at all (too few steps)"
+        known = (f"is known to +-{100 * halfwidth:.1f}%" if halfwidth is not None
+                 else f"has no interval ({steps} steps, fewer than 20)")  # fmt: skip
         out.append(
-            f"not converged: after the window's maximum of {rule.max_seconds:g} s the rate is known to {known}, "
-            f"not +-{100 * rule.precision:g}%; raise window.max_seconds or read the spread of repeats"
+            f"not converged: after the window's maximum of {rule.max_seconds:g} s the rate {known}, not "
+            f"+-{100 * rule.precision:g}%; raise window.max_seconds or read the spread of repeats"
         )
     later = warmup_durations[1:]
     window_steps = step_durations(window_step_end)
