@@ -59,7 +59,7 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
     warned = defaultdict(int)
     for r in ok:
         for w in r["metrics"].get("warnings", []):
-            warned[w.split(":", 1)[0] if ":" in w[:40] else w[:40]] += 1
+            warned[w.split(":", 1)[0]] += 1  # the warning's code
     out["warnings"] = dict(warned)
     if ceiling:
         out["ceiling"] = {k: ceiling[k] for k in ("synthetic_samples_per_s", "bare_samples_per_s", "synthetic_over_bare",

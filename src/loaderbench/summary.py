@@ -34,18 +34,19 @@ def step_durations(step_end: list[float]) -> list[float]:
     return [b - a for a, b in zip([0.0, *step_end[:-1]], step_end)]
 
 
+# Every warning starts with a stable code and a colon ("unsteady: ..."), so tables and reports can group them.
 def warnings_for(*, final_loss: float, backlog: int, steps: int, ratio: float | None, rule, converged: bool | None,
                  halfwidth: float | None, warmup_durations: list[float], window_step_end: list[float]) -> list[str]:  # fmt: skip
     out = []
     if not math.isfinite(final_loss):
-        out.append(f"loss is {final_loss} at the end of the window: training diverged (throughput still measured)")
+        out.append(f"diverged: loss is {final_loss} at the end of the window (throughput still measured)")
     if backlog and steps < 10 * backlog and rule.mode != "adaptive":
         out.append(
-            f"window of {steps} steps is under 10x the prefetch depth ({backlog} batches): "
+            f"short window: {steps} steps is under 10x the prefetch depth ({backlog} batches); "
             "lengthen it so start-up backlog cannot inflate the result"
         )
     if ratio is not None and not 0.8 <= ratio <= 1.25:
-        out.append(f"second half of the window ran at {ratio:.2f}x the first half's rate: not steady")
+        out.append(f"unsteady: the second half of the window ran at {ratio:.2f}x the first half's rate")
     if converged is False:
         known = (f"is known to +-{100 * halfwidth:.1f}%" if halfwidth is not None
                  else f"has no interval ({steps} steps, fewer than 20)")  # fmt: skip
