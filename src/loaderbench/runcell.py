@@ -18,17 +18,42 @@ import threading
 import time
 from pathlib import Path
 
-from . import telemetry
+from . import contention as _contention
+from . import hostlock, telemetry
 from .config import TIERLESS, CellSpec, staged_root
 from .records import failed_record
 from .util import atomic_write_json
 
 
-def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = None, position: str = "") -> dict:
+def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = None, position: str = "",
+             host: hostlock.HostSettings | None = None) -> dict:  # fmt: skip
     """Measure the cell in child processes and write its record to `out` (and its telemetry to `timeline`).
 
     Around the measurement: an emulated tier is mounted (and always unmounted), a cold tier's files are evicted
-    from the page cache, and the resource sampler runs. `position` ("3/26") prefixes the progress lines."""
+    from the page cache, and the resource sampler runs. `position` ("3/26") prefixes the progress lines.
+
+    The whole of it holds the host lock (`hostlock`: one measurement at a time per host; `host` gives its
+    directory, wait limit and the contention thresholds); a host still busy after the wait limit gives a failed
+    record naming the holder. The runner stops, as on SIGTERM, when one of its ancestors dies."""
+    # --- exclusive measurement (hostlock): SIGTERM -> cleanup, the ancestor watch, the host lock ---
+    host = host or hostlock.HostSettings()
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup in _run_cell
+    try:
+        with hostlock.watch_ancestors():
+            try:
+                with hostlock.exclusive(f"cell {spec.cell_id}", hostlock.gpu_indices(spec.gpus), host.directory,
+                                        host.lock_wait_s):  # fmt: skip
+                    return _run_cell(spec, manifest, out, timeline, position, host, busy=None)
+            except hostlock.HostBusy as e:
+                return _run_cell(spec, manifest, out, timeline, position, host, busy=str(e))
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, position: str,
+              host: hostlock.HostSettings, busy: str | None) -> dict:  # fmt: skip
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.child"
@@ -48,13 +73,12 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     manifest_data = json.loads(Path(manifest).read_text())
     tier = {"name": spec.tier, "kind": spec.tier_kind, "cache": spec.cache, "path": spec.tier_path,
             "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup below
     procs = []
     mount = sampler = samples = None
-    rc, why, culprit = None, None, None
+    rc, why, culprit = None, busy, None
+    contention = None if busy else _contention.Sampler(spec.gpus).start()
     try:
-        if spec.loader not in TIERLESS:
+        if why is None and spec.loader not in TIERLESS:
             try:
                 mount = _prepare_tier(spec, manifest_data, tier)
             except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
@@ -84,8 +108,7 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
         if mount:
             mount.unmount()
             tier["emulated"] = mount.final_stats
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        contention_samples = contention.stop() if contention else None
     if rc in (-signal.SIGTERM, -signal.SIGINT):
         # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
         # so the next run measures this cell again.
@@ -114,6 +137,11 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
         record["telemetry"] = telemetry.summarize(samples, marks)
     else:
         record["telemetry"] = {"off": "telemetry_hz is 0"}
+    if contention_samples is not None:  # foreign CPU and GPU use during the window (contention.py)
+        record["contention"] = _contention.summarize(contention_samples, marks, host.contention_cpu_cores,
+                                                     host.contention_gpu_processes)  # fmt: skip
+        if (text := _contention.warning(record["contention"])) and record.get("metrics") is not None:
+            record["metrics"].setdefault("warnings", []).append(text)
     if timeline is not None:
         telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
         record["telemetry"]["timeline"] = str(timeline)
