@@ -281,7 +281,12 @@ def _forwarding(previous):
         if stopped:
             print(f"loaderbench: {signal.Signals(signum).name}: stopping {len(stopped)} measuring job(s) "
                   f"(pid {', '.join(map(str, stopped))})", file=sys.stderr, flush=True)  # fmt: skip
-        if callable(previous):
+        if callable(previous) and signum == signal.SIGTERM:
+            # Snakemake's SIGTERM handler (JobScheduler.exit_gracefully) takes the scheduler's non-reentrant lock,
+            # which the interrupted main thread may hold: called here it can deadlock (it did, about one run in
+            # three). It only sets a flag and wakes the scheduler, so a thread of its own does it safely.
+            threading.Thread(target=previous, args=(signum, None), name="loaderbench-sigterm", daemon=True).start()
+        elif callable(previous):
             previous(signum, frame)
         elif signum == signal.SIGINT and previous != signal.SIG_IGN:
             raise KeyboardInterrupt
