@@ -198,7 +198,7 @@ def cell_processes(workdir: Path) -> list[psutil.Process]:
 def start_run(workdir: Path, cfg: dict, *targets: str) -> subprocess.Popen:
     cfg_path = write_config(workdir, cfg)
     cmd = [PY, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2",
-           "--configfile", str(cfg_path), *targets]  # fmt: skip
+           *targets, "--configfile", str(cfg_path)]  # fmt: skip (--configfile takes every argument after it)
     log = open(workdir / "snakemake.out", "w")
     return subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
