@@ -35,7 +35,7 @@ ceiling: $(STAMP)
 	$(SMK) --until stage
 	$(BIN)/loaderbench ceiling --config $(CONFIG)
 
-## respread: rerun once every configuration whose repeats spread over spread_warn, then refresh the tables
+## respread: rerun once every configuration whose repeats spread over spread_warn or with a contended cell, then refresh the tables
 respread: $(STAMP)
 	$(SMK)
 	$(BIN)/loaderbench respread --config $(CONFIG)

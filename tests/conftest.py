@@ -67,6 +67,19 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 90
     return proc
 
 
+@pytest.fixture(autouse=True, scope="session")
+def own_lock_dir(tmp_path_factory):
+    """This test session's own host-lock directory: parallel test runs (other checkouts, other users) are not
+    serialised through the shared /tmp/loaderbench-locks. Child processes (Snakemake, cells) inherit it."""
+    before = os.environ.get("LOADERBENCH_LOCK_DIR")
+    os.environ["LOADERBENCH_LOCK_DIR"] = str(tmp_path_factory.mktemp("locks"))
+    yield Path(os.environ["LOADERBENCH_LOCK_DIR"])
+    if before is None:
+        os.environ.pop("LOADERBENCH_LOCK_DIR", None)
+    else:
+        os.environ["LOADERBENCH_LOCK_DIR"] = before
+
+
 @pytest.fixture
 def workdir(tmp_path) -> Path:
     yield tmp_path

@@ -44,3 +44,28 @@ def test_spread_over_the_threshold_is_requeued_once(tmp_path):
     row = table[table["Dataloader"] == "opencv"].iloc[0]
     assert row["Spread flag"] and round(row["Spread before rerun"], 3) == round(20 / 101, 3)
     assert pd.isna(table[table["Dataloader"] == "torchvision"].iloc[0]["Spread before rerun"])
+
+
+def test_a_contended_cell_requeues_its_configuration_once_and_says_why(tmp_path):
+    cells, ledger = tmp_path / "results/cells", tmp_path / "results/respread.json"
+    quiet = [record(f"torchvision_ssd_g1_b128_fp32_dp_r{i}", v) for i, v in enumerate((100, 101))]
+    busy = [record(f"opencv_ssd_g1_b128_fp32_dp_r{i}", v) for i, v in enumerate((100, 101))]
+    single = [record("opencv_ssd_g1_b128_amp_dp_r0", 200)]  # one repeat: no spread, but contended
+    for r in quiet + busy + single:
+        r["contention"] = {"contended": False, "foreign_cpu_cores": 0.1}
+    busy[1]["contention"] = {"contended": True, "foreign_cpu_cores": 1.2}
+    single[0]["contention"] = {"contended": True, "foreign_cpu_cores": 0.9}
+    write(cells, quiet + busy + single)
+    from loaderbench.respread import requeue
+
+    got = requeue(cells, 0.05, ledger)
+    assert sorted(got) == ["opencv_ssd_g1_b128_amp_dp", "opencv_ssd_g1_b128_fp32_dp"]
+    assert got["opencv_ssd_g1_b128_fp32_dp"].startswith("contended window in opencv_ssd_g1_b128_fp32_dp_r1")
+    assert "spread" not in got["opencv_ssd_g1_b128_fp32_dp"]  # its repeats agree: contention alone requeued it
+    assert sorted(p.name for p in cells.glob("*.json")) == [f"torchvision_ssd_g1_b128_fp32_dp_r{i}.json" for i in range(2)]
+    assert len(list((cells / "superseded").glob("opencv_*.json"))) == 3
+    entry = json.loads(ledger.read_text())["opencv_ssd_g1_b128_amp_dp"]
+    assert entry["spread"] is None and entry["cells"] == ["opencv_ssd_g1_b128_amp_dp_r0"] and "contended" in entry["why"]
+    # contended again after the rerun: not requeued a second time
+    write(cells, busy + single)
+    assert respread(cells, 0.05, ledger) == []

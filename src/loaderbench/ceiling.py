@@ -86,7 +86,7 @@ def _bare_process(spec: CellSpec, classes: int, steps: int, warmup: int, variant
 
 
 def ceiling(spec: CellSpec, manifest: Path, rounds: int, variant_steps: int, out_dir: Path,
-            timeout_s: float | None = None) -> dict:  # fmt: skip
+            timeout_s: float | None = None, host=None) -> dict:  # fmt: skip
     """Alternate synthetic cells (real cell jobs) and bare loops of as many steps; report both and their ratio."""
     from .runcell import run_cell
 
@@ -97,7 +97,7 @@ def ceiling(spec: CellSpec, manifest: Path, rounds: int, variant_steps: int, out
     device = None
     for r in range(rounds):
         s = dataclasses.replace(spec, seed=spec.seed + r, repeat=r)
-        rec = run_cell(s, manifest, Path(out_dir) / f"{s.cell_id}.json", timeout_s=timeout_s)
+        rec = run_cell(s, manifest, Path(out_dir) / f"{s.cell_id}.json", timeout_s=timeout_s, host=host)
         if rec["status"] != "ok":
             raise RuntimeError(f"synthetic cell {s.cell_id} {rec['status']}: {rec.get('reason')}")
         m = rec["metrics"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .check import DatasetError
 from .config import ConfigError, cell_ids, cell_spec, load_config
+from .hostlock import HostBusy
 from .stage import StagingError
 
 
@@ -51,15 +52,34 @@ def cmd_stage(a) -> int:
     return 0
 
 
+def _host(a, cfg: dict | None = None):
+    """Host settings (lock directory, wait limit, contention thresholds): the command line's, else the config's."""
+    from .hostlock import HostSettings
+
+    base = HostSettings.from_config(cfg)
+    over = {k: getattr(a, k, None) for k in ("lock_dir", "lock_wait_s", "contention_cpu_cores",
+                                            "contention_gpu_processes")}  # fmt: skip
+    return dataclasses.replace(base, **{k: v for k, v in over.items() if v is not None})
+
+
+def _measuring(a, holder: str, gpus: int, cfg: dict | None = None):
+    """The host lock (and the ancestor watch) for a measuring command that is not a cell."""
+    from .hostlock import gpu_indices, measuring
+
+    return measuring(holder, gpu_indices(gpus), _host(a, cfg))
+
+
 def cmd_run_cell(a) -> int:
     from .config import CellSpec
     from .runcell import run_cell
     from .watchdog import StallRule
 
+    cfg = None
     if a.spec:
         spec = CellSpec.from_dict(json.loads(a.spec))
     elif a.config and a.cell:
-        spec = cell_spec(_cfg(a), a.cell)
+        cfg = _cfg(a)
+        spec = cell_spec(cfg, a.cell)
     else:
         raise ConfigError("run-cell needs --spec, or --config with --cell")
     manifest = Path(a.manifest or f"results/staging/{spec.tier}.json")
@@ -67,11 +87,11 @@ def cmd_run_cell(a) -> int:
         raise StagingError(f"tier manifest {manifest} is missing: stage the dataset first (snakemake {manifest})")
     out = Path(a.out or f"results/cells/{spec.cell_id}.json")
     timeline = Path(a.timeline) if a.timeline else out.parent.parent / "telemetry" / f"{spec.cell_id}.csv"
-    cfg = _cfg(a) if a.config else None
     timeout_s = a.timeout_s or (cfg["cell_timeout_s"] if cfg else None)
     stall = StallRule(floor_s=a.stall_s or (cfg["watchdog"]["stall_s"] if cfg else 60.0),
                       factor=a.stall_factor or (cfg["watchdog"]["step_factor"] if cfg else 50.0))  # fmt: skip
-    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "", timeout_s=timeout_s, stall=stall)
+    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "", host=_host(a, cfg),
+             timeout_s=timeout_s, stall=stall)  # fmt: skip
     return 0
 
 
@@ -109,7 +129,8 @@ def cmd_probe_tier(a) -> int:
     from .util import atomic_write_json
 
     manifest = json.loads(Path(a.manifest).read_text())
-    result = probe_tier(manifest, json.loads(a.tier), a.readers, a.max_files, a.max_seconds)
+    with _measuring(a, f"probe-tier {manifest.get('tier')}", 0):
+        result = probe_tier(manifest, json.loads(a.tier), a.readers, a.max_files, a.max_seconds)
     atomic_write_json(Path(a.out), result)
     if result.get("error"):
         print(f"tier {result['tier']}: not probed: {result['error']}", file=sys.stderr)
@@ -121,14 +142,13 @@ def cmd_probe_tier(a) -> int:
 
 
 def cmd_respread(a) -> int:
-    from .respread import respread
+    from .respread import requeue
 
     cfg = _cfg(a)
     results = Path(a.results)
-    keys = respread(results / "cells", cfg["spread_warn"], results / "respread.json")
-    for k in keys:
-        print(f"requeued {k}: repeats spread over {100 * cfg['spread_warn']:.0f}%; its records moved to "
-              f"{results / 'cells/superseded'}", file=sys.stderr)  # fmt: skip
+    keys = requeue(results / "cells", cfg["spread_warn"], results / "respread.json")
+    for k, why in keys.items():
+        print(f"requeued {k}: {why}; its records moved to {results / 'cells/superseded'}", file=sys.stderr)
     print(f"{len(keys)} configuration(s) requeued; run snakemake again to measure them", file=sys.stderr)
     return 0
 
@@ -161,8 +181,9 @@ def cmd_bench(a) -> int:
     cfg = _cfg(a)
     tier = a.tier or cfg["tiers"][0]
     loaders = a.loaders or ["torchvision", "opencv"]
-    r = bench(Path(a.results) / "staging" / f"{tier}.json", loaders, a.batch_size, cfg["crop_size"], a.workers,
-              a.seconds, a.rounds)  # fmt: skip
+    with _measuring(a, "bench", 1, cfg):
+        r = bench(Path(a.results) / "staging" / f"{tier}.json", loaders, a.batch_size, cfg["crop_size"], a.workers,
+                  a.seconds, a.rounds)  # fmt: skip
     print(f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
           f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:")  # fmt: skip
     for lo, v in r["images_per_s"].items():
@@ -185,8 +206,9 @@ def cmd_ceiling(a) -> int:
     spec = cell_spec(cfg, cid, in_grid=False)
     if a.compile:
         spec = dataclasses.replace(spec, compile=True)
-    r = ceiling(spec, Path(a.results) / "staging" / f"{tier}.json", a.rounds, a.variant_steps,
-                Path(a.results) / "ceiling", timeout_s=cfg["cell_timeout_s"])  # fmt: skip
+    with _measuring(a, "ceiling", 1, cfg):
+        r = ceiling(spec, Path(a.results) / "staging" / f"{tier}.json", a.rounds, a.variant_steps,
+                    Path(a.results) / "ceiling", timeout_s=cfg["cell_timeout_s"], host=_host(a, cfg))  # fmt: skip
     window = (f"{spec.window_steps} steps" if spec.window_steps else f"{spec.window_s:g} s" if spec.window_s
               else f"adaptive (+-{100 * spec.window_precision:g}%, at most {spec.window_max_s:g} s)")  # fmt: skip
     print(f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
@@ -220,12 +242,25 @@ def cmd_sweep(a) -> int:
 
     cfg = _cfg(a)
     tier = a.tier or cfg["tiers"][0]
-    rows = sweep(cfg, a.variant, a.loaders, tier, a.batch_size or cfg["batch_sizes"][-1], a.precision, a.repeats,
-                 Path(a.results) / "staging" / f"{tier}.json", Path(a.out))  # fmt: skip
+    with _measuring(a, "sweep", max(cfg["gpus"]), cfg):  # held across its cells (each cell's own lock: a no-op)
+        rows = sweep(cfg, a.variant, a.loaders, tier, a.batch_size or cfg["batch_sizes"][-1], a.precision,
+                     a.repeats, Path(a.results) / "staging" / f"{tier}.json", Path(a.out), host=_host(a, cfg))  # fmt: skip
     print(f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
           f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)")  # fmt: skip
     print(render(rows))
     return 0
+
+
+def _host_options(s, contention: bool = False) -> None:
+    """The `host:` settings as options (Snakemake passes them to run-cell and probe-tier; they override a config's)."""
+    s.add_argument("--lock-dir", help="host lock directory (default: host.lock_dir, else env LOADERBENCH_LOCK_DIR, "
+                   "else /tmp/loaderbench-locks)")  # fmt: skip
+    s.add_argument("--lock-wait-s", type=float, help="seconds to wait for a busy host before failing (default 1800)")
+    if contention:
+        s.add_argument("--contention-cpu-cores", type=float,
+                       help="foreign CPU cores in the window above which the cell is contended (default 0.5)")
+        s.add_argument("--contention-gpu-processes", type=int,
+                       help="foreign GPU processes in the window above which the cell is contended (default 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -274,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout-s", type=float, help="the cell's time limit (default: config cell_timeout_s, else auto)")
     s.add_argument("--stall-s", type=float, help="watchdog: no step for this long is a stall (default 60)")
     s.add_argument("--stall-factor", type=float, help="... or for this many median steps, when longer (default 50)")
+    _host_options(s, contention=True)
     s.set_defaults(func=cmd_run_cell)
 
     s = sub.add_parser("cells", help="list the cell ids of a config")
@@ -306,9 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-files", type=int)
     s.add_argument("--max-seconds", type=float, default=20.0)
     s.add_argument("--out", required=True)
+    _host_options(s)
     s.set_defaults(func=cmd_probe_tier)
 
-    s = sub.add_parser("respread", help="requeue (once) configurations whose repeats spread over spread_warn")
+    s = sub.add_parser("respread", help="requeue (once) configurations whose repeats spread over spread_warn or that have a contended cell")
     s.add_argument("--config", required=True)
     s.add_argument("--results", default="results")
     s.set_defaults(func=cmd_respread)
@@ -342,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--results", default="results")
     s.add_argument("--json", help="also write the figures as JSON here")
+    _host_options(s)
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("ceiling", help="the synthetic cell against a bare training loop, and input layout/dtype costs")
@@ -353,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--variant-steps", type=int, default=50, help="bare-loop steps per input variant (0: skip them)")
     s.add_argument("--results", default="results")
     s.add_argument("--json", help="also write the figures as JSON here")
+    _host_options(s)
     s.set_defaults(func=cmd_ceiling)
 
     s = sub.add_parser("engine-report", help="the engine's cost and trust: per-cell overhead, convergence, dp/ddp, spread")
@@ -372,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeats", type=int, default=1)
     s.add_argument("--results", default="results")
     s.add_argument("--out", default="results/sweep")
+    _host_options(s)
     s.set_defaults(func=cmd_sweep)
     return p
 
@@ -380,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         return a.func(a)
-    except (ConfigError, DatasetError, StagingError) as e:
+    except (ConfigError, DatasetError, StagingError, HostBusy) as e:
         print(f"loaderbench {a.command}: error: {e}", file=sys.stderr)
         return 2
 

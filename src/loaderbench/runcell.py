@@ -18,7 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from . import placement, telemetry
+from . import contention as _contention
+from . import hostlock, placement, telemetry
 from .config import TIERLESS, CellSpec, auto_timeout, staged_root
 from .provenance import collect
 from .records import failed_record
@@ -27,14 +28,37 @@ from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_s
 
 
 def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = None, position: str = "",
-             timeout_s: float | None = None, stall: StallRule | None = None) -> dict:  # fmt: skip
+             host: hostlock.HostSettings | None = None, timeout_s: float | None = None,
+             stall: StallRule | None = None) -> dict:  # fmt: skip
     """Measure the cell in child processes and write its record to `out` (and its telemetry to `timeline`).
 
     Around the measurement: an emulated tier is mounted (and always unmounted), a cold tier's files are evicted
     from the page cache, the resource sampler runs, and the stall watchdog reads the ranks' heartbeats.
-    `position` ("3/26") prefixes the progress lines; `timeout_s` (default: from the window) bounds the cell."""
-    timeout_s = timeout_s or spec_timeout(spec)
-    stall = stall or StallRule()
+    `position` ("3/26") prefixes the progress lines; `timeout_s` (default: from the window) bounds the cell.
+
+    The whole of it holds the host lock (`hostlock`: one measurement at a time per host; `host` gives its
+    directory, wait limit and the contention thresholds); a host still busy after the wait limit gives a failed
+    record naming the holder. The runner stops, as on SIGTERM, when one of its ancestors dies."""
+    # --- exclusive measurement (hostlock): SIGTERM -> cleanup, the ancestor watch, the host lock ---
+    host = host or hostlock.HostSettings()
+    run = dict(timeout_s=timeout_s or spec_timeout(spec), stall=stall or StallRule())
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup in _run_cell
+    try:
+        with hostlock.watch_ancestors():
+            try:
+                with hostlock.exclusive(f"cell {spec.cell_id}", hostlock.gpu_indices(spec.gpus), host.directory,
+                                        host.lock_wait_s):  # fmt: skip
+                    return _run_cell(spec, manifest, out, timeline, position, host, busy=None, **run)
+            except hostlock.HostBusy as e:
+                return _run_cell(spec, manifest, out, timeline, position, host, busy=str(e), **run)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, position: str,
+              host: hostlock.HostSettings, busy: str | None, timeout_s: float, stall: StallRule) -> dict:  # fmt: skip
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.child"
@@ -57,14 +81,13 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     manifest_data = json.loads(Path(manifest).read_text())
     tier = {"name": spec.tier, "kind": spec.tier_kind, "cache": spec.cache, "path": spec.tier_path,
             "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup below
     procs = []
     mount = sampler = samples = None
-    rc, why, culprit, stack_dump = None, None, None, {}
+    rc, why, culprit, stack_dump = None, busy, None, {}
     spawned = exited = None
+    contention = None if busy else _contention.Sampler(spec.gpus).start()
     try:
-        if spec.loader not in TIERLESS:
+        if why is None and spec.loader not in TIERLESS:
             try:
                 mount = _prepare_tier(spec, manifest_data, tier)
             except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
@@ -97,8 +120,7 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
         if mount:
             mount.unmount()
             tier["emulated"] = mount.final_stats
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        contention_samples = contention.stop() if contention else None
     if rc in (-signal.SIGTERM, -signal.SIGINT):
         # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
         # so the next run measures this cell again.
@@ -131,6 +153,11 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
         record["telemetry"] = telemetry.summarize(samples, marks)
     else:
         record["telemetry"] = {"off": "telemetry_hz is 0"}
+    if contention_samples is not None:  # foreign CPU and GPU use during the window (contention.py)
+        record["contention"] = _contention.summarize(contention_samples, marks, host.contention_cpu_cores,
+                                                     host.contention_gpu_processes)  # fmt: skip
+        if (text := _contention.warning(record["contention"])) and record.get("metrics") is not None:
+            record["metrics"].setdefault("warnings", []).append(text)
     if timeline is not None:
         telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
         record["telemetry"]["timeline"] = str(timeline)

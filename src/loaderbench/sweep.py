@@ -42,7 +42,7 @@ def parse_variant(text: str) -> tuple[str, dict]:
 
 
 def sweep(cfg: dict, variants: list[str], loaders: list[str], tier: str, batch_size: int, precision: str,
-          repeats: int, manifest: Path, out_dir: Path) -> list[dict]:  # fmt: skip
+          repeats: int, manifest: Path, out_dir: Path, host=None) -> list[dict]:  # fmt: skip
     """Run every (repeat, variant, loader) cell; returns one summary row per (variant, loader)."""
     from .runcell import run_cell
 
@@ -57,7 +57,7 @@ def sweep(cfg: dict, variants: list[str], loaders: list[str], tier: str, batch_s
                     continue
                 base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, "dp", r), in_grid=False)
                 spec = dataclasses.replace(base, **overrides)
-                rec = run_cell(spec, manifest, Path(out_dir) / name / f"{spec.cell_id}.json")
+                rec = run_cell(spec, manifest, Path(out_dir) / name / f"{spec.cell_id}.json", host=host)
                 records.setdefault((name, lo), []).append(rec)
     rows = []
     for (name, lo), recs in records.items():

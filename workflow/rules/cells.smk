@@ -1,6 +1,7 @@
 # One job per cell: loader x tier x gpus x batch x precision x parallel mode x repeat. The job always writes a record
 # (ok, skipped or failed with its reason), atomically. `bench_slot` (profiles/default) keeps cells from
-# running at the same time, which would make them compete for the CPUs and GPUs they measure.
+# running at the same time, which would make them compete for the CPUs and GPUs they measure; the host lock
+# (HOST_ARGS, config `host:`) keeps any other measurement on the host (a second pipeline, a shell) out too.
 # With --use-singularity the job runs in the cell container (config key container.image); under
 # --executor slurm it is one Slurm job with the resources below.
 
@@ -26,4 +27,4 @@ rule cell:
         **SLURM_PLACEMENT,
     shell:
         "{CELL_LB} run-cell --spec {params.spec:q} --manifest {input.manifest:q} --out {output.record:q} "
-        "--timeline {output.timeline:q} {CELL_RUN_OPTS} 2>&1 | tee {log:q}"
+        "--timeline {output.timeline:q} {CELL_RUN_OPTS} {HOST_ARGS} 2>&1 | tee {log:q}"

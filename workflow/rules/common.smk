@@ -53,11 +53,37 @@ def apptainer_args(cfg, existing):
              *cfg["container"]["binds"]]
     if cfg["dataset"]["source"] == "path":
         paths.append(cfg["dataset"]["path"])
+    from loaderbench.hostlock import lock_directory
+
+    locks = lock_directory(cfg["host"]["lock_dir"])  # /tmp is bound by default; another directory must be bound
+    if not str(locks.resolve()).startswith("/tmp/"):
+        locks.mkdir(parents=True, exist_ok=True)
+        paths.append(locks)
     add = ["--nv"] if cfg["container"]["nv"] and "--nv" not in have else []
     for p in dict.fromkeys(str(Path(p).resolve()) for p in paths):
         if p not in have:
             add += ["--bind", p]
     return " ".join([*map(shlex.quote, have), *map(shlex.quote, add)])
+
+
+# Exclusive measurement (config `host:`, src/loaderbench/hostlock.py): the lock directory, wait limit and contention
+# thresholds reach run-cell and probe-tier as options. They are globals in the shell command, not params: params
+# (and spec fields) are rerun triggers, and these settings must not re-measure cells.
+HOST = CFG["host"]
+HOST_LOCK_ARGS = f"--lock-wait-s {shlex.quote(str(HOST['lock_wait_s']))}"
+if HOST["lock_dir"]:
+    HOST_LOCK_ARGS += f" --lock-dir {shlex.quote(str(Path(HOST['lock_dir']).resolve()))}"
+HOST_ARGS = (
+    f"{HOST_LOCK_ARGS} --contention-cpu-cores {shlex.quote(str(HOST['contention_cpu_cores']))} "
+    f"--contention-gpu-processes {shlex.quote(str(HOST['contention_gpu_processes']))}"
+)
+
+
+onstart:
+    # SIGINT/SIGTERM to Snakemake's pid alone: stop the measuring job now instead of letting it finish
+    from loaderbench.hostlock import stop_measurements_on_signals
+
+    stop_measurements_on_signals()
 
 
 if USE_CONTAINER:

@@ -33,4 +33,4 @@ rule probe_tier:
         "logs/probe/{tier}.log",
     shell:
         "{LB} probe-tier --manifest {input} --tier {params.tier:q} --readers {params.readers} {params.max_files} "
-        "--max-seconds {params.max_seconds} --out {output} 2> {log} && cat {log}"
+        "--max-seconds {params.max_seconds} --out {output} {HOST_LOCK_ARGS} 2> {log} && cat {log}"

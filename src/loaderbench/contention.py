@@ -1,0 +1,181 @@
+"""Contention during a cell's window: what else ran on the host while the cell was timed.
+
+A light sampler thread in the cell runner (1 Hz, independent of `telemetry_hz`, so it runs with telemetry off too)
+records per sample the host's busy CPU time (/proc/stat) and the CPU time of the cell's process tree (the runner,
+its ranks, their loader workers, an emulated tier's FUSE server: every descendant of the runner), and, on a GPU host,
+NVML's compute and graphics processes on the cell's GPUs. `summarize()` keeps the window (the training process's
+`marks.window_start` .. `window_end`): foreign CPU = (host busy - the tree's CPU time) / window seconds, in cores,
+with both counters interpolated to the window's edges; foreign GPU processes = those whose pid is not in the tree.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def host_busy_s() -> float:
+    """Busy CPU seconds of the whole host since boot (all cores): user, nice, system, irq, softirq, steal."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    assert fields[0] == "cpu"
+    v = [int(x) for x in fields[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = v[:7]
+    steal = v[7] if len(v) > 7 else 0
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+def foreign_gpu_processes(nv, handles: list, indices: list[int], tree: set[int]) -> list[dict]:
+    """NVML's running compute and graphics processes on the cell's GPUs whose pid is not in `tree`."""
+    out, seen = [], set()
+    for handle, index in zip(handles, indices):
+        procs = []
+        for call in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            try:
+                procs += list(getattr(nv, call)(handle))
+            except Exception:
+                pass
+        for p in procs:
+            if p.pid in tree or (p.pid, index) in seen:
+                continue
+            seen.add((p.pid, index))
+            used = getattr(p, "usedGpuMemory", None)
+            out.append({"pid": p.pid, "name": _name(p.pid), "gpu": index,
+                        "used_mb": round(used / 2**20, 1) if isinstance(used, int) else None})  # fmt: skip
+    return out
+
+
+def _name(pid: int) -> str | None:
+    try:
+        import psutil
+
+        return psutil.Process(pid).name()
+    except Exception:  # another PID namespace (a container), or gone
+        return None
+
+
+class Sampler:
+    """1 Hz samples of host CPU busy time, the runner's tree CPU time and foreign GPU processes."""
+
+    def __init__(self, gpus: int, hz: float = 1.0, root: int | None = None):
+        self.gpus = gpus
+        self.period = 1.0 / hz
+        self.root = root or os.getpid()
+        self.rows: list[dict] = []
+        self.gpu_note = None
+        self._cpu: dict[int, float] = {}  # pid -> last CPU seconds (a process that exited keeps its last value)
+        self._procs: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="loaderbench-contention", daemon=True)
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return {"rows": self.rows, "gpu": self.gpu_note}
+
+    def _tree_cpu_s(self) -> tuple[float, set[int]]:
+        import psutil
+
+        try:
+            root = self._procs.get(self.root) or self._procs.setdefault(self.root, psutil.Process(self.root))
+            members = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            members = []
+        pids = set()
+        for p in members:
+            p = self._procs.setdefault(p.pid, p)
+            try:
+                t = p.cpu_times()
+                self._cpu[p.pid] = t.user + t.system
+                pids.add(p.pid)
+            except psutil.Error:
+                pass
+        return sum(self._cpu.values()), pids
+
+    def _run(self) -> None:
+        from .telemetry import _Nvml
+
+        nvml = _Nvml(self.gpus)
+        if not nvml.handles:
+            self.gpu_note = f"no NVML ({nvml.reason})" if self.gpus > 0 else "no NVML (the cell uses no GPU)"
+        else:
+            self.gpu_note = f"NVML, GPUs {nvml.indices}"
+        next_t = time.monotonic()
+        while True:
+            tree_s, pids = self._tree_cpu_s()
+            row = {"t": time.time(), "host_busy_s": host_busy_s(), "tree_cpu_s": tree_s}
+            if nvml.handles:
+                row["gpu_foreign"] = foreign_gpu_processes(nvml.nv, nvml.handles, nvml.indices, pids)
+            self.rows.append(row)
+            if self._stop.is_set():
+                break  # the last sample is taken at stop, after the window has ended
+            next_t += self.period
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+        nvml.close()
+
+
+def _at(rows: list[dict], key: str, t: float) -> float:
+    """A cumulative counter linearly interpolated to time t (clamped to the samples' span)."""
+    if t <= rows[0]["t"]:
+        return rows[0][key]
+    for a, b in zip(rows, rows[1:]):
+        if a["t"] <= t <= b["t"]:
+            f = (t - a["t"]) / max(b["t"] - a["t"], 1e-9)
+            return a[key] + f * (b[key] - a[key])
+    return rows[-1][key]
+
+
+def summarize(samples: dict, marks: dict | None, cpu_cores: float, gpu_processes: int = 0) -> dict:
+    """record["contention"]: foreign CPU cores and GPU processes over the window, the thresholds, and whether the
+    cell was contended (foreign CPU over `cpu_cores`, or more than `gpu_processes` foreign GPU processes)."""
+    rows = samples.get("rows") or []
+    out = {"foreign_cpu_cores": None, "foreign_gpu_processes": [], "gpu": samples.get("gpu"),
+           "thresholds": {"cpu_cores": cpu_cores, "gpu_processes": gpu_processes}, "contended": False,
+           "samples": 0}  # fmt: skip
+    ws, we = (marks or {}).get("window_start"), (marks or {}).get("window_end")
+    if ws is None or we is None or len(rows) < 2 or we <= ws:
+        out["note"] = "no measuring window" if ws is None or we is None else "too few samples"
+        return out
+    inside = [r for r in rows if ws <= r["t"] <= we]
+    out["samples"] = len(inside)
+    span = we - ws
+    host = (_at(rows, "host_busy_s", we) - _at(rows, "host_busy_s", ws)) / span
+    cell = (_at(rows, "tree_cpu_s", we) - _at(rows, "tree_cpu_s", ws)) / span
+    out["host_cpu_cores"] = round(host, 3)
+    out["cell_cpu_cores"] = round(cell, 3)
+    out["foreign_cpu_cores"] = round(max(0.0, host - cell), 3)
+    # GPU processes seen by a sample in the window (or the nearest one after it when the window is under a second)
+    near = inside or [min((r for r in rows if r["t"] >= ws), key=lambda r: r["t"], default=rows[-1])]
+    gpu: dict = {}
+    for r in near:
+        for p in r.get("gpu_foreign") or []:
+            key = (p["pid"], p["gpu"])
+            if key not in gpu or (p.get("used_mb") or 0) > (gpu[key].get("used_mb") or 0):
+                gpu[key] = p
+    out["foreign_gpu_processes"] = sorted(gpu.values(), key=lambda p: (p["gpu"], p["pid"]))
+    out["contended"] = out["foreign_cpu_cores"] > cpu_cores or len(gpu) > gpu_processes
+    return out
+
+
+def warning(c: dict) -> str | None:
+    """The record's warning (it starts with `contended:`) when the window was contended."""
+    if not c.get("contended"):
+        return None
+    parts = []
+    if c["foreign_cpu_cores"] is not None and c["foreign_cpu_cores"] > c["thresholds"]["cpu_cores"]:
+        parts.append(f"other processes used {c['foreign_cpu_cores']:.2f} CPU cores during the window (threshold "
+                     f"host.contention_cpu_cores = {c['thresholds']['cpu_cores']:g})")  # fmt: skip
+    if c["foreign_gpu_processes"]:
+        procs = ", ".join(f"pid {p['pid']} ({p['name'] or '?'}) on GPU {p['gpu']}"
+                          + (f" with {p['used_mb']:.0f} MB" if p.get("used_mb") is not None else "")
+                          for p in c["foreign_gpu_processes"])  # fmt: skip
+        parts.append(f"foreign GPU processes: {procs}")
+    return ("contended: " + "; ".join(parts) + "; the throughput is not the cell's alone: rerun it on a quiet host "
+            "(`make respread` reruns contended configurations)")

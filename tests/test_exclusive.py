@@ -1,0 +1,267 @@
+"""Exclusive measurement: the host lock, cells that die with the run that started them, contention in the window.
+
+Real processes throughout (cell runners, Snakemake, a busy-loop hog); only NVML's process list is a stand-in, in
+the one unit test of the GPU part (this host has no GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loaderbench.check import check_dataset
+from loaderbench.config import cell_spec, validate_config
+from loaderbench.records import validate_record
+from loaderbench.stage import stage
+from tests.conftest import REPO, tiny_config, write_config
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory, small_dataset):
+    tmp = tmp_path_factory.mktemp("excl")
+    check_dataset(small_dataset, tmp / "check.json", tmp / "q", jobs=2)
+    (tmp / "tier").mkdir()
+    stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
+    cfg = validate_config({
+        "dataset": {"name": "ds"}, "storage": {"disk": str(tmp / "tier")}, "gpus": [1], "batch_sizes": [4],
+        "precisions": ["fp32"], "window": {"seconds": 4}, "warmup_steps": 1, "crop_size": 32, "workers": 1,
+        "prefetch_factor": 1,
+    })  # fmt: skip
+    return tmp, cfg
+
+
+def run_cell_cli(staged, out: Path, *options: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    tmp, cfg = staged
+    spec = cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0")
+    cmd = [PY, "-m", "loaderbench", "run-cell", "--spec", json.dumps(spec.to_dict()), "--manifest",
+           str(tmp / "disk.json"), "--out", str(out), "--timeline", str(out.with_suffix(".csv")), *options]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def hold_lock(lock_dir: Path, seconds: float) -> subprocess.Popen:
+    """Another measurement: a process that holds the host lock for `seconds`, then prints when it let go."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        from loaderbench.hostlock import exclusive
+        with exclusive("test holder", [], {str(lock_dir)!r}, 5):
+            print("held", flush=True)
+            time.sleep({seconds})
+        print("released", time.time(), flush=True)
+    """)
+    proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_lock_is_exclusive_reentrant_and_not_inherited(tmp_path):
+    from loaderbench.hostlock import exclusive, read_holder
+
+    probe = [PY, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+             "try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\nexcept BlockingIOError: print('taken')"]  # fmt: skip
+    lock = str(tmp_path / "cpus.lock")
+    with exclusive("cell x", [], tmp_path, 1) as paths:
+        assert paths == [lock]
+        assert subprocess.run([*probe, lock], capture_output=True, text=True).stdout.strip() == "taken"
+        holder = read_holder(Path(lock))
+        assert holder["pid"] == os.getpid() and holder["holder"] == "cell x" and holder["started_at"] <= time.time()
+        with exclusive("nested", [], tmp_path, 0.5):  # the same process again: no wait, no HostBusy
+            pass
+        assert subprocess.run([*probe, lock], capture_output=True, text=True).stdout.strip() == "taken"
+        child = subprocess.Popen(["sleep", "30"])  # started while the lock is held
+    try:
+        # released on leaving, although the child (which would hold an inherited descriptor) still runs
+        assert child.poll() is None
+        assert subprocess.run([*probe, lock], capture_output=True, text=True).stdout.strip() == "free"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_held_lock_makes_the_cell_wait_naming_the_holder_then_fail(staged, tmp_path):
+    locks = tmp_path / "locks"
+    holder = hold_lock(locks, 60)
+    try:
+        t0 = time.time()
+        proc = run_cell_cli(staged, tmp_path / "c.json", "--lock-dir", str(locks), "--lock-wait-s", "7")
+        waited = time.time() - t0
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert f"waiting for the host (cpus.lock held by pid {holder.pid} (test holder, for " in proc.stderr
+    rec = json.loads((tmp_path / "c.json").read_text())
+    validate_record(rec)
+    assert rec["status"] == "failed" and rec["reason"].startswith("host busy: waited 7 s (host.lock_wait_s = 7)")
+    assert f"held by pid {holder.pid} (test holder" in rec["reason"]
+    assert 7 <= waited < 60 and rec["metrics"] is None
+    assert (tmp_path / "c.csv").is_file()  # Snakemake's declared timeline output exists for a busy cell too
+
+
+def test_a_cell_waits_for_the_holder_and_measures_after_it_let_go(staged, tmp_path):
+    locks = tmp_path / "locks"
+    holder = hold_lock(locks, 6)
+    proc = run_cell_cli(staged, tmp_path / "c.json", "--lock-dir", str(locks), "--lock-wait-s", "120")
+    released = float(holder.stdout.readline().split()[1])
+    holder.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert f"held by pid {holder.pid} (test holder" in proc.stderr  # the 5-s progress line named it
+    rec = json.loads((tmp_path / "c.json").read_text())
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["metrics"]["marks"]["setup_start"] >= released  # nothing of the cell ran while the other held the host
+
+
+def test_cpu_hog_in_the_window_marks_the_cell_contended(staged, tmp_path):
+    """A busy loop (not a descendant of the runner) during the window: its CPU counts as foreign, the record is
+    contended and warned about. The quiet run beside it only checks the subtraction: the cell's own CPU (training
+    and loader worker) is counted as the cell's; whether foreign CPU is low there depends on other users of
+    this shared machine, so it is not asserted."""
+    quiet = run_cell_cli(staged, tmp_path / "quiet.json")
+    assert quiet.returncode == 0, quiet.stderr
+    q = json.loads((tmp_path / "quiet.json").read_text())["contention"]
+    assert q["cell_cpu_cores"] >= 0.25 and q["samples"] >= 2 and q["gpu"].startswith("no NVML")
+    assert q["host_cpu_cores"] >= q["cell_cpu_cores"] - 0.15  # the host's busy time includes the cell's
+
+    hog = subprocess.Popen([PY, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        hot = run_cell_cli(staged, tmp_path / "hot.json", "--contention-cpu-cores", "0.4")
+        t = psutil.Process(hog.pid).cpu_times()
+        hog_cores = (t.user + t.system) / (time.time() - psutil.Process(hog.pid).create_time())
+    finally:
+        hog.kill()
+        hog.wait()
+    assert hot.returncode == 0, hot.stderr
+    rec = json.loads((tmp_path / "hot.json").read_text())
+    assert rec["status"] == "ok", rec["reason"]
+    c = rec["contention"]
+    assert hog_cores > 0.3, f"the hog itself got only {hog_cores:.2f} cores on this machine"
+    assert c["foreign_cpu_cores"] >= 0.7 * hog_cores, (c, hog_cores)
+    assert c["contended"] is True and c["thresholds"]["cpu_cores"] == 0.4
+    warn = [w for w in rec["metrics"]["warnings"] if w.startswith("contended:")]
+    assert len(warn) == 1 and "CPU cores during the window" in warn[0]
+    assert "contended:" in hot.stderr  # the summary line shows it
+
+
+def test_foreign_gpu_processes_are_those_outside_the_cell_tree():
+    """NVML stand-in (this host has no GPU) for the process lists only; the filtering and the summary are real."""
+    from types import SimpleNamespace as P
+
+    from loaderbench.contention import foreign_gpu_processes, summarize, warning
+
+    class StandInNvml:
+        @staticmethod
+        def nvmlDeviceGetComputeRunningProcesses(handle):
+            return {"h0": [P(pid=os.getpid(), usedGpuMemory=100 * 2**20), P(pid=4242, usedGpuMemory=512 * 2**20)],
+                    "h1": [P(pid=4343, usedGpuMemory=None)]}[handle]  # fmt: skip
+
+        @staticmethod
+        def nvmlDeviceGetGraphicsRunningProcesses(handle):
+            return [P(pid=4242, usedGpuMemory=512 * 2**20)] if handle == "h0" else []
+
+    found = foreign_gpu_processes(StandInNvml, ["h0", "h1"], [2, 3], {os.getpid()})
+    assert [(p["pid"], p["gpu"], p["used_mb"]) for p in found] == [(4242, 2, 512.0), (4343, 3, None)]
+    rows = [{"t": 10.0, "host_busy_s": 0.0, "tree_cpu_s": 0.0},
+            {"t": 11.0, "host_busy_s": 1.0, "tree_cpu_s": 1.0, "gpu_foreign": found},
+            {"t": 13.0, "host_busy_s": 3.0, "tree_cpu_s": 3.0}]  # fmt: skip
+    c = summarize({"rows": rows, "gpu": "NVML"}, {"window_start": 10.5, "window_end": 12.5}, 0.5)
+    assert c["foreign_cpu_cores"] == 0 and c["contended"] and len(c["foreign_gpu_processes"]) == 2
+    assert warning(c).startswith("contended: foreign GPU processes: pid 4242")
+    c = summarize({"rows": rows[:1] + rows[2:], "gpu": "NVML"}, {"window_start": 10.5, "window_end": 12.5}, 0.5)
+    assert not c["contended"] and warning(c) is None
+
+
+# --- Snakemake runs ---------------------------------------------------------------------------------------------
+
+
+def cell_processes(workdir: Path) -> list[psutil.Process]:
+    """Live cell runners and training processes of the run in `workdir` (other runs on this machine excluded)."""
+    out = []
+    for p in psutil.process_iter(["cmdline", "cwd", "status"]):
+        cmd = p.info["cmdline"] or []
+        if p.info["status"] == psutil.STATUS_ZOMBIE or p.info["cwd"] != str(workdir):
+            continue
+        if "run-cell" in cmd or "loaderbench.train" in cmd:
+            out.append(p)
+    return out
+
+
+def start_run(workdir: Path, cfg: dict, *targets: str) -> subprocess.Popen:
+    cfg_path = write_config(workdir, cfg)
+    cmd = [PY, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2",
+           *targets, "--configfile", str(cfg_path)]  # fmt: skip (--configfile takes every argument after it)
+    log = open(workdir / "snakemake.out", "w")
+    return subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+
+
+def wait_in_window(workdir: Path, proc: subprocess.Popen, timeout: float = 300) -> str:
+    """Wait until a cell prints its in-window progress line (5 s into the window); returns the cell id."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        for log in (workdir / "logs/cells").glob("*.log"):
+            if " steps in " in log.read_text():
+                return log.stem
+        time.sleep(0.2)
+    raise AssertionError(f"no cell reached its window:\n{(workdir / 'snakemake.out').read_text()}")
+
+
+ONE_CELL = dict(loaders=["torchvision"], precisions=["fp32"], window={"seconds": 40})  # outlives the 10 s checked
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT", "SIGTERM"])
+def test_a_signal_to_the_snakemake_pid_alone_stops_the_cell(tmp_path, how):
+    """SIGKILL: Snakemake dies, its job shell lives on; the runner sees its ancestor gone and stops. SIGINT and
+    SIGTERM: Snakemake 9 would wait for the running job; the workflow's handler stops the cell first."""
+    cfg = tiny_config(tmp_path, storage={"disk-a": str(tmp_path / "tier-a")}, **ONE_CELL)
+    proc = start_run(tmp_path, cfg)
+    cell = wait_in_window(tmp_path, proc)
+    assert cell_processes(tmp_path), "no cell process found by its working directory"
+    t0 = time.time()
+    os.kill(proc.pid, getattr(signal, how))
+    if how != "SIGKILL":
+        proc.wait(timeout=30)  # the run ends
+        assert time.time() - t0 < 15
+    deadline = t0 + 10
+    while cell_processes(tmp_path) and time.time() < deadline:
+        time.sleep(0.2)
+    assert cell_processes(tmp_path) == [], [p.info["cmdline"][:4] for p in cell_processes(tmp_path)]
+    assert not (tmp_path / f"results/cells/{cell}.json").exists()  # interrupted: no record
+    proc.wait(timeout=30)
+    log = (tmp_path / f"logs/cells/{cell}.log").read_text()
+    if how == "SIGKILL":
+        assert f"ancestor pid {proc.pid} (" in log and "stopping this measurement" in log
+    else:
+        assert "loaderbench: " + how + ": stopping 1 measuring job(s)" in (tmp_path / "snakemake.out").read_text()
+
+
+def test_two_pipelines_at_once_never_overlap_their_windows(tmp_path, own_lock_dir):
+    runs = [tmp_path / "a", tmp_path / "b"]
+    procs = []
+    for w in runs:
+        w.mkdir()
+        cfg = tiny_config(w, storage={"disk-a": str(w / "tier-a")}, loaders=["torchvision"], window={"seconds": 3})
+        procs.append(start_run(w, cfg, *(f"results/cells/torchvision_disk-a_g1_b4_{p}_dp_r0.json" for p in ("fp32", "amp"))))
+    for w, p in zip(runs, procs):
+        assert p.wait(timeout=600) == 0, (w / "snakemake.out").read_text()
+    windows = []
+    for w in runs:
+        for f in sorted((w / "results/cells").glob("*.json")):
+            rec = json.loads(f.read_text())
+            assert rec["status"] == "ok", rec["reason"]
+            m = rec["metrics"]["marks"]
+            windows.append((m["window_start"], m["window_end"], f"{w.name}/{f.stem}"))
+    assert len(windows) == 4
+    windows.sort()
+    for (s0, e0, a), (s1, e1, b) in zip(windows, windows[1:]):
+        assert e0 <= s1, f"{a} [{s0:.2f}, {e0:.2f}] overlaps {b} [{s1:.2f}, {e1:.2f}]"
+    assert not list(own_lock_dir.glob("*.lock")) or all(not p.read_text() for p in own_lock_dir.glob("*.lock"))
