@@ -46,6 +46,60 @@ def timed(model, batch: int, steps: int, warmup: int) -> float:
     return 1000 * (time.perf_counter() - t0) / steps
 
 
+def phases(dp, batch: int, steps: int) -> dict:
+    """Milliseconds of each part of a DataParallel step (device synchronised around each part, so they add up to
+    more than an unsynchronised step)."""
+    opt = torch.optim.SGD(dp.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(batch, 3, 224, 224, device="cuda:0").to(torch.float16, memory_format=torch.channels_last)
+    y = torch.randint(0, 100, (batch,), device="cuda:0")
+    acc: dict = {}
+
+    def mark(name, t0):
+        torch.cuda.synchronize()
+        acc[name] = acc.get(name, 0.0) + time.perf_counter() - t0
+        return time.perf_counter()
+
+    for i in range(steps + 3):
+        if i == 3:
+            acc.clear()
+        t = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.float16):
+            inputs, kwargs = dp.scatter((x,), {}, dp.device_ids)
+            t = mark("scatter", t)
+            replicas = dp.replicate(dp.module, dp.device_ids[: len(inputs)])
+            t = mark("replicate", t)
+            outs = dp.parallel_apply(replicas, inputs, kwargs)
+            t = mark("forward", t)
+            loss = torch.nn.functional.cross_entropy(dp.gather(outs, dp.output_device), y)
+            t = mark("gather_loss", t)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t = mark("backward", t)
+        opt.step()
+        mark("optimizer", t)
+    return {k: 1000 * v / steps for k, v in acc.items()}
+
+
+def same_gradients(ids) -> bool:
+    """One step from the same weights and batch: reused replicas give the gradients stock replication gives."""
+    torch.manual_seed(0)
+    base = model()
+    grads = []
+    for reuse in (False, True):  # the reused model steps twice: the second step takes the cached path
+        m = DataParallel(torchvision.models.mobilenet_v2(num_classes=100).cuda().to(memory_format=torch.channels_last),
+                         device_ids=ids, reuse_replicas=reuse)  # fmt: skip
+        m.module.load_state_dict(base.state_dict())
+        m.eval()  # no batch-norm statistics updates, so repeated steps see the same weights
+        torch.manual_seed(1)
+        x = torch.randn(64, 3, 224, 224, device="cuda:0").to(memory_format=torch.channels_last)
+        y = torch.randint(0, 100, (64,), device="cuda:0")
+        for _ in range(2 if reuse else 1):
+            m.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in m.module.parameters()]))
+    return bool(torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-5))
+
+
 def model():
     return torchvision.models.mobilenet_v2(num_classes=100).cuda().to(memory_format=torch.channels_last).train()
 
@@ -64,13 +118,20 @@ def main() -> int:
     torch.backends.cudnn.benchmark = True
     out["one_gpu_ms"] = timed(model(), 256, a.steps, 5)
     out["loaderbench_dp_ms"] = timed(DataParallel(model(), device_ids=ids), 256 * n, a.steps, 5)
+    out["loaderbench_dp_reused_replicas_ms"] = timed(DataParallel(model(), device_ids=ids, reuse_replicas=True),
+                                                     256 * n, a.steps, 5)  # fmt: skip
+    out["dp_phase_ms"] = phases(DataParallel(model(), device_ids=ids), 256 * n, 10)
+    out["reused_replicas_same_gradients"] = same_gradients(ids)
     out["stock_dp_benchmark_on_ms"] = timed(torch.nn.DataParallel(model(), device_ids=ids), 256 * n, a.stock_steps, 1)
     torch.backends.cudnn.benchmark = False
     out["stock_dp_benchmark_off_ms"] = timed(torch.nn.DataParallel(model(), device_ids=ids), 256 * n, a.stock_steps, 1)
     out["loaderbench_dp_benchmark_off_ms"] = timed(DataParallel(model(), device_ids=ids), 256 * n, a.steps, 5)
     for k, v in out.items():
-        if k.endswith("_ms"):
+        if k.endswith("_ms") and not isinstance(v, dict):
             print(f"{k:34s} {v:10.1f} ms/step", file=sys.stderr)
+    print("dp phases (ms, synchronised): " + ", ".join(f"{k} {v:.1f}" for k, v in out["dp_phase_ms"].items()),
+          file=sys.stderr)
+    print(f"reused replicas give the same gradients: {out['reused_replicas_same_gradients']}", file=sys.stderr)
     print(json.dumps(out))
     return 0
 

@@ -19,6 +19,7 @@ import yaml
 from .config import CellSpec, ConfigError, cell_id, cell_spec
 
 FIELDS = {f.name for f in dataclasses.fields(CellSpec)}
+TYPES = {f.name: f.type for f in dataclasses.fields(CellSpec)}
 # Settings that only change how files are read and prepared: the `synthetic` cell (no file) is the same under them,
 # so a variant touching only these reuses the first variant's synthetic cell instead of measuring it again.
 LOADER_ONLY = {"dali_threads", "dali_prefetch", "dali_hw_decoder_load", "workers", "prefetch_factor"}
@@ -37,7 +38,8 @@ def parse_variant(text: str) -> tuple[str, dict]:
         if not eq or key not in FIELDS or key in FIXED:
             settable = ", ".join(sorted(FIELDS - FIXED))
             raise ConfigError(f"variant '{name}': '{item}' is not field=value over a settable field ({settable})")
-        overrides[key] = yaml.safe_load(value)
+        # a text field keeps its text: YAML would read placement=off as false
+        overrides[key] = value if TYPES[key] == "str" else yaml.safe_load(value)
     return name, overrides
 
 

@@ -24,7 +24,7 @@ from .parallel import env_rank
 from .records import failed_record, make_record, skipped_record
 from .util import atomic_write_json
 from .watchdog import Heartbeat, heartbeat_path, stacks_path
-from .window import StopRule, timed_window, warm_up
+from .window import StopRule, batch_durations, timed_window, trace, warm_up
 
 
 def available_devices() -> tuple[str, int]:
@@ -250,9 +250,11 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "data_wait_fraction": float(sum(ranks[0]["waits"]) / ranks[0]["time_s"]),
         "window": {"mode": rule.mode, "min_s": rule.min_seconds if rule.mode == "adaptive" else None,
                    "max_s": rule.max_seconds, "precision": rule.precision if rule.mode == "adaptive" else None,
-                   "ci95_rel_halfwidth": win.halfwidth, "converged": win.converged},  # fmt: skip
+                   "ci95_rel_halfwidth": win.halfwidth, "converged": win.converged,
+                   "batch_s": batch_durations(win.step_end), "trace": trace(win.step_end)},  # fmt: skip
         "warmup_steps": warmup,
         "warmup_step_ms": summary.summarize_ms(warm[1:]),
+        "warmup_steps_s": [round(d, 5) for d in warm],
         "startup_s": since_process_start,  # process start to here: interpreter, imports (torch), spec and manifest
         "setup_s": t_setup - t_start,  # CUDA context, process group, loader and model built
         "first_step_s": first.get("s"),  # autotuning, lazy CUDA module loading, worker start-up, first batch

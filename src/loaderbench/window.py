@@ -12,6 +12,7 @@ at the first step, after `min_seconds`, at which the 95% confidence interval of 
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 import time
@@ -48,6 +49,22 @@ class StopRule:
             return False
         hw = relative_halfwidth(step_end)
         return hw is not None and hw <= self.precision
+
+
+def batch_durations(step_end: list[float], batches: int = BATCHES) -> list[float]:
+    """Durations of the window's `batches` equal batches of consecutive steps (the batch means' raw material)."""
+    b = len(step_end) // batches
+    if b < 1:
+        return []
+    ends = [step_end[(j + 1) * b - 1] for j in range(batches)]
+    return [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, batches)]
+
+
+def trace(step_end: list[float], points: int = 50) -> list[list[float]]:
+    """[steps, seconds] at about `points` evenly spaced steps: the window's shape, kept in the record."""
+    n = len(step_end)
+    idx = sorted({max(1, round(n * k / points)) for k in range(1, points + 1)} if n else set())
+    return [[i, round(step_end[i - 1], 5)] for i in idx]
 
 
 def relative_halfwidth(step_end: list[float], batches: int = BATCHES) -> float | None:
@@ -107,6 +124,11 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_stop, cud
     step_end: list[float] = []
     shown = 0.0
     loss = images_labels = None
+    # No cyclic garbage collection inside the window (its pauses are noise, not the loader's cost); what setup
+    # allocated is frozen out of later collections. Collection resumes after the window.
+    gc.collect()
+    gc.freeze()
+    gc.disable()
     sync()
     t0 = time.perf_counter()
     last = t0
@@ -138,6 +160,7 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_stop, cud
             break
     sync()
     elapsed = time.perf_counter() - t0
+    gc.enable()
     if cuda_timer:
         computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
     hw = relative_halfwidth(step_end)
