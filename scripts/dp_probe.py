@@ -80,26 +80,6 @@ def phases(dp, batch: int, steps: int) -> dict:
     return {k: 1000 * v / steps for k, v in acc.items()}
 
 
-def same_gradients(ids) -> bool:
-    """One step from the same weights and batch: reused replicas give the gradients stock replication gives."""
-    torch.manual_seed(0)
-    base = model()
-    grads = []
-    for reuse in (False, True):  # the reused model steps twice: the second step takes the cached path
-        m = DataParallel(torchvision.models.mobilenet_v2(num_classes=100).cuda().to(memory_format=torch.channels_last),
-                         device_ids=ids, reuse_replicas=reuse)  # fmt: skip
-        m.module.load_state_dict(base.state_dict())
-        m.eval()  # no batch-norm statistics updates, so repeated steps see the same weights
-        torch.manual_seed(1)
-        x = torch.randn(64, 3, 224, 224, device="cuda:0").to(memory_format=torch.channels_last)
-        y = torch.randint(0, 100, (64,), device="cuda:0")
-        for _ in range(2 if reuse else 1):
-            m.zero_grad()
-            torch.nn.functional.cross_entropy(m(x), y).backward()
-        grads.append(torch.cat([p.grad.flatten() for p in m.module.parameters()]))
-    return bool(torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-5))
-
-
 def model():
     return torchvision.models.mobilenet_v2(num_classes=100).cuda().to(memory_format=torch.channels_last).train()
 
@@ -118,10 +98,7 @@ def main() -> int:
     torch.backends.cudnn.benchmark = True
     out["one_gpu_ms"] = timed(model(), 256, a.steps, 5)
     out["loaderbench_dp_ms"] = timed(DataParallel(model(), device_ids=ids), 256 * n, a.steps, 5)
-    out["loaderbench_dp_reused_replicas_ms"] = timed(DataParallel(model(), device_ids=ids, reuse_replicas=True),
-                                                     256 * n, a.steps, 5)  # fmt: skip
     out["dp_phase_ms"] = phases(DataParallel(model(), device_ids=ids), 256 * n, 10)
-    out["reused_replicas_same_gradients"] = same_gradients(ids)
     out["stock_dp_benchmark_on_ms"] = timed(torch.nn.DataParallel(model(), device_ids=ids), 256 * n, a.stock_steps, 1)
     torch.backends.cudnn.benchmark = False
     out["stock_dp_benchmark_off_ms"] = timed(torch.nn.DataParallel(model(), device_ids=ids), 256 * n, a.stock_steps, 1)
@@ -131,7 +108,6 @@ def main() -> int:
             print(f"{k:34s} {v:10.1f} ms/step", file=sys.stderr)
     print("dp phases (ms, synchronised): " + ", ".join(f"{k} {v:.1f}" for k, v in out["dp_phase_ms"].items()),
           file=sys.stderr)
-    print(f"reused replicas give the same gradients: {out['reused_replicas_same_gradients']}", file=sys.stderr)
     print(json.dumps(out))
     return 0
 

@@ -87,16 +87,10 @@ class DataParallel(torch.nn.DataParallel):
       seed overrode DataParallel's forward the same way; labels then arrive concatenated on the first GPU.
     """
 
-    def __init__(self, module, device_ids=None, prescattered: bool = False, reuse_replicas: bool = False):
+    def __init__(self, module, device_ids=None, prescattered: bool = False):
         super().__init__(module, device_ids=device_ids)
         self.prescattered = prescattered
         self._threads = ReplicaThreads(len(self.device_ids)) if self.device_ids and len(self.device_ids) > 1 else None
-        self._reused = ReusedReplicas() if reuse_replicas else None
-
-    def replicate(self, module, device_ids):
-        if self._reused is None:
-            return super().replicate(module, device_ids)
-        return self._reused.replicate(module, device_ids, detach=not torch.is_grad_enabled())
 
     def forward(self, *inputs, **kwargs):
         parts = inputs[0] if len(inputs) == 1 else None
@@ -112,55 +106,6 @@ class DataParallel(torch.nn.DataParallel):
         if self._threads is None or len(replicas) == 1:
             return super().parallel_apply(replicas, inputs, kwargs)
         return self._threads.apply(replicas, inputs, kwargs, self.device_ids[: len(replicas)])
-
-
-class ReusedReplicas:
-    """An experiment (`scripts/dp_probe.py`), not used by cells: replica module objects made once by torch's
-    `replicate`, then every step only the parameters and buffers are broadcast again into them - the same autograd
-    graph (Broadcast forward, ReduceAddCoalesced backward) without rebuilding ~150 modules per replica in Python.
-    A module that keeps Python state between forwards would carry it over; MobileNetV2's do not."""
-
-    def __init__(self):
-        self.key = None
-        self.replicas: list = []
-        self.plan: list = []
-
-    def replicate(self, network, devices, detach: bool) -> list:
-        from torch.nn.parallel.replicate import _broadcast_coalesced_reshape, replicate
-
-        params, buffers = list(network.parameters()), list(network.buffers())
-        grad_buffers = [b for b in buffers if b.requires_grad and not detach]
-        other_buffers = [b for b in buffers if not (b.requires_grad and not detach)]
-        key = (tuple(devices), detach, tuple(map(id, params)), tuple(map(id, buffers)))
-        if key != self.key:
-            self.replicas = replicate(network, devices, detach)
-            p_idx = {p: i for i, p in enumerate(params)}
-            g_idx = {b: i for i, b in enumerate(grad_buffers)}
-            o_idx = {b: i for i, b in enumerate(other_buffers)}
-            self.plan = []
-            for j, rep in enumerate(self.replicas):
-                for mod, rmod in zip(network.modules(), rep.modules()):
-                    for k, p in mod._parameters.items():
-                        if p is not None:
-                            self.plan.append((j, rmod, k, 0, p_idx[p]))
-                    for k, b in mod._buffers.items():
-                        if b is not None:
-                            self.plan.append((j, rmod, k, 1, g_idx[b]) if b in g_idx else (j, rmod, k, 2, o_idx[b]))
-            self.key = key
-            return self.replicas
-        copies = (
-            _broadcast_coalesced_reshape(params, devices, detach),
-            _broadcast_coalesced_reshape(grad_buffers, devices, detach=detach),
-            _broadcast_coalesced_reshape(other_buffers, devices, detach=True),
-        )
-        for j, rmod, k, kind, i in self.plan:
-            t = copies[kind][j][i]
-            if kind == 0:  # as replicate's setattr does on a replica (whose _parameters is empty)
-                rmod.__dict__[k] = t
-                rmod._former_parameters[k] = t
-            else:
-                rmod._buffers[k] = t
-        return self.replicas
 
 
 class ReplicaThreads:
