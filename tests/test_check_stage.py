@@ -193,3 +193,15 @@ def test_refuses_dangerous_or_unusable_tier_paths(tmp_path, small_dataset):
     inside = tmp_path / "project" / "resources" / "tiers" / "hdd"
     man = stage(check, "hdd", inside, "ds", tmp_path / "m.json", project_dir=tmp_path / "project")
     assert man["counts"]["files"] == 24
+
+
+def test_check_report_is_the_same_on_every_run_and_names_the_file(tmp_path, messy_source):
+    """The report held a PIL message with a BytesIO address (`<_io.BytesIO object at 0x...>`), new on every run."""
+    reports = []
+    for run in ("a", "b"):
+        check_dataset(messy_source, tmp_path / run / "check.json", tmp_path / run / "quarantine", jobs=2)
+        reports.append((tmp_path / run / "check.txt").read_text())
+    assert reports[0] == reports[1]
+    assert "BytesIO" not in reports[0] and " at 0x" not in reports[0]
+    line = next(x for x in reports[0].splitlines() if "notes.JPEG" in x)
+    assert "cannot identify image file 'class_0001/notes.JPEG'" in line, line

@@ -56,15 +56,17 @@ def check_bytes(data: bytes, name: str) -> dict:
     kind = sniff(data)
     ext_kind = EXTENSIONS.get(Path(name).suffix.lower())
     info: dict = {"kind": kind, "mode": None, "width": None, "height": None, "issues": []}
+    buf = io.BytesIO(data)
     try:
-        with Image.open(io.BytesIO(data)) as im:
+        with Image.open(buf) as im:
             im.load()  # full decode: raises on truncated or corrupt data
             info.update(mode=im.mode, width=im.width, height=im.height)
             kind = kind or (im.format or "").lower() or None
             info["kind"] = kind
     except Exception as e:
         info["issues"].append("not_an_image" if kind is None else "undecodable")
-        info["error"] = f"PIL: {type(e).__name__}: {e}"
+        # PIL names the buffer by its repr (an address): name the file, so the report is the same on every run
+        info["error"] = f"PIL: {type(e).__name__}: {str(e).replace(repr(buf), repr(name))}"
         info["status"] = "bad"
         return info
     if cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) is None:
