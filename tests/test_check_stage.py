@@ -205,3 +205,32 @@ def test_check_report_is_the_same_on_every_run_and_names_the_file(tmp_path, mess
     assert "BytesIO" not in reports[0] and " at 0x" not in reports[0]
     line = next(x for x in reports[0].splitlines() if "notes.JPEG" in x)
     assert "cannot identify image file 'class_0001/notes.JPEG'" in line, line
+
+
+@pytest.mark.parametrize("loader", ["torchvision", "opencv", "nvjpeg", "dali-cpu"])
+def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(tmp_path, small_dataset, loader):
+    """A stray folder in a staged tree (staging keeps foreign files) made every cell fail with 'Target 3 is out of
+    bounds': labels came from a directory scan, the class count from the manifest."""
+    from loaderbench.config import cell_spec, validate_config
+    from loaderbench.runcell import run_cell
+
+    src = tmp_path / "src"
+    shutil.copytree(small_dataset, src)
+    check_dataset(src, tmp_path / "check.json", tmp_path / "q", jobs=2)
+    stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
+    root = tmp_path / "tier/loaderbench/ds/train"
+    (root / "aaa_stray").mkdir()  # sorts before every class: a scan would shift every label by one
+    shutil.copy(next((src / "class_0000").iterdir()), root / "aaa_stray/foreign.JPEG")
+    (root / "class_0001/notes.txt").write_text("foreign\n")
+    man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
+    assert man["counts"]["foreign"] == 2 and man["classes"] == ["class_0000", "class_0001", "class_0002"]
+    assert sorted(man["foreign_files"]) == ["aaa_stray/foreign.JPEG", "class_0001/notes.txt"]
+    cfg = validate_config({"storage": {"disk": str(tmp_path / "tier")}, "loaders": [loader], "batch_sizes": [4],
+                           "window": {"steps": 2}, "warmup_steps": 1, "crop_size": 32, "workers": 1,
+                           "prefetch_factor": 1, "telemetry_hz": 0, "dataset": {"name": "ds"},
+                           "baseline": {"loader": loader, "tier": "disk", "gpus": 1, "batch_size": 4,
+                                        "precision": "fp32"}}, base_dir=tmp_path)  # fmt: skip
+    spec = cell_spec(cfg, f"{loader}_disk_g1_b4_fp32_dp_r0")
+    record = run_cell(spec, tmp_path / "m.json", tmp_path / "cells/x.json")
+    assert record["status"] == "ok", (record["reason"], record.get("detail"))
+    assert record["metrics"]["steps"] == 2

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from .config import CellSpec
+from .staged import Staged
 
 
 def bare_loop(spec: CellSpec, classes: int, steps: int, warmup: int, device, images=None) -> float:
@@ -70,12 +71,12 @@ def ceiling(spec: CellSpec, manifest: Path, rounds: int, variant_steps: int) -> 
 
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     man = json.loads(Path(manifest).read_text())
-    allowed = frozenset(f["path"] for f in man["files"])
-    classes = len({p.split("/", 1)[0] for p in allowed})
+    staged = Staged.from_manifest(man)
+    allowed, classes = staged.allowed, len(staged.classes)
     spec = dataclasses.replace(spec, loader="synthetic")
     synthetic, bare, steps, phases = [], [], [], []
     for r in range(rounds):
-        m = measure(dataclasses.replace(spec, seed=spec.seed + r), Path(man["root"]), allowed)
+        m = measure(dataclasses.replace(spec, seed=spec.seed + r), staged.root, allowed)
         synthetic.append(m["samples_per_s"])
         steps.append(m["steps"])
         phases.append({"setup_s": m["setup_s"], "warmup_s": m["warmup_s"], "warmup_steps": m["warmup_steps"]})

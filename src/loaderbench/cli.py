@@ -47,7 +47,8 @@ def cmd_stage(a) -> int:
     m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir))
     c = m["counts"]
     print(f"staged {c['files']} files ({c['bytes'] / 1e6:.1f} MB) on tier {a.tier} at {m['root']}: "
-          f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed", file=sys.stderr)  # fmt: skip
+          f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed"
+          + (f"; {c['foreign']} foreign file(s) in the tier ignored" if c.get("foreign") else ""), file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .config import staged_root
 from .provenance import filesystem_of
+from .staged import class_names, foreign_files
 from .util import atomic_write_json, progress, stable_hash
 
 OWNED = "loaderbench"
@@ -85,6 +86,8 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
             removed += 1
             _prune_empty(root / rel, stop=root)
     files = [{"path": f["path"], "size": f["size"], "sha256": f["sha256"]} for f in wanted]
+    # files in the tier that staging did not put there (kept, by design): every reader ignores them
+    foreign = foreign_files(root, [f["path"] for f in files])
     manifest = {
         "tier": tier,
         "tier_path": str(tier_path),
@@ -100,7 +103,10 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
             "removed": removed,
             "odd": sum(f["status"] == "odd" for f in wanted),
             "quarantined": check["counts"]["bad"],
+            "foreign": len(foreign),
         },
+        "classes": class_names(f["path"] for f in files),
+        "foreign_files": foreign[:20],
         "sha256": stable_hash([(f["path"], f["sha256"]) for f in files]),
         "files": files,
     }
