@@ -72,11 +72,16 @@ def cmd_run_cell(a) -> int:
 
 
 def cmd_cells(a) -> int:
+    from .records import load_records
+
     cfg = _cfg(a)
     for cid in cell_ids(cfg):
         path = Path(a.results) / "cells" / f"{cid}.json"
         if a.status:
-            status = json.loads(path.read_text())["status"] if path.is_file() else "missing"
+            status = "missing"
+            if path.is_file():
+                records, moved = load_records([path])
+                status = records[0]["status"] if records else f"missing (unreadable record moved to {moved[0][1]})"
             print(f"{cid}\t{status}")
         else:
             print(cid)
