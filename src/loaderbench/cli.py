@@ -44,10 +44,12 @@ def cmd_check(a) -> int:
 def cmd_stage(a) -> int:
     from .stage import stage
 
-    m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir))
+    m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir),
+              verify=a.verify)  # fmt: skip
     c = m["counts"]
     print(f"staged {c['files']} files ({c['bytes'] / 1e6:.1f} MB) on tier {a.tier} at {m['root']}: "
           f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed"
+          + (f"; verified by checksum: {c['repaired']} differed and were restaged" if a.verify else "")
           + (f"; {c['foreign']} foreign file(s) in the tier ignored" if c.get("foreign") else ""), file=sys.stderr)  # fmt: skip
     return 0
 
@@ -247,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dataset", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--project-dir", default=".")
+    s.add_argument("--verify", action="store_true",
+                   help="checksum every staged file against the manifest and restage those that differ")
     s.set_defaults(func=cmd_stage)
 
     s = sub.add_parser("run-cell", help="measure one cell and write its record")

@@ -99,6 +99,7 @@ def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
         raise ConfigError(f"config key 'dataset.classes': {ds['classes']} classes exceed dataset.images {ds['images']}")
     base_dir = Path(base_dir or os.getcwd())
     cfg["storage"] = {k: _tier(k, v, base_dir, cfg["device_models"]) for k, v in cfg["storage"].items()}
+    _check_distinct_tiers(cfg["storage"])
     if ds["path"]:
         ds["path"] = str(_resolve(ds["path"], base_dir))
     if ds["name"] is None:
@@ -107,6 +108,22 @@ def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
 
 
 RAM_FILESYSTEMS = ("tmpfs", "ramfs")
+
+
+def _check_distinct_tiers(storage: dict) -> None:
+    """Two tiers on the same or nested paths (or mount points) would stage into each other's files."""
+    places = [(f"storage.{name}.{k}", Path(os.path.realpath(t[k]))) for name, t in storage.items()
+              for k in ("path", "mount") if t[k]]  # fmt: skip
+    for i, (key_a, a) in enumerate(places):
+        for key_b, b in places[i + 1 :]:
+            if key_a.rsplit(".", 1)[0] == key_b.rsplit(".", 1)[0]:
+                continue  # a tier's own path and mount point are checked with the tier
+            if a == b or a in b.parents or b in a.parents:
+                how = "is the same directory as" if a == b else ("contains" if a in b.parents else "lies inside")
+                raise ConfigError(
+                    f"config key '{key_a}': {a} {how} {b} (config key '{key_b}'); every tier needs its own "
+                    "directory, neither inside the other"
+                )
 
 
 def _tier(name: str, value: str | dict, base_dir: Path, models: dict) -> dict:
