@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 
 ## quickstart: install into .venv, run the whole pipeline on config/quickstart.yaml, print where the bundle is
 quickstart: $(STAMP)
+	$(BIN)/loaderbench validate-config --config $(CONFIG)
 	$(SMK)
 	@echo
 	@echo "bundle: $(CURDIR)/results/bundle/index.html  (zip: $(CURDIR)/results/bundle.zip, table: $(CURDIR)/results/tables/cells.csv)"

@@ -8,7 +8,7 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 eval "$(python3 - "$1" <<'PY'
 import shlex, sys
 from loaderbench.config import dataset_source_dir, load_config
-cfg = load_config(sys.argv[1])
+cfg = load_config(sys.argv[1], check_paths=True)
 ds = cfg["dataset"]
 print(f"name={shlex.quote(ds['name'])} images={ds['images']} classes={ds['classes']} seed={ds['seed']} "
       f"quality={ds['quality']} source={shlex.quote(str(dataset_source_dir(cfg)))} generated={int(ds['source'] == 'generated')}")

@@ -297,13 +297,12 @@ def test_bad_config_fails_before_any_job_and_names_the_key(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_missing_dataset_path_fails_in_the_check_job_naming_the_key(tmp_path):
+def test_missing_dataset_path_fails_at_plan_time_naming_the_key(tmp_path):
     cfg = tiny_config(tmp_path, dataset={"source": "path", "path": str(tmp_path / "no-imagenet")})
     cfg_path = write_config(tmp_path, cfg)
-    assert "check_dataset" in snakemake(tmp_path, "--configfile", str(cfg_path), "-n").stdout  # plans fine
-    proc = snakemake(tmp_path, "--configfile", str(cfg_path), check=False)
+    proc = snakemake(tmp_path, "--configfile", str(cfg_path), "-n", check=False)  # a dry run already says so
     assert proc.returncode != 0
-    assert f"dataset path {tmp_path / 'no-imagenet'} does not exist (config key dataset.path)" in proc.stdout + proc.stderr
+    assert f"config key 'dataset.path': {tmp_path / 'no-imagenet'} does not exist" in proc.stdout + proc.stderr
 
 
 def _alive(pid: int) -> bool:

@@ -18,7 +18,7 @@ def _cfg(a) -> dict:
 
 
 def cmd_validate(a) -> int:
-    cfg = _cfg(a)
+    cfg = load_config(a.config, check_paths=not a.skip_paths)
     print(json.dumps(cfg, indent=2) if a.show else f"{a.config}: valid ({len(cell_ids(cfg))} cells)")
     return 0
 
@@ -223,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate-config", help="validate a config file and print the cell count")
     s.add_argument("--config", required=True)
     s.add_argument("--show", action="store_true", help="print the config with defaults filled in")
+    s.add_argument("--skip-paths", action="store_true",
+                   help="do not check the dataset and tier paths here (a config for another machine)")
     s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser("make-dataset", help="write a deterministic ImageNet-like JPEG class-folder tree")

@@ -59,8 +59,10 @@ def _key(path) -> str:
     return out or "(top level)"
 
 
-def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
-    """Validate against the schema, fill defaults, check cross-key rules; return a new dict."""
+def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths: bool = False) -> dict:
+    """Validate against the schema, fill defaults, check cross-key rules; return a new dict.
+
+    check_paths: also check the dataset and tier paths on this machine (when the workflow loads; see _check_paths)."""
     cfg = copy.deepcopy(raw) if raw else {}
     if not isinstance(cfg, dict):
         raise ConfigError("config must be a mapping of keys to values")
@@ -104,7 +106,40 @@ def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
         ds["path"] = str(_resolve(ds["path"], base_dir))
     if ds["name"] is None:
         ds["name"] = dataset_name(cfg)
+    if check_paths:
+        _check_paths(cfg, base_dir)
     return cfg
+
+
+def _check_paths(cfg: dict, project_dir: Path) -> None:
+    """What would otherwise fail only when jobs run. dataset.path (source: path) must be an existing directory. A tier
+    path that exists must be a directory; one that does not exist is fine inside the project directory (staging
+    creates it, as the quickstart's resources/tiers/...) and an error outside it (a device should be mounted there,
+    and staging never creates directories outside the project). An emulated tier's mount point, if it exists, must
+    be a directory (it is created when mounted)."""
+    ds = cfg["dataset"]
+    if ds["source"] == "path":
+        path = Path(ds["path"])
+        if not path.exists():
+            raise ConfigError(f"config key 'dataset.path': {path} does not exist; point it at an ImageFolder root "
+                              "(<root>/<class>/<image>, e.g. ImageNet's train/)")  # fmt: skip
+        if not path.is_dir():
+            raise ConfigError(f"config key 'dataset.path': {path} is not a directory; point it at an ImageFolder root")
+    project = Path(os.path.realpath(project_dir))
+    for name, t in cfg["storage"].items():
+        if name not in cfg["tiers"]:
+            continue
+        path = Path(t["path"])
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"config key 'storage.{name}': {path} is a file, not a directory; point the tier at "
+                              "a directory (staging writes into <dir>/loaderbench/)")  # fmt: skip
+        if not path.exists() and project not in Path(os.path.realpath(path)).parents:
+            raise ConfigError(f"config key 'storage.{name}': {path} does not exist; mount the {name} device there, "
+                              "create the directory, or point the key at an existing one (only directories inside "
+                              f"the project {project} are created by staging)")  # fmt: skip
+        if t["mount"] and Path(t["mount"]).exists() and not Path(t["mount"]).is_dir():
+            raise ConfigError(f"config key 'storage.{name}.mount': {t['mount']} is a file, not a directory; "
+                              "pick another mount point")  # fmt: skip
 
 
 RAM_FILESYSTEMS = ("tmpfs", "ramfs")
@@ -172,15 +207,23 @@ def _resolve(p: str, base_dir: Path) -> Path:
     return path if path.is_absolute() else (base_dir / path)
 
 
-def load_config(path: str | Path, base_dir: Path | None = None) -> dict:
+def load_config(path: str | Path, base_dir: Path | None = None, check_paths: bool = False) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
-    return validate_config(raw, base_dir)
+        mark = getattr(e, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e)
+        raise ConfigError(f"config file {path}{where}: not valid YAML: {what}") from e
+    if raw is None:  # Snakemake refuses an empty --configfile too ("keys at top level")
+        raise ConfigError(f"config file {path} is empty: give the keys to set (config/README.md), or leave out "
+                          "--configfile for the embedded default config/quickstart.yaml")  # fmt: skip
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping of keys to values")
+    return validate_config(raw, base_dir, check_paths=check_paths)
 
 
 def dataset_name(cfg: dict) -> str:

@@ -32,7 +32,8 @@ if not workflow.configfiles:
     config.clear()
     config.update(_raw)
 
-CFG = validate_config(config, base_dir=Path.cwd())
+# Paths are checked here too (a missing dataset, a tier path that is a file), so `snakemake -n` reports them.
+CFG = validate_config(config, base_dir=Path.cwd(), check_paths=True)
 CELLS = cell_ids(CFG)
 TIERS = CFG["tiers"]
 DATASET = CFG["dataset"]
@@ -107,7 +108,7 @@ def source_fingerprint():
         try:
             entries = list(os.scandir(stack.pop()))
         except OSError:
-            continue  # a missing source is reported by the check job, naming the key
+            continue  # a missing source was reported when the config loaded (check_paths), naming the key
         for e in entries:
             if e.is_dir(follow_symlinks=False):
                 stack.append(e.path)
@@ -118,8 +119,8 @@ def source_fingerprint():
 
 
 def get_source_input():
-    """The generated tree is a job's output; a real source is tracked by its fingerprint instead, so that a
-    dry run plans the grid before the dataset exists and the check job reports a missing path clearly."""
+    """The generated tree is a job's output; a real source (checked to exist when the config loads) is tracked by
+    its fingerprint instead."""
     return [f"resources/datasets/{DATASET['name']}"] if GENERATED else []
 
 
