@@ -106,6 +106,10 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
         ds["path"] = str(_resolve(ds["path"], base_dir))
     if ds["name"] is None:
         ds["name"] = dataset_name(cfg)
+    bad = [(i, c) for i, c in enumerate(cfg["timeline_cells"]) if not CELL_ID_RE.match(c)]
+    if bad:
+        i, c = bad[0]
+        raise ConfigError(f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)")
     if check_paths:
         _check_paths(cfg, base_dir)
     return cfg
@@ -231,9 +235,19 @@ def dataset_name(cfg: dict) -> str:
     if ds["source"] == "path":
         path = Path(ds["path"])
         # ImageNet-style sources end in train/: keep the parent's name too ("imagenet-train")
-        return "-".join(p for p in (path.parent.name, path.name) if p) or "dataset"
+        name = "-".join(p for p in (path.parent.name, path.name) if p)
+        return _safe_name(name) or "dataset"
     key = {k: ds[k] for k in ("images", "classes", "seed", "quality")}
     return f"generated-{ds['images']}x{ds['classes']}-{stable_hash(key)[:8]}"
+
+
+def _safe_name(text: str) -> str:
+    """`text` as a folder name of the schema's dataset.name pattern: accents dropped, anything else but letters,
+    digits, '.', '_' and '-' replaced by '_' (a source path may hold spaces, quotes or shell syntax)."""
+    import unicodedata
+
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", ascii_text).lstrip("._-")
 
 
 def dataset_source_dir(cfg: dict) -> Path:

@@ -21,8 +21,9 @@ from loaderbench.util import stable_hash
 from snakemake.settings.types import DeploymentMethod
 
 DEFAULT_CONFIG = "config/quickstart.yaml"
-# Every job calls the package through the Python running Snakemake (a virtualenv needs no activation).
-LB = f"{sys.executable} -m loaderbench"
+# Every job calls the package through the Python running Snakemake (a virtualenv needs no activation). Every value
+# from the config or the file system that reaches a shell command is quoted ({...:q}).
+LB = f"{shlex.quote(sys.executable)} -m loaderbench"
 
 # No `configfile:` directive: Snakemake would merge a --configfile into it key by key (mixing the two grids'
 # storage maps). Without --configfile the embedded default is used, with any --config overrides on top.

@@ -14,7 +14,7 @@ rule stage:
         "logs/stage/{tier}.log",
     shell:
         "{LB} stage --check {input} --tier {wildcards.tier} --tier-path {params.tier_path:q} "
-        "--dataset {params.dataset} --out {output} {params.verify} 2> {log}"
+        "--dataset {params.dataset:q} --out {output:q} {params.verify} 2> {log:q}"
 
 
 # The measured read rate of each tier, read as the cells read it (an emulated tier through its mount), cold.
