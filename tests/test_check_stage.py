@@ -337,3 +337,32 @@ def test_tiers_on_the_same_or_nested_paths_are_refused_at_validation(tmp_path, s
         validate_config({"storage": {"x": a, "y": b}}, base_dir=tmp_path)
     key_b = "storage.y.mount" if second == "mount" else "storage.y.path"
     assert str(err.value).startswith(f"config key 'storage.x.path': {a} {words} ") and f"(config key '{key_b}')" in str(err.value)
+
+
+def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_path, small_dataset):
+    """It passed check and stage, then dali-cpu failed: 'Unsupported argument type with name files'."""
+    from loaderbench.config import cell_spec, validate_config
+    from loaderbench.runcell import run_cell
+
+    src = tmp_path / "src"
+    shutil.copytree(small_dataset, src)
+    raw_name = os.path.join(os.fsencode(src / "class_0001"), b"b\xffd.JPEG")
+    with open(raw_name, "wb") as f:
+        f.write(jpeg())
+    result = check_dataset(src, tmp_path / "check.json", tmp_path / "q", jobs=2)
+    entry = next(f for f in result["files"] if f["path"] == os.fsdecode(raw_name)[len(str(src)) + 1 :])
+    assert entry["status"] == "odd" and entry["issues"] == ["non_utf8_name"]
+    assert "  odd  class_0001/b\\xffd.JPEG: non_utf8_name" in (tmp_path / "check.txt").read_text()
+    man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
+    renamed = [f for f in man["files"] if "source_name" in f]
+    assert man["counts"]["renamed"] == 1 and len(renamed) == 1
+    assert renamed[0]["source_name"] == "class_0001/b\\xffd.JPEG"
+    assert renamed[0]["path"].startswith("class_0001/b_d-") and renamed[0]["path"].endswith(".JPEG")
+    assert sha256_file(Path(man["root"]) / renamed[0]["path"]) == entry["sha256"]
+    json.loads((tmp_path / "m.json").read_text(encoding="utf-8", errors="strict"))  # valid UTF-8 JSON
+    cfg = validate_config({"storage": {"disk": str(tmp_path / "tier")}, "loaders": ["dali-cpu"], "batch_sizes": [5],
+                           "window": {"steps": 6}, "warmup_steps": 1, "crop_size": 32, "telemetry_hz": 0,
+                           "dataset": {"name": "ds"}}, base_dir=tmp_path)  # fmt: skip
+    record = run_cell(cell_spec(cfg, "dali-cpu_disk_g1_b5_fp32_dp_r0"), tmp_path / "m.json", tmp_path / "cells/x.json")
+    assert record["status"] == "ok", (record["reason"], record.get("detail"))
+    assert record["metrics"]["steps"] == 6  # 30 images: more than one pass over the 25 files, the renamed one read

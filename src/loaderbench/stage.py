@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .config import staged_root
 from .provenance import filesystem_of
-from .staged import class_names, foreign_files
+from .staged import class_names, foreign_files, printable, safe_path
 from .util import atomic_write_json, progress, sha256_file, stable_hash
 
 OWNED = "loaderbench"
@@ -68,7 +68,8 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
     previous = {}
     if tier_manifest.is_file():
         previous = {f["path"]: f for f in json.loads(tier_manifest.read_text())["files"]}
-    wanted = [f for f in check["files"] if f["status"] in ("ok", "odd")]
+    # a name that is not valid UTF-8 is staged under a safe one (the manifest keeps the original as source_name)
+    wanted = [{**f, "source": f["path"], "path": safe_path(f["path"])} for f in check["files"] if f["status"] in ("ok", "odd")]
     todo, kept, repaired = [], 0, []
     for f in progress(wanted, total=len(wanted), label=f"verify {tier}") if verify else wanted:
         dst = root / f["path"]
@@ -81,7 +82,7 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
         todo.append(f)
     _check_free_space(tier, tier_path, root, todo)
     for f in progress(todo, total=len(todo), label=f"stage {tier}"):
-        _copy(tier, source / f["path"], root / f["path"])
+        _copy(tier, source / f["source"], root / f["path"])
     copied = len(todo)
     wanted_paths = {f["path"] for f in wanted}
     removed = 0
@@ -90,7 +91,8 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
             (root / rel).unlink()
             removed += 1
             _prune_empty(root / rel, stop=root)
-    files = [{"path": f["path"], "size": f["size"], "sha256": f["sha256"]} for f in wanted]
+    files = [{"path": f["path"], "size": f["size"], "sha256": f["sha256"],
+              **({"source_name": printable(f["source"])} if f["source"] != f["path"] else {})} for f in wanted]  # fmt: skip
     # files in the tier that staging did not put there (kept, by design): every reader ignores them
     foreign = foreign_files(root, [f["path"] for f in files])
     manifest = {
@@ -107,6 +109,7 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
             "kept": kept,
             "removed": removed,
             "repaired": len(repaired),
+            "renamed": sum(f["source"] != f["path"] for f in wanted),
             "odd": sum(f["status"] == "odd" for f in wanted),
             "quarantined": check["counts"]["bad"],
             "foreign": len(foreign),

@@ -6,11 +6,41 @@ staging keeps foreign files in a tier (by design), and one stray folder there wo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+
+def printable(path: str) -> str:
+    """A path as text: bytes that are not UTF-8 (a Linux name may hold any) shown as \\xNN escapes."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_utf8(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def safe_path(path: str) -> str:
+    """`path` with every component that is not valid UTF-8 renamed: the bad bytes become '_' and a hash of the
+    original bytes keeps names distinct (`b\\xffd.JPEG` -> `b_d-1a2b3c4d.JPEG`); valid names are returned as they are.
+    DALI, JSON readers and browsers take only valid text."""
+    parts = []
+    for part in path.split("/"):
+        if is_utf8(part):
+            parts.append(part)
+            continue
+        raw = os.fsencode(part)
+        readable = raw.decode("utf-8", "replace").replace("\ufffd", "_")
+        stem, dot, ext = readable.rpartition(".") if "." in readable.lstrip(".") else (readable, "", "")
+        parts.append(f"{stem}-{hashlib.sha256(raw).hexdigest()[:8]}{dot}{ext}")
+    return "/".join(parts)
 
 
 def class_of(path: str) -> str:
