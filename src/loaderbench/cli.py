@@ -23,6 +23,39 @@ def cmd_validate(a) -> int:
     return 0
 
 
+def _fuse_problem() -> str | None:
+    """Why an emulated tier cannot be mounted here (None: it can), asked in a fresh process: the FUSE binding
+    loads libfuse once, when first imported."""
+    import subprocess
+
+    code = "from loaderbench.emulated import fuse_available; print(fuse_available() or '')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    return out or None
+
+
+def cmd_fuse_check(a) -> int:
+    """Before and after `make quickstart`: FUSE for the config's emulated tiers, installed when root and apt can."""
+    import os
+    import shutil
+    import subprocess
+
+    cfg = load_config(a.config)
+    emulated = [t for t in cfg["tiers"] if cfg["storage"][t]["kind"] == "emulated"]
+    problem = _fuse_problem() if emulated else None
+    may_install = os.geteuid() == 0 and shutil.which("apt-get") and os.environ.get("LOADERBENCH_INSTALL", "1") != "0"
+    if problem and a.install and may_install:
+        print(f"loaderbench: FUSE is missing ({problem}); installing fuse3 with apt-get", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], env=env, check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "fuse3", "libfuse3-3"], env=env, check=False)
+        problem = _fuse_problem()
+    if problem:
+        print(f"loaderbench: FUSE is not usable here ({problem}). The emulated tier(s) {', '.join(emulated)} are "
+              "not measured: their cells are recorded 'skipped' with the fix, the other tiers run. Fix: as root "
+              "`apt install fuse3` (a container also needs --device /dev/fuse), then run again.")  # fmt: skip
+    return 0
+
+
 def cmd_make_dataset(a) -> int:
     from .dataset import DatasetParams, make_dataset
 
@@ -226,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--skip-paths", action="store_true",
                    help="do not check the dataset and tier paths here (a config for another machine)")
     s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("fuse-check", help="say whether the config's emulated tiers can be mounted here (FUSE)")
+    s.add_argument("--config", required=True)
+    s.add_argument("--install", action="store_true",
+                   help="install fuse3 with apt-get when missing and running as root (LOADERBENCH_INSTALL=0: never)")
+    s.set_defaults(func=cmd_fuse_check)
 
     s = sub.add_parser("make-dataset", help="write a deterministic ImageNet-like JPEG class-folder tree")
     s.add_argument("--out", required=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import telemetry
 from .config import TIERLESS, CellSpec, staged_root
-from .records import failed_record
+from .records import failed_record, skipped_record
 from .util import atomic_write_json
 
 
@@ -52,13 +52,15 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup below
     procs = []
     mount = sampler = samples = None
-    rc, why, culprit = None, None, None
+    rc, why, culprit, absent = None, None, None, False
     try:
         if spec.loader not in TIERLESS:
             try:
                 mount = _prepare_tier(spec, manifest_data, tier)
             except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
                 why = f"tier {spec.tier} ({spec.tier_kind}) could not be prepared: {e}"
+                # FUSE simply absent here: skipped (the reason names the fix); a refused mount stays failed
+                absent = spec.tier_kind == "emulated" and _fuse_missing()
         # ddp: one process per GPU (rank), as torchrun would start them, under this runner's supervision
         port = _free_port() if spec.parallel == "ddp" else None
         for rank in range(ranks if why is None else 0):
@@ -102,7 +104,7 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     elif partial.is_file() and (why is None or json.loads(partial.read_text())["status"] != "ok"):
         record = json.loads(partial.read_text())
     else:
-        record = failed_record(spec, why or "measurement process wrote no record")
+        record = skipped_record(spec, why) if absent else failed_record(spec, why or "measurement process wrote no record")
         record["started_at"] = started
     record["wall_s"] = time.time() - started
     metrics = record.get("metrics") or {}
@@ -122,6 +124,12 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
         p.unlink(missing_ok=True)
     print(label + summary_line(record), file=sys.stderr, flush=True)
     return record
+
+
+def _fuse_missing() -> bool:
+    from .emulated import fuse_available
+
+    return fuse_available() is not None
 
 
 def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict):
