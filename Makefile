@@ -17,12 +17,17 @@ $(STAMP): pyproject.toml
 
 ## quickstart: install into .venv, run the whole pipeline on config/quickstart.yaml, print where the bundle is
 quickstart: $(STAMP)
+	$(BIN)/loaderbench validate-config --config $(CONFIG)
+	@$(BIN)/loaderbench fuse-check --config $(CONFIG) --install
 	$(SMK)
 	@echo
 	@echo "bundle: $(CURDIR)/results/bundle/index.html  (zip: $(CURDIR)/results/bundle.zip, table: $(CURDIR)/results/tables/cells.csv)"
+	@$(BIN)/loaderbench fuse-check --config $(CONFIG)
 
-## test: the test suite (unit tests and real Snakemake runs of a tiny grid on the CPU)
+## test: the test suite (unit tests and real Snakemake runs of a tiny grid on the CPU). FUSE, Chromium and Slurm are
+## installed when root and apt can; tests that still lack them skip, and the last line counts them by cause.
 test: $(STAMP)
+	-scripts/install-test-deps.sh
 	$(BIN)/python -m pytest -q -ra
 
 ## bench: loader-only throughput (images/s, no model) of torchvision and opencv on the same staged files

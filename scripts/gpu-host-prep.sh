@@ -8,11 +8,11 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 eval "$(python3 - "$1" <<'PY'
 import shlex, sys
 from loaderbench.config import dataset_source_dir, load_config
-cfg = load_config(sys.argv[1])
+cfg = load_config(sys.argv[1], check_paths=True)
 ds = cfg["dataset"]
 print(f"name={shlex.quote(ds['name'])} images={ds['images']} classes={ds['classes']} seed={ds['seed']} "
       f"quality={ds['quality']} source={shlex.quote(str(dataset_source_dir(cfg)))} generated={int(ds['source'] == 'generated')}")
-print("tiers=(" + " ".join(shlex.quote(f"{t}={cfg['storage'][t]}") for t in cfg["tiers"]) + ")")
+print("tiers=(" + " ".join(shlex.quote(f"{t}={cfg['storage'][t]['path']}") for t in cfg["tiers"]) + ")")
 PY
 )"
 mkdir -p logs/stage results/dataset results/staging

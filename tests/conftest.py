@@ -15,6 +15,35 @@ from loaderbench.dataset import DatasetParams, make_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 
+# What a test may lack on a fresh machine (scripts/install-test-deps.sh installs them as root; CI requires them):
+# a skip whose reason names one is counted under it in the last line ("3 skipped (no FUSE)").
+NEEDS = (("fuse", "no FUSE"), ("chromium", "no Chromium"), ("slurm", "no Slurm"))
+
+
+def _skip_reason(report) -> str:
+    text = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+    return text.removeprefix("Skipped: ")
+
+
+def pytest_report_teststatus(report, config):
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report).lower()
+        for word, label in NEEDS:
+            if word in reason:
+                return f"skipped ({label})", "s", "SKIPPED"
+    return None
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The skips counted by cause above, listed with their reasons (they leave pytest's own 'skipped' list)."""
+    for _, label in NEEDS:
+        reports = terminalreporter.stats.get(f"skipped ({label})", [])
+        if reports:
+            terminalreporter.write_line(f"{len(reports)} skipped ({label}): {_skip_reason(reports[0])}; as root, "
+                                        "scripts/install-test-deps.sh installs what they need")  # fmt: skip
+            for r in reports:
+                terminalreporter.write_line(f"  SKIPPED {r.nodeid}")
+
 
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory) -> Path:

@@ -193,3 +193,176 @@ def test_refuses_dangerous_or_unusable_tier_paths(tmp_path, small_dataset):
     inside = tmp_path / "project" / "resources" / "tiers" / "hdd"
     man = stage(check, "hdd", inside, "ds", tmp_path / "m.json", project_dir=tmp_path / "project")
     assert man["counts"]["files"] == 24
+
+
+def test_check_report_is_the_same_on_every_run_and_names_the_file(tmp_path, messy_source):
+    """The report held a PIL message with a BytesIO address (`<_io.BytesIO object at 0x...>`), new on every run."""
+    reports = []
+    for run in ("a", "b"):
+        check_dataset(messy_source, tmp_path / run / "check.json", tmp_path / run / "quarantine", jobs=2)
+        reports.append((tmp_path / run / "check.txt").read_text())
+    assert reports[0] == reports[1]
+    assert "BytesIO" not in reports[0] and " at 0x" not in reports[0]
+    line = next(x for x in reports[0].splitlines() if "notes.JPEG" in x)
+    assert "cannot identify image file 'class_0001/notes.JPEG'" in line, line
+
+
+@pytest.mark.parametrize("loader", ["torchvision", "opencv", "nvjpeg", "dali-cpu"])
+def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(tmp_path, small_dataset, loader):
+    """A stray folder in a staged tree (staging keeps foreign files) made every cell fail with 'Target 3 is out of
+    bounds': labels came from a directory scan, the class count from the manifest."""
+    from loaderbench.config import cell_spec, validate_config
+    from loaderbench.runcell import run_cell
+
+    src = tmp_path / "src"
+    shutil.copytree(small_dataset, src)
+    check_dataset(src, tmp_path / "check.json", tmp_path / "q", jobs=2)
+    stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
+    root = tmp_path / "tier/loaderbench/ds/train"
+    (root / "aaa_stray").mkdir()  # sorts before every class: a scan would shift every label by one
+    shutil.copy(next((src / "class_0000").iterdir()), root / "aaa_stray/foreign.JPEG")
+    (root / "class_0001/notes.txt").write_text("foreign\n")
+    man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
+    assert man["counts"]["foreign"] == 2 and man["classes"] == ["class_0000", "class_0001", "class_0002"]
+    assert sorted(man["foreign_files"]) == ["aaa_stray/foreign.JPEG", "class_0001/notes.txt"]
+    cfg = validate_config({"storage": {"disk": str(tmp_path / "tier")}, "loaders": [loader], "batch_sizes": [4],
+                           "window": {"steps": 2}, "warmup_steps": 1, "crop_size": 32, "workers": 1,
+                           "prefetch_factor": 1, "telemetry_hz": 0, "dataset": {"name": "ds"},
+                           "baseline": {"loader": loader, "tier": "disk", "gpus": 1, "batch_size": 4,
+                                        "precision": "fp32"}}, base_dir=tmp_path)  # fmt: skip
+    spec = cell_spec(cfg, f"{loader}_disk_g1_b4_fp32_dp_r0")
+    record = run_cell(spec, tmp_path / "m.json", tmp_path / "cells/x.json")
+    assert record["status"] == "ok", (record["reason"], record.get("detail"))
+    assert record["metrics"]["steps"] == 2
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """make(size_kb): a real tmpfs of that size (a tier too small for the dataset); unmounted afterwards."""
+    import subprocess
+
+    mounts = []
+
+    def make(size_kb: int) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+        d = tmp_path / f"fs{len(mounts)}"
+        d.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(d)], capture_output=True,
+                              text=True)  # fmt: skip
+        if proc.returncode:
+            pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()}")
+        mounts.append(d)
+        return d
+
+    yield make
+    for d in mounts:
+        subprocess.run(["umount", str(d)], check=False)
+
+
+def test_tier_too_small_is_refused_before_copying_naming_needed_and_free(tmp_path, small_dataset, small_filesystem):
+    tier = small_filesystem(512)
+    check_dataset(small_dataset, tmp_path / "check.json", tmp_path / "q", jobs=2)
+    with pytest.raises(StagingError) as err:
+        stage(tmp_path / "check.json", "ssd", tier, "ds", tmp_path / "m.json", project_dir=tmp_path)
+    msg = str(err.value)
+    assert f"config key 'storage.ssd': {tier} has 0.5 MB free but staging needs 2.0 MB more (24 files)" in msg, msg
+    assert [p for p in tier.rglob("*") if p.is_file() and p.name != MARKER] == []
+    assert shutil.disk_usage(tier).used < 64 * 1024
+
+
+def test_a_copy_that_fails_midway_leaves_no_partial_file(tmp_path, small_dataset, small_filesystem, monkeypatch):
+    """Another writer fills the tier during staging: the copy hits a real ENOSPC mid-file."""
+    tier = small_filesystem(4096)
+    check_dataset(small_dataset, tmp_path / "check.json", tmp_path / "q", jobs=2)
+    real_copy, calls = shutil.copyfile, []
+
+    def copy_while_another_writer_fills_the_tier(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:
+            with open(tier / "other-writer.bin", "wb") as f:
+                f.write(bytes(shutil.disk_usage(tier).free - 40_000))
+        return real_copy(src, dst)
+
+    monkeypatch.setattr(shutil, "copyfile", copy_while_another_writer_fills_the_tier)
+    with pytest.raises(StagingError) as err:
+        stage(tmp_path / "check.json", "ssd", tier, "ds", tmp_path / "m.json", project_dir=tmp_path)
+    assert "No space left on device" in str(err.value) and "the partial file was removed" in str(err.value)
+    assert str(Path(calls[-1]).with_name(Path(calls[-1]).name.removeprefix(".").removesuffix(".staging"))) in str(err.value)
+    assert list(tier.rglob("*.staging")) == [] and len(calls) == 3
+    assert cli(["stage", "--check", str(tmp_path / "check.json"), "--tier", "ssd", "--tier-path", str(tier),
+                "--dataset", "ds", "--out", str(tmp_path / "m.json")]) == 2  # named, no traceback  # fmt: skip
+    (tier / "other-writer.bin").unlink()
+    monkeypatch.setattr(shutil, "copyfile", real_copy)
+    man = stage(tmp_path / "check.json", "ssd", tier, "ds", tmp_path / "m.json", project_dir=tmp_path)
+    assert man["counts"]["files"] == 24 and list(tier.rglob("*.staging")) == []
+
+
+def test_verify_restages_a_file_corrupted_in_place(tmp_path, small_dataset, capsys):
+    check_dataset(small_dataset, tmp_path / "check.json", tmp_path / "q", jobs=2)
+    args = ["ds", tmp_path / "m.json"]
+    man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", *args, project_dir=tmp_path)
+    victim = Path(man["root"]) / man["files"][5]["path"]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # same size, different bytes
+    victim.write_bytes(bytes(data))
+    again = stage(tmp_path / "check.json", "disk", tmp_path / "tier", *args, project_dir=tmp_path)
+    assert again["counts"]["copied"] == 0 and sha256_file(victim) != man["files"][5]["sha256"]  # size alone: unnoticed
+    rc = cli(["stage", "--check", str(tmp_path / "check.json"), "--tier", "disk", "--tier-path", str(tmp_path / "tier"),
+              "--dataset", "ds", "--out", str(tmp_path / "m.json"), "--verify"])  # fmt: skip
+    assert rc == 0 and "verified by checksum: 1 differed and were restaged" in capsys.readouterr().err
+    verified = json.loads((tmp_path / "m.json").read_text())
+    assert verified["counts"]["repaired"] == 1 and verified["verified"]["repaired"] == [man["files"][5]["path"]]
+    assert sha256_file(victim) == man["files"][5]["sha256"]
+
+
+def test_staging_verify_config_key_reaches_the_stage_job(tmp_path):
+    from tests.conftest import snakemake, tiny_config, write_config
+
+    cfg_path = write_config(tmp_path, tiny_config(tmp_path, staging={"verify": True}))
+    plan = snakemake(tmp_path, "--configfile", str(cfg_path), "-n", "-p", "--until", "stage").stdout
+    stage_cmds = [line for line in plan.splitlines() if " -m loaderbench stage " in line]
+    assert len(stage_cmds) == 2 and all("--verify" in c for c in stage_cmds), plan
+
+
+@pytest.mark.parametrize("second, words", [("same", "is the same directory as"), ("inside", "contains"),
+                                           ("mount", "is the same directory as")])  # fmt: skip
+def test_tiers_on_the_same_or_nested_paths_are_refused_at_validation(tmp_path, second, words):
+    from loaderbench.config import ConfigError, validate_config
+
+    a = str(tmp_path / "a")
+    b = {"same": a, "inside": str(tmp_path / "a/b"),
+         "mount": {"kind": "emulated", "path": str(tmp_path / "c"), "mount": a}}[second]  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        validate_config({"storage": {"x": a, "y": b}}, base_dir=tmp_path)
+    key_b = "storage.y.mount" if second == "mount" else "storage.y.path"
+    assert str(err.value).startswith(f"config key 'storage.x.path': {a} {words} ") and f"(config key '{key_b}')" in str(err.value)
+
+
+def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_path, small_dataset):
+    """It passed check and stage, then dali-cpu failed: 'Unsupported argument type with name files'."""
+    from loaderbench.config import cell_spec, validate_config
+    from loaderbench.runcell import run_cell
+
+    src = tmp_path / "src"
+    shutil.copytree(small_dataset, src)
+    raw_name = os.path.join(os.fsencode(src / "class_0001"), b"b\xffd.JPEG")
+    with open(raw_name, "wb") as f:
+        f.write(jpeg())
+    result = check_dataset(src, tmp_path / "check.json", tmp_path / "q", jobs=2)
+    entry = next(f for f in result["files"] if f["path"] == os.fsdecode(raw_name)[len(str(src)) + 1 :])
+    assert entry["status"] == "odd" and entry["issues"] == ["non_utf8_name"]
+    assert "  odd  class_0001/b\\xffd.JPEG: non_utf8_name" in (tmp_path / "check.txt").read_text()
+    man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
+    renamed = [f for f in man["files"] if "source_name" in f]
+    assert man["counts"]["renamed"] == 1 and len(renamed) == 1
+    assert renamed[0]["source_name"] == "class_0001/b\\xffd.JPEG"
+    assert renamed[0]["path"].startswith("class_0001/b_d-") and renamed[0]["path"].endswith(".JPEG")
+    assert sha256_file(Path(man["root"]) / renamed[0]["path"]) == entry["sha256"]
+    json.loads((tmp_path / "m.json").read_text(encoding="utf-8", errors="strict"))  # valid UTF-8 JSON
+    cfg = validate_config({"storage": {"disk": str(tmp_path / "tier")}, "loaders": ["dali-cpu"], "batch_sizes": [5],
+                           "window": {"steps": 6}, "warmup_steps": 1, "crop_size": 32, "telemetry_hz": 0,
+                           "dataset": {"name": "ds"}}, base_dir=tmp_path)  # fmt: skip
+    record = run_cell(cell_spec(cfg, "dali-cpu_disk_g1_b5_fp32_dp_r0"), tmp_path / "m.json", tmp_path / "cells/x.json")
+    assert record["status"] == "ok", (record["reason"], record.get("detail"))
+    assert record["metrics"]["steps"] == 6  # 30 images: more than one pass over the 25 files, the renamed one read

@@ -94,9 +94,68 @@ def test_missing_or_unparsable_config_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("loaders: [torchvision\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    bad.write_text("name: x\n  gpus: 1\n")
+    with pytest.raises(ConfigError) as err:
         load_config(bad)
+    assert str(err.value) == f"config file {bad}, line 2, column 7: not valid YAML: mapping values are not allowed here"
+
+
+def test_empty_config_file_is_refused_as_snakemake_refuses_it(tmp_path, capsys):
+    from loaderbench.cli import main as cli
+    from tests.conftest import snakemake
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    assert cli(["validate-config", "--config", str(empty)]) == 2
+    assert f"config file {empty} is empty" in capsys.readouterr().err
+    proc = snakemake(tmp_path, "--configfile", str(empty), "-n", check=False)
+    assert proc.returncode != 0 and "keys at top level" in proc.stdout + proc.stderr
+
+
+def test_yaml_syntax_error_names_file_line_and_column_before_make_runs_snakemake(tmp_path, capsys):
+    """Snakemake reads --configfile before the Snakefile, with a message naming no line; `make` runs validate-config
+    first, which does."""
+    from loaderbench.cli import main as cli
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nloaders: [torchvision\nbatch_sizes: [4]\n")
+    assert cli(["validate-config", "--config", str(bad)]) == 2
+    assert f"config file {bad}, line 3, column 12: not valid YAML" in capsys.readouterr().err
+    recipe = (REPO / "Makefile").read_text().split("\nquickstart:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.index("validate-config --config $(CONFIG)") < recipe.index("$(SMK)"), recipe
+
+
+@pytest.mark.parametrize("case", ["dataset missing", "dataset is a file", "tier is a file", "tier outside missing"])
+def test_bad_paths_fail_at_plan_time_naming_the_key(tmp_path, case):
+    from tests.conftest import snakemake, tiny_config, write_config
+
+    (tmp_path / "afile").write_text("x")
+    over = {
+        "dataset missing": {"dataset": {"source": "path", "path": str(tmp_path / "no-imagenet")}},
+        "dataset is a file": {"dataset": {"source": "path", "path": str(tmp_path / "afile")}},
+        "tier is a file": {"storage": {"disk-a": str(tmp_path / "afile"), "disk-b": str(tmp_path / "b")}},
+        "tier outside missing": {"storage": {"disk-a": "/nonexistent-mount/ssd", "disk-b": str(tmp_path / "b")}},
+    }[case]
+    cfg_path = write_config(tmp_path, tiny_config(tmp_path, **over))
+    proc = snakemake(tmp_path, "--configfile", str(cfg_path), "-n", check=False)
+    out = proc.stdout + proc.stderr
+    expected = {
+        "dataset missing": f"config key 'dataset.path': {tmp_path / 'no-imagenet'} does not exist",
+        "dataset is a file": f"config key 'dataset.path': {tmp_path / 'afile'} is not a directory",
+        "tier is a file": f"config key 'storage.disk-a': {tmp_path / 'afile'} is a file, not a directory",
+        "tier outside missing": "config key 'storage.disk-a': /nonexistent-mount/ssd does not exist; mount the disk-a",
+    }[case]
+    assert proc.returncode != 0 and expected in out, out
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_missing_tier_inside_the_project_plans_fine_staging_creates_it(tmp_path):
+    """As the quickstart's resources/tiers/local on a fresh clone."""
+    from tests.conftest import snakemake, tiny_config, write_config
+
+    cfg = tiny_config(tmp_path, storage={"disk-a": "resources/tiers/a", "disk-b": str(tmp_path / "b")})
+    proc = snakemake(tmp_path, "--configfile", str(write_config(tmp_path, cfg)), "-n")
+    assert "stage" in proc.stdout and not (tmp_path / "resources/tiers/a").exists()
 
 
 def test_shipped_configs_are_valid_and_the_seed_grid_has_its_cells():

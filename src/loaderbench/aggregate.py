@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .records import load_records
 from .util import atomic_write_text
 
 # The seed's columns, exact names and order, then ours.
@@ -198,7 +199,7 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
     rows = probe_rows([json.loads(Path(p).read_text()) for p in probes])
     probe = pd.DataFrame(rows, columns=PROBE_COLUMNS)
     atomic_write_text(Path(out_dir) / "tier_probe.csv", probe.to_csv(index=False, float_format="%.4g"))
-    records = [json.loads(Path(p).read_text()) for p in cell_files]
+    records, _ = load_records(cell_files)  # an unreadable record is moved aside, named, and measured next run
     from .respread import configuration, load_ledger
 
     ledger = load_ledger(Path(out_dir).parent / "respread.json")

@@ -8,6 +8,8 @@ import statistics
 import time
 from pathlib import Path
 
+from .staged import Staged
+
 
 def loader_images_per_s(loader: str, data_root: Path, allowed: frozenset[str], batch_size: int, crop_size: int,
                         workers: int, seconds: float, device, seed: int = 0) -> float:  # fmt: skip
@@ -44,13 +46,14 @@ def bench(manifest: Path, loaders: list[str], batch_size: int, crop_size: int, w
 
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     man = json.loads(Path(manifest).read_text())
-    allowed = frozenset(f["path"] for f in man["files"])
+    staged = Staged.from_manifest(man)
+    allowed = staged.allowed
     workers = workers or len(os.sched_getaffinity(0))
     results: dict[str, list[float]] = {lo: [] for lo in loaders}
     for r in range(rounds):  # interleaved rounds, so drift in machine load hits every loader alike
         for lo in loaders:
             results[lo].append(
-                loader_images_per_s(lo, Path(man["root"]), allowed, batch_size, crop_size, workers, seconds, device, seed=r)
+                loader_images_per_s(lo, staged.root, allowed, batch_size, crop_size, workers, seconds, device, seed=r)
             )
     return {
         "manifest": str(manifest),

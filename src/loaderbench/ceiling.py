@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import placement
 from .config import CellSpec
+from .staged import Staged
 
 
 def bare_loop(spec: CellSpec, classes: int, steps: int, warmup: int, device, images=None) -> float:
@@ -91,7 +92,7 @@ def ceiling(spec: CellSpec, manifest: Path, rounds: int, variant_steps: int, out
     from .runcell import run_cell
 
     man = json.loads(Path(manifest).read_text())
-    classes = len({f["path"].split("/", 1)[0] for f in man["files"]})
+    classes = len(Staged.from_manifest(man).classes)
     spec = dataclasses.replace(spec, loader="synthetic")
     synthetic, bare, steps, phases, placements = [], [], [], [], []
     device = None

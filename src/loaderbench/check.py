@@ -14,6 +14,7 @@ import shutil
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from .staged import is_utf8, printable
 from .util import atomic_write_json, atomic_write_text, progress, sha256_bytes, stable_hash
 
 # Magic numbers of the formats an ImageFolder may hold.
@@ -56,15 +57,17 @@ def check_bytes(data: bytes, name: str) -> dict:
     kind = sniff(data)
     ext_kind = EXTENSIONS.get(Path(name).suffix.lower())
     info: dict = {"kind": kind, "mode": None, "width": None, "height": None, "issues": []}
+    buf = io.BytesIO(data)
     try:
-        with Image.open(io.BytesIO(data)) as im:
+        with Image.open(buf) as im:
             im.load()  # full decode: raises on truncated or corrupt data
             info.update(mode=im.mode, width=im.width, height=im.height)
             kind = kind or (im.format or "").lower() or None
             info["kind"] = kind
     except Exception as e:
         info["issues"].append("not_an_image" if kind is None else "undecodable")
-        info["error"] = f"PIL: {type(e).__name__}: {e}"
+        # PIL names the buffer by its repr (an address): name the file, so the report is the same on every run
+        info["error"] = f"PIL: {type(e).__name__}: {str(e).replace(repr(buf), repr(name))}"
         info["status"] = "bad"
         return info
     if cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) is None:
@@ -87,7 +90,12 @@ def check_bytes(data: bytes, name: str) -> dict:
 def _check_file(args: tuple[str, str]) -> dict:
     root, rel = args
     data = (Path(root) / rel).read_bytes()
-    return {"sha256": sha256_bytes(data), **check_bytes(data, rel)}
+    info = check_bytes(data, rel)
+    if not is_utf8(rel):  # kept, staged under a safe name (stage.py): DALI and JSON readers take only valid text
+        info["issues"].append("non_utf8_name")
+        info["status"] = "odd" if info["status"] == "ok" else info["status"]
+        info["error"] = info.get("error") or "name is not valid UTF-8: staged under a safe name"
+    return {"sha256": sha256_bytes(data), **info}
 
 
 def list_source(source: Path) -> tuple[list[str], list[str]]:
@@ -185,9 +193,9 @@ def render_report(result: dict) -> str:
     if result["issues"]:
         lines.append("issues: " + ", ".join(f"{k}={v}" for k, v in sorted(result["issues"].items())))
     if result["stray_files"]:
-        lines.append(f"ignored (outside class folders): {', '.join(result['stray_files'][:20])}")
+        lines.append(f"ignored (outside class folders): {', '.join(map(printable, result['stray_files'][:20]))}")
     for e in result["files"]:
         if e["status"] != "ok":
             detail = f" ({e['error']})" if e.get("error") else ""
-            lines.append(f"  {e['status']:4s} {e['path']}: {', '.join(e['issues'])}{detail}")
+            lines.append(f"  {e['status']:4s} {printable(e['path'])}: {', '.join(e['issues'])}{detail}")
     return "\n".join(lines) + "\n"

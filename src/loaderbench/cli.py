@@ -19,8 +19,41 @@ def _cfg(a) -> dict:
 
 
 def cmd_validate(a) -> int:
-    cfg = _cfg(a)
+    cfg = load_config(a.config, check_paths=not a.skip_paths)
     print(json.dumps(cfg, indent=2) if a.show else f"{a.config}: valid ({len(cell_ids(cfg))} cells)")
+    return 0
+
+
+def _fuse_problem() -> str | None:
+    """Why an emulated tier cannot be mounted here (None: it can), asked in a fresh process: the FUSE binding
+    loads libfuse once, when first imported."""
+    import subprocess
+
+    code = "from loaderbench.emulated import fuse_available; print(fuse_available() or '')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    return out or None
+
+
+def cmd_fuse_check(a) -> int:
+    """Before and after `make quickstart`: FUSE for the config's emulated tiers, installed when root and apt can."""
+    import os
+    import shutil
+    import subprocess
+
+    cfg = load_config(a.config)
+    emulated = [t for t in cfg["tiers"] if cfg["storage"][t]["kind"] == "emulated"]
+    problem = _fuse_problem() if emulated else None
+    may_install = os.geteuid() == 0 and shutil.which("apt-get") and os.environ.get("LOADERBENCH_INSTALL", "1") != "0"
+    if problem and a.install and may_install:
+        print(f"loaderbench: FUSE is missing ({problem}); installing fuse3 with apt-get", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], env=env, check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "fuse3", "libfuse3-3"], env=env, check=False)
+        problem = _fuse_problem()
+    if problem:
+        print(f"loaderbench: FUSE is not usable here ({problem}). The emulated tier(s) {', '.join(emulated)} are "
+              "not measured: their cells are recorded 'skipped' with the fix, the other tiers run. Fix: as root "
+              "`apt install fuse3` (a container also needs --device /dev/fuse), then run again.")  # fmt: skip
     return 0
 
 
@@ -45,10 +78,13 @@ def cmd_check(a) -> int:
 def cmd_stage(a) -> int:
     from .stage import stage
 
-    m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir))
+    m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir),
+              verify=a.verify)  # fmt: skip
     c = m["counts"]
     print(f"staged {c['files']} files ({c['bytes'] / 1e6:.1f} MB) on tier {a.tier} at {m['root']}: "
-          f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed", file=sys.stderr)  # fmt: skip
+          f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed"
+          + (f"; verified by checksum: {c['repaired']} differed and were restaged" if a.verify else "")
+          + (f"; {c['foreign']} foreign file(s) in the tier ignored" if c.get("foreign") else ""), file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -96,11 +132,16 @@ def cmd_run_cell(a) -> int:
 
 
 def cmd_cells(a) -> int:
+    from .records import load_records
+
     cfg = _cfg(a)
     for cid in cell_ids(cfg):
         path = Path(a.results) / "cells" / f"{cid}.json"
         if a.status:
-            status = json.loads(path.read_text())["status"] if path.is_file() else "missing"
+            status = "missing"
+            if path.is_file():
+                records, moved = load_records([path])
+                status = records[0]["status"] if records else f"missing (unreadable record moved to {moved[0][1]})"
             print(f"{cid}\t{status}")
         else:
             print(cid)
@@ -270,7 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate-config", help="validate a config file and print the cell count")
     s.add_argument("--config", required=True)
     s.add_argument("--show", action="store_true", help="print the config with defaults filled in")
+    s.add_argument("--skip-paths", action="store_true",
+                   help="do not check the dataset and tier paths here (a config for another machine)")
     s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("fuse-check", help="say whether the config's emulated tiers can be mounted here (FUSE)")
+    s.add_argument("--config", required=True)
+    s.add_argument("--install", action="store_true",
+                   help="install fuse3 with apt-get when missing and running as root (LOADERBENCH_INSTALL=0: never)")
+    s.set_defaults(func=cmd_fuse_check)
 
     s = sub.add_parser("make-dataset", help="write a deterministic ImageNet-like JPEG class-folder tree")
     s.add_argument("--out", required=True)
@@ -296,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dataset", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--project-dir", default=".")
+    s.add_argument("--verify", action="store_true",
+                   help="checksum every staged file against the manifest and restage those that differ")
     s.set_defaults(func=cmd_stage)
 
     s = sub.add_parser("run-cell", help="measure one cell and write its record")

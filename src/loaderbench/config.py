@@ -59,8 +59,10 @@ def _key(path) -> str:
     return out or "(top level)"
 
 
-def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
-    """Validate against the schema, fill defaults, check cross-key rules; return a new dict."""
+def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths: bool = False) -> dict:
+    """Validate against the schema, fill defaults, check cross-key rules; return a new dict.
+
+    check_paths: also check the dataset and tier paths on this machine (when the workflow loads; see _check_paths)."""
     cfg = copy.deepcopy(raw) if raw else {}
     if not isinstance(cfg, dict):
         raise ConfigError("config must be a mapping of keys to values")
@@ -106,10 +108,17 @@ def validate_config(raw: dict | None, base_dir: Path | None = None) -> dict:
         raise ConfigError(f"config key 'dataset.classes': {ds['classes']} classes exceed dataset.images {ds['images']}")
     base_dir = Path(base_dir or os.getcwd())
     cfg["storage"] = {k: _tier(k, v, base_dir, cfg["device_models"]) for k, v in cfg["storage"].items()}
+    _check_distinct_tiers(cfg["storage"])
     if ds["path"]:
         ds["path"] = str(_resolve(ds["path"], base_dir))
     if ds["name"] is None:
         ds["name"] = dataset_name(cfg)
+    bad = [(i, c) for i, c in enumerate(cfg["timeline_cells"]) if not CELL_ID_RE.match(c)]
+    if bad:
+        i, c = bad[0]
+        raise ConfigError(f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)")
+    if check_paths:
+        _check_paths(cfg, base_dir)
     return cfg
 
 
@@ -119,7 +128,54 @@ def auto_timeout(window: dict, compile_: bool) -> float:
     return (300.0 + 4 * longest if longest else 900.0) + (600.0 if compile_ else 0.0)
 
 
+def _check_paths(cfg: dict, project_dir: Path) -> None:
+    """What would otherwise fail only when jobs run. dataset.path (source: path) must be an existing directory. A tier
+    path that exists must be a directory; one that does not exist is fine inside the project directory (staging
+    creates it, as the quickstart's resources/tiers/...) and an error outside it (a device should be mounted there,
+    and staging never creates directories outside the project). An emulated tier's mount point, if it exists, must
+    be a directory (it is created when mounted)."""
+    ds = cfg["dataset"]
+    if ds["source"] == "path":
+        path = Path(ds["path"])
+        if not path.exists():
+            raise ConfigError(f"config key 'dataset.path': {path} does not exist; point it at an ImageFolder root "
+                              "(<root>/<class>/<image>, e.g. ImageNet's train/)")  # fmt: skip
+        if not path.is_dir():
+            raise ConfigError(f"config key 'dataset.path': {path} is not a directory; point it at an ImageFolder root")
+    project = Path(os.path.realpath(project_dir))
+    for name, t in cfg["storage"].items():
+        if name not in cfg["tiers"]:
+            continue
+        path = Path(t["path"])
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"config key 'storage.{name}': {path} is a file, not a directory; point the tier at "
+                              "a directory (staging writes into <dir>/loaderbench/)")  # fmt: skip
+        if not path.exists() and project not in Path(os.path.realpath(path)).parents:
+            raise ConfigError(f"config key 'storage.{name}': {path} does not exist; mount the {name} device there, "
+                              "create the directory, or point the key at an existing one (only directories inside "
+                              f"the project {project} are created by staging)")  # fmt: skip
+        if t["mount"] and Path(t["mount"]).exists() and not Path(t["mount"]).is_dir():
+            raise ConfigError(f"config key 'storage.{name}.mount': {t['mount']} is a file, not a directory; "
+                              "pick another mount point")  # fmt: skip
+
+
 RAM_FILESYSTEMS = ("tmpfs", "ramfs")
+
+
+def _check_distinct_tiers(storage: dict) -> None:
+    """Two tiers on the same or nested paths (or mount points) would stage into each other's files."""
+    places = [(f"storage.{name}.{k}", Path(os.path.realpath(t[k]))) for name, t in storage.items()
+              for k in ("path", "mount") if t[k]]  # fmt: skip
+    for i, (key_a, a) in enumerate(places):
+        for key_b, b in places[i + 1 :]:
+            if key_a.rsplit(".", 1)[0] == key_b.rsplit(".", 1)[0]:
+                continue  # a tier's own path and mount point are checked with the tier
+            if a == b or a in b.parents or b in a.parents:
+                how = "is the same directory as" if a == b else ("contains" if a in b.parents else "lies inside")
+                raise ConfigError(
+                    f"config key '{key_a}': {a} {how} {b} (config key '{key_b}'); every tier needs its own "
+                    "directory, neither inside the other"
+                )
 
 
 def _tier(name: str, value: str | dict, base_dir: Path, models: dict) -> dict:
@@ -168,15 +224,23 @@ def _resolve(p: str, base_dir: Path) -> Path:
     return path if path.is_absolute() else (base_dir / path)
 
 
-def load_config(path: str | Path, base_dir: Path | None = None) -> dict:
+def load_config(path: str | Path, base_dir: Path | None = None, check_paths: bool = False) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
-    return validate_config(raw, base_dir)
+        mark = getattr(e, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e)
+        raise ConfigError(f"config file {path}{where}: not valid YAML: {what}") from e
+    if raw is None:  # Snakemake refuses an empty --configfile too ("keys at top level")
+        raise ConfigError(f"config file {path} is empty: give the keys to set (config/README.md), or leave out "
+                          "--configfile for the embedded default config/quickstart.yaml")  # fmt: skip
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping of keys to values")
+    return validate_config(raw, base_dir, check_paths=check_paths)
 
 
 def dataset_name(cfg: dict) -> str:
@@ -184,9 +248,19 @@ def dataset_name(cfg: dict) -> str:
     if ds["source"] == "path":
         path = Path(ds["path"])
         # ImageNet-style sources end in train/: keep the parent's name too ("imagenet-train")
-        return "-".join(p for p in (path.parent.name, path.name) if p) or "dataset"
+        name = "-".join(p for p in (path.parent.name, path.name) if p)
+        return _safe_name(name) or "dataset"
     key = {k: ds[k] for k in ("images", "classes", "seed", "quality")}
     return f"generated-{ds['images']}x{ds['classes']}-{stable_hash(key)[:8]}"
+
+
+def _safe_name(text: str) -> str:
+    """`text` as a folder name of the schema's dataset.name pattern: accents dropped, anything else but letters,
+    digits, '.', '_' and '-' replaced by '_' (a source path may hold spaces, quotes or shell syntax)."""
+    import unicodedata
+
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", ascii_text).lstrip("._-")
 
 
 def dataset_source_dir(cfg: dict) -> Path:

@@ -22,7 +22,7 @@ from . import contention as _contention
 from . import hostlock, placement, telemetry
 from .config import TIERLESS, CellSpec, auto_timeout, staged_root
 from .provenance import collect
-from .records import failed_record
+from .records import failed_record, skipped_record
 from .util import atomic_write_json
 from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 
@@ -83,7 +83,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
             "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
     procs = []
     mount = sampler = samples = None
-    rc, why, culprit, stack_dump = None, busy, None, {}
+    rc, why, culprit, stack_dump, absent = None, busy, None, {}, False
     spawned = exited = None
     contention = None if busy else _contention.Sampler(spec.gpus).start()
     try:
@@ -92,6 +92,8 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
                 mount = _prepare_tier(spec, manifest_data, tier)
             except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
                 why = f"tier {spec.tier} ({spec.tier_kind}) could not be prepared: {e}"
+                # FUSE simply absent here: skipped (the reason names the fix); a refused mount stays failed
+                absent = spec.tier_kind == "emulated" and _fuse_missing()
         # ddp: one process per GPU (rank), as torchrun would start them, under this runner's supervision
         port = _free_port() if spec.parallel == "ddp" else None
         for rank in range(ranks if why is None else 0):
@@ -137,7 +139,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
     elif partial.is_file() and (why is None or json.loads(partial.read_text())["status"] != "ok"):
         record = json.loads(partial.read_text())
     else:
-        record = failed_record(spec, why or "measurement process wrote no record")
+        record = skipped_record(spec, why) if absent else failed_record(spec, why or "measurement process wrote no record")
         record["started_at"] = started
     if stack_dump:
         record["stacks"] = stack_dump
@@ -188,6 +190,12 @@ def phases(started: float, spawned: float | None, marks: dict | None, exited: fl
             last = t
     out["overhead"] = out["wall"] - out.get("window", 0.0)
     return out
+
+
+def _fuse_missing() -> bool:
+    from .emulated import fuse_available
+
+    return fuse_available() is not None
 
 
 def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .config import staged_root
 from .provenance import filesystem_of
-from .util import atomic_write_json, progress, stable_hash
+from .staged import class_names, foreign_files, printable, safe_path
+from .util import atomic_write_json, progress, sha256_file, stable_hash
 
 OWNED = "loaderbench"
 MARKER = ".loaderbench-owned"
@@ -55,7 +56,10 @@ def check_tier_path(tier: str, tier_path: Path, source: Path, project_dir: Path)
     return tier_path
 
 
-def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path, project_dir: Path = Path(".")) -> dict:
+def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path, project_dir: Path = Path("."),
+          verify: bool = False) -> dict:  # fmt: skip
+    """Copy what changed onto the tier; verify: also checksum every kept file against the manifest and restage
+    those that differ (a file corrupted in place keeps its size, so size alone never notices)."""
     check = json.loads(Path(check_json).read_text())
     source = Path(check["source"])
     tier_path = check_tier_path(tier, tier_path, source, project_dir)
@@ -64,19 +68,22 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
     previous = {}
     if tier_manifest.is_file():
         previous = {f["path"]: f for f in json.loads(tier_manifest.read_text())["files"]}
-    wanted = [f for f in check["files"] if f["status"] in ("ok", "odd")]
-    copied = kept = 0
-    for f in progress(wanted, total=len(wanted), label=f"stage {tier}"):
+    # a name that is not valid UTF-8 is staged under a safe one (the manifest keeps the original as source_name)
+    wanted = [{**f, "source": f["path"], "path": safe_path(f["path"])} for f in check["files"] if f["status"] in ("ok", "odd")]
+    todo, kept, repaired = [], 0, []
+    for f in progress(wanted, total=len(wanted), label=f"verify {tier}") if verify else wanted:
         dst = root / f["path"]
         old = previous.get(f["path"])
         if old and old["sha256"] == f["sha256"] and dst.is_file() and dst.stat().st_size == f["size"]:
-            kept += 1
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_name(f".{dst.name}.staging")
-        shutil.copyfile(source / f["path"], tmp)
-        os.replace(tmp, dst)
-        copied += 1
+            if not verify or sha256_file(dst) == f["sha256"]:
+                kept += 1
+                continue
+            repaired.append(f["path"])
+        todo.append(f)
+    _check_free_space(tier, tier_path, root, todo)
+    for f in progress(todo, total=len(todo), label=f"stage {tier}"):
+        _copy(tier, source / f["source"], root / f["path"])
+    copied = len(todo)
     wanted_paths = {f["path"] for f in wanted}
     removed = 0
     for rel in previous:
@@ -84,7 +91,10 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
             (root / rel).unlink()
             removed += 1
             _prune_empty(root / rel, stop=root)
-    files = [{"path": f["path"], "size": f["size"], "sha256": f["sha256"]} for f in wanted]
+    files = [{"path": f["path"], "size": f["size"], "sha256": f["sha256"],
+              **({"source_name": printable(f["source"])} if f["source"] != f["path"] else {})} for f in wanted]  # fmt: skip
+    # files in the tier that staging did not put there (kept, by design): every reader ignores them
+    foreign = foreign_files(root, [f["path"] for f in files])
     manifest = {
         "tier": tier,
         "tier_path": str(tier_path),
@@ -98,15 +108,53 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
             "copied": copied,
             "kept": kept,
             "removed": removed,
+            "repaired": len(repaired),
+            "renamed": sum(f["source"] != f["path"] for f in wanted),
             "odd": sum(f["status"] == "odd" for f in wanted),
             "quarantined": check["counts"]["bad"],
+            "foreign": len(foreign),
         },
+        "classes": class_names(f["path"] for f in files),
+        "foreign_files": foreign[:20],
         "sha256": stable_hash([(f["path"], f["sha256"]) for f in files]),
         "files": files,
     }
+    if verify:
+        manifest["verified"] = {"files": len(wanted), "repaired": repaired[:100]}
     atomic_write_json(tier_manifest, manifest)
     atomic_write_json(out, manifest)
     return manifest
+
+
+def _check_free_space(tier: str, tier_path: Path, root: Path, todo: list[dict]) -> None:
+    """Refuse before copying anything when the files to copy do not fit in the tier's free space."""
+    needed = 0
+    for f in todo:
+        dst = root / f["path"]
+        needed += f["size"] - (dst.stat().st_size if dst.is_file() else 0)  # a replaced file frees its old size
+    free = shutil.disk_usage(tier_path).free
+    if needed > free:
+        raise StagingError(
+            f"config key 'storage.{tier}': {tier_path} has {free / 1e6:.1f} MB free but staging needs "
+            f"{needed / 1e6:.1f} MB more ({len(todo)} files); free space there or point the tier at a larger device"
+        )
+
+
+def _copy(tier: str, src: Path, dst: Path) -> None:
+    """Copy through a temporary file renamed into place; on any failure the temporary file is removed."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.staging")
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise StagingError(
+                f"config key 'storage.{tier}': copying {src} to {dst} failed ({e.strerror or e}); "
+                "the partial file was removed: fix the cause (free space, permissions) and stage again"
+            ) from e
+        raise
 
 
 def _prune_empty(path: Path, stop: Path) -> None:

@@ -22,6 +22,7 @@ from . import parallel, placement, summary
 from .config import CellSpec
 from .parallel import env_rank
 from .records import failed_record, make_record, skipped_record
+from .staged import Staged, class_names
 from .util import atomic_write_json
 from .watchdog import Heartbeat, heartbeat_path, stacks_path
 from .window import StopRule, batch_durations, timed_window, trace, warm_up
@@ -153,7 +154,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         },
     )
     batches = get_loader(spec.loader).build(ctx)
-    classes = len({p.split("/", 1)[0] for p in allowed})
+    classes = len(class_names(allowed))  # from the manifest, as the loaders' labels
 
     prescattered = bool(ctx.info.get("prescattered"))
     model, step = training_step(spec, classes, device, wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))
@@ -336,7 +337,7 @@ def run(spec: CellSpec, manifest_path: Path, out: Path, heartbeat: Heartbeat | N
     """Measure the cell and write its record (ok, skipped or failed) to `out`."""
     started = time.time()
     manifest = json.loads(manifest_path.read_text())
-    allowed = frozenset(f["path"] for f in manifest["files"])
+    allowed = Staged.from_manifest(manifest).allowed
     rank = env_rank()
     try:
         kind, count = available_devices()

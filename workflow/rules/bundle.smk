@@ -20,5 +20,5 @@ rule bundle:
         "logs/bundle.log",
     shell:
         "{LB} bundle --config-json {input.config} --tables results/tables --figures results/figures "
-        "--check {input.check} --manifests {input.manifests} --cells {input.cells} --captions {params.captions} "
+        "--check {input.check} --manifests {input.manifests} --cells {input.cells} --captions {params.captions:q} "
         "--telemetry results/telemetry --out-dir {output.bundle} --zip {output.zip} 2> {log} && cat {log}"

@@ -12,7 +12,7 @@ rule make_dataset:
     log:
         "logs/make_dataset.log",
     shell:
-        "{LB} make-dataset --out {output} --images {params.images} --classes {params.classes} "
+        "{LB} make-dataset --out {output:q} --images {params.images} --classes {params.classes} "
         "--seed {params.seed} --quality {params.quality} 2> {log}"
 
 
@@ -29,5 +29,5 @@ rule check_dataset:
     log:
         "logs/check_dataset.log",
     shell:
-        "{LB} check --source {params.root} --out {output.check} "
+        "{LB} check --source {params.root:q} --out {output.check:q} "
         "--quarantine results/dataset/quarantine {params.strict} 2> {log}"

@@ -29,9 +29,9 @@ rule figures:
         svgs=expand("results/figures/{name}.svg", name=FIGURES),
         html="results/figures/seed_table.html",
     params:
-        timeline_cells=" ".join(CFG["timeline_cells"]),
+        timeline_cells=CFG["timeline_cells"],  # a list: each cell id quoted
     log:
         "logs/figures.log",
     shell:
         "{LB} figures --table {input.table} --repeats {input.repeats} --diagnosis {input.diagnosis} "
-        "--telemetry results/telemetry --timeline-cells {params.timeline_cells} --out-dir results/figures 2> {log}"
+        "--telemetry results/telemetry --timeline-cells {params.timeline_cells:q} --out-dir results/figures 2> {log}"

@@ -9,11 +9,12 @@ rule stage:
     params:
         tier_path=lambda w: CFG["storage"][w.tier]["path"],
         dataset=DATASET["name"],
+        verify="--verify" if CFG["staging"]["verify"] else "",
     log:
         "logs/stage/{tier}.log",
     shell:
         "{LB} stage --check {input} --tier {wildcards.tier} --tier-path {params.tier_path:q} "
-        "--dataset {params.dataset} --out {output} 2> {log}"
+        "--dataset {params.dataset:q} --out {output:q} {params.verify} 2> {log:q}"
 
 
 # The measured read rate of each tier, read as the cells read it (an emulated tier through its mount), cold.

@@ -41,13 +41,11 @@ class LoaderContext:
         return str(Path(path).relative_to(self.data_root)) in self.allowed
 
     def samples(self) -> tuple[list[tuple[str, int]], list[str]]:
-        """(path, label) pairs and class names exactly as torchvision's ImageFolder derives them."""
-        from torchvision.datasets.folder import find_classes, make_dataset
+        """(path, label) pairs and class names from the staged manifest's files (`allowed`), in ImageFolder's order;
+        never from a scan of the tier, whose foreign files and folders are ignored."""
+        from ..staged import samples
 
-        classes, class_to_idx = find_classes(str(self.data_root))
-        # allow_empty: a class whose every file was quarantined keeps its label index instead of failing
-        samples = make_dataset(str(self.data_root), class_to_idx, is_valid_file=self.is_valid_file, allow_empty=True)
-        return samples, classes
+        return samples(self.data_root, self.allowed)
 
     def dataloader(self, dataset, collate_fn=None) -> torch.utils.data.DataLoader:
         """The DataLoader settings every worker-based loader uses (shuffle, drop_last, pinning, prefetch)."""

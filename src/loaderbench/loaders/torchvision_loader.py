@@ -1,10 +1,11 @@
-"""`torchvision`: ImageFolder + PIL decode + torchvision transforms in DataLoader workers (the seed's baseline)."""
+"""`torchvision`: the staged files (ImageFolder order and labels) + PIL decode + torchvision transforms in DataLoader workers (the seed's baseline)."""
 
 from __future__ import annotations
 
+import torch
 import torchvision.transforms as T
 import torchvision.transforms.functional as F
-from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import default_loader
 
 from .common import CROP_RATIO, CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, LoaderContext, forever
 
@@ -31,10 +32,24 @@ def fixed_transform(crop_size: int, top: int, left: int, height: int, width: int
     return apply
 
 
+class FileListDataset(torch.utils.data.Dataset):
+    """ImageFolder's loading and transform over the manifest's (path, label) pairs."""
+
+    def __init__(self, samples: list[tuple[str, int]], transform):
+        self.samples = samples
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        path, label = self.samples[i]
+        return self.transform(default_loader(path)), label
+
+
 def build(ctx: LoaderContext):
-    dataset = ImageFolder(
-        str(ctx.data_root), transform=transform(ctx.crop_size), is_valid_file=ctx.is_valid_file, allow_empty=True
-    )
+    samples, _ = ctx.samples()
+    dataset = FileListDataset(samples, transform(ctx.crop_size))
     loader = ctx.dataloader(dataset)
 
     def to_device(batch):
