@@ -50,6 +50,17 @@ def test_bursty_or_drifting_steps_keep_the_window_open_until_its_maximum():
     assert relative_halfwidth(ends([0.1] * 19)) is None  # fewer than 2 steps per batch mean
 
 
+def test_batches_of_whole_bursts_make_a_worker_fed_loader_converge():
+    """31 workers each delivering a batch: bursts of fast steps, then a worker's batch time (as torchvision on an
+    H200). Batch means over whole bursts know the rate; batches cut across bursts swing with the phase."""
+    bursty = ends(([0.05] * 6 + [2.0]) * 12)  # 84 steps, bursts of 7
+    assert relative_halfwidth(bursty) > 0.1  # 10 batches of 8 steps: across bursts
+    assert relative_halfwidth(bursty, burst=7) == pytest.approx(0.0, abs=1e-9)  # 6 batches of 2 whole bursts
+    rule = StopRule(max_seconds=60, min_seconds=3, precision=0.02, burst=7)
+    assert rule.done(bursty) and not StopRule(max_seconds=60, min_seconds=3, precision=0.02).done(bursty)
+    assert relative_halfwidth(bursty[:60], burst=7) is None  # fewer than 5 batches of 2 bursts
+
+
 def test_fixed_windows_stop_at_their_steps_or_seconds():
     assert StopRule(steps=3).done([0.1, 0.2, 0.3]) and not StopRule(steps=3).done([0.1, 0.2])
     assert StopRule(seconds=1.0).done([0.5, 1.01]) and not StopRule(seconds=1.0).done([0.5, 0.9])

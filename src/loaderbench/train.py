@@ -192,7 +192,8 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     t_warm = time.perf_counter()
 
     rule = StopRule(steps=spec.window_steps, seconds=spec.window_s, max_seconds=spec.window_max_s,
-                    min_seconds=spec.window_min_s, precision=spec.window_precision)  # fmt: skip
+                    min_seconds=spec.window_min_s, precision=spec.window_precision,
+                    burst=int(ctx.info.get("workers") or 1))  # DataLoader workers deliver a batch each  # fmt: skip
     heartbeat.phase("window")
     marks["window_start"] = time.time()
     win = timed_window(
@@ -252,7 +253,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "window": {"mode": rule.mode, "min_s": rule.min_seconds if rule.mode == "adaptive" else None,
                    "max_s": rule.max_seconds, "precision": rule.precision if rule.mode == "adaptive" else None,
                    "ci95_rel_halfwidth": win.halfwidth, "converged": win.converged,
-                   "batch_s": batch_durations(win.step_end), "trace": trace(win.step_end)},  # fmt: skip
+                   "burst": rule.burst, "batch_s": batch_durations(win.step_end), "trace": trace(win.step_end)},  # fmt: skip
         "warmup_steps": warmup,
         "warmup_step_ms": summary.summarize_ms(warm[1:]),
         "warmup_steps_s": [round(d, 5) for d in warm],
