@@ -7,7 +7,7 @@ CORES  ?= $(shell nproc)
 CONFIG ?= config/quickstart.yaml
 SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 
-.PHONY: quickstart test bench ceiling report rerun respread cells lint clean
+.PHONY: quickstart test bench ceiling engine-report report rerun respread cells lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench: $(STAMP)
 ceiling: $(STAMP)
 	$(SMK) --until stage
 	$(BIN)/loaderbench ceiling --config $(CONFIG)
+
+## engine-report: what the measured cells cost (overhead per phase) and how far they can be trusted (convergence,
+## dp vs ddp, spread of repeats)
+engine-report: $(STAMP)
+	$(BIN)/loaderbench engine-report --cells results/cells
 
 ## respread: rerun once every configuration whose repeats spread over spread_warn or with a contended cell, then refresh the tables
 respread: $(STAMP)
