@@ -97,6 +97,15 @@ def test_the_plan_reserves_the_highest_cores_for_launching_and_leaves_at_least_t
     assert placement.wanted("auto", "cuda") and not placement.wanted("auto", "cpu") and placement.wanted("pin", "cpu")
 
 
+def test_a_cells_placement_has_one_launch_core_per_gpu_wherever_it_is_asked_for():
+    """One plan for the runner, the ranks and the bare loop: a pinned 2-rank ddp cell gets a launch core per rank
+    on a CPU device too (each rank indexes the plan by its rank)."""
+    cpus = set(range(8))
+    assert placement.for_cell("pin", 2, "cpu", cpus) == placement.Placement((7, 6), tuple(range(6)))
+    assert placement.for_cell("auto", 2, "cuda", cpus).launch == (7, 6)
+    assert placement.for_cell("auto", 2, "cpu", cpus) is None and placement.for_cell("off", 1, "cuda", cpus) is None
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to place threads apart")
 def test_pinning_a_real_process_tree_puts_every_thread_but_the_launcher_on_the_other_cores():
     cpus = sorted(os.sched_getaffinity(0))

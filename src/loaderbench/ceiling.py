@@ -46,7 +46,7 @@ def bare_loop(spec: CellSpec, classes: int, steps: int, warmup: int, device, ima
     for _ in range(max(1, warmup)):
         step(images, labels)
     sync()
-    place = placement.plan(placement.usable_cpus(), 1) if placement.wanted(spec.placement, device.type) else None
+    place = placement.for_cell(spec.placement, spec.gpus, device.type)
     if place is not None:  # as a cell places its threads: this one on the launch core, the rest off it
         placement.pin_process_tree(os.getpid(), place.others, {threading.get_native_id(): place.launch[0]})
     t0 = time.perf_counter()

@@ -35,6 +35,15 @@ def plan(cpus: set[int] | frozenset[int], launchers: int) -> Placement | None:
     return Placement(tuple(reversed(ordered[-launchers:])), tuple(ordered[:-launchers]))
 
 
+def for_cell(mode: str, gpus: int, device_type: str, cpus: set[int] | frozenset[int] | None = None) -> Placement | None:
+    """A cell's placement, the one plan its runner, its measuring processes and the ceiling's bare loop all use: one
+    launch core per GPU (each ddp rank's main thread; dp's main thread and replica threads), when `mode` asks for
+    pinning on this device type; None otherwise."""
+    if not wanted(mode, device_type):
+        return None
+    return plan(usable_cpus() if cpus is None else cpus, gpus)
+
+
 def usable_cpus() -> frozenset[int]:
     return frozenset(os.sched_getaffinity(0))
 

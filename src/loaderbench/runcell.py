@@ -292,8 +292,8 @@ def spec_timeout(spec: CellSpec) -> float:
 def _keep_off_launch_cores(spec: CellSpec, mount) -> None:
     """The runner's own threads (the sampler, this wait loop) and an emulated tier's server off the cores the
     measuring processes launch from (they place their own threads)."""
-    place = placement.plan(placement.usable_cpus(), spec.gpus)
-    if place is None or not placement.wanted(spec.placement, "cuda" if _has_gpu() else "cpu"):
+    place = placement.for_cell(spec.placement, spec.gpus, "cuda" if _has_gpu() else "cpu")
+    if place is None:
         return
     for tid in placement.threads_of(os.getpid()):
         placement.set_thread_cpus(tid, place.others)

@@ -102,17 +102,6 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str], heartbeat:
         parallel.stop(dist)
 
 
-def launchers(spec: CellSpec, kind: str) -> int:
-    """Threads that launch GPU work: one per GPU (ddp: each rank's main thread; dp: main + one per extra replica)."""
-    return spec.gpus if kind == "cuda" else 1
-
-
-def cell_placement(spec: CellSpec, kind: str) -> placement.Placement | None:
-    if not placement.wanted(spec.placement, kind):
-        return None
-    return placement.plan(placement.usable_cpus(), launchers(spec, kind))
-
-
 def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process_start, marks, heartbeat) -> dict | None:
     import torch
 
@@ -124,7 +113,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     torch.manual_seed(spec.seed)
     if kind == "cuda":
         torch.backends.cudnn.benchmark = spec.cudnn_benchmark
-    place = cell_placement(spec, kind)
+    place = placement.for_cell(spec.placement, spec.gpus, kind)
     workers = resolve_workers(spec, place)
     ddp = spec.parallel == "ddp"
     if ddp and workers and spec.workers == "auto":
@@ -187,7 +176,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         first["s"] = time.perf_counter() - t_setup
         pin()  # workers, DALI and replica threads exist now
 
-    warm, _ = warm_up(step, batches, warmup, sync, heartbeat, on_first_step=after_first_step)
+    warm = warm_up(step, batches, warmup, sync, heartbeat, on_first_step=after_first_step)
     pin()  # again: threads started during the warm-up (a new epoch's pin-memory thread) go where they belong
     t_warm = time.perf_counter()
 
@@ -253,7 +242,8 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "window": {"mode": rule.mode, "min_s": rule.min_seconds if rule.mode == "adaptive" else None,
                    "max_s": rule.max_seconds, "precision": rule.precision if rule.mode == "adaptive" else None,
                    "ci95_rel_halfwidth": win.halfwidth, "converged": win.converged,
-                   "burst": rule.burst, "batch_s": batch_durations(win.step_end), "trace": trace(win.step_end)},  # fmt: skip
+                   "burst": rule.burst, "batch_s": batch_durations(win.step_end, burst=rule.burst),
+                   "trace": trace(win.step_end)},  # fmt: skip
         "warmup_steps": warmup,
         "warmup_step_ms": summary.summarize_ms(warm[1:]),
         "warmup_steps_s": [round(d, 5) for d in warm],
@@ -386,9 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     rank = env_rank()
     heartbeat = Heartbeat(heartbeat_path(a.out, rank), stacks_path(a.out, rank))
     record = run(spec, a.manifest, a.out, heartbeat, a.timeout_s)
-    print(json.dumps({"cell": spec.cell_id, "rank": env_rank(), "status": record["status"]}), file=sys.stderr)
+    print(json.dumps({"cell": spec.cell_id, "rank": rank, "status": record["status"]}), file=sys.stderr)
     # a failed ddp rank exits non-zero so the cell runner stops the ranks still waiting for it
-    return 1 if env_rank() != 0 and record["status"] == "failed" else 0
+    return 1 if rank != 0 and record["status"] == "failed" else 0
 
 
 _KEEP: list = []  # loaders kept alive until the process ends (see `_exit_now`)

@@ -55,15 +55,6 @@ class StopRule:
         return hw is not None and hw <= self.precision
 
 
-def batch_durations(step_end: list[float], batches: int = BATCHES) -> list[float]:
-    """Durations of the window's `batches` equal batches of consecutive steps (the batch means' raw material)."""
-    b = len(step_end) // batches
-    if b < 1:
-        return []
-    ends = [step_end[(j + 1) * b - 1] for j in range(batches)]
-    return [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, batches)]
-
-
 def trace(step_end: list[float], points: int = 50) -> list[list[float]]:
     """[steps, seconds] at about `points` evenly spaced steps: the window's shape, kept in the record."""
     n = len(step_end)
@@ -71,24 +62,33 @@ def trace(step_end: list[float], points: int = 50) -> list[list[float]]:
     return [[i, round(step_end[i - 1], 5)] for i in idx]
 
 
-def relative_halfwidth(step_end: list[float], batches: int = BATCHES, burst: int = 1) -> float | None:
-    """Relative half-width of the 95% confidence interval of the mean batch duration (batch means over the step end
-    times, measured from the window's start); None with too few steps.
+def batch_durations(step_end: list[float], batches: int = BATCHES, burst: int = 1) -> list[float]:
+    """Durations of the window's batches of consecutive steps, the raw material of the batch means; [] with too few
+    steps.
 
     `burst`: a loader whose workers each deliver a whole batch delivers them in bursts of `burst` (= workers)
     batches, then waits a worker's batch time - on an H200, 31 torchvision workers at batch 256 gave 0.4 s and 3 s
     alternating. A batch of steps that is a whole number of bursts spans whole periods, so the batch means do not
-    swing with the phase. With long bursts fewer batch means (down to 5) are used rather than none."""
+    swing with the phase. With long bursts fewer batches (down to 5) are made rather than none."""
     n = len(step_end)
     unit = max(1, burst)
     k = min(batches, n // (2 * unit)) if unit > 1 else batches
     if k < MIN_BATCHES:
-        return None
+        return []
     b = (n // k) // unit * unit  # steps per batch: whole bursts
     if b < 2:
-        return None
+        return []
     ends = [step_end[(j + 1) * b - 1] for j in range(k)]
-    durations = [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, k)]
+    return [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, k)]
+
+
+def relative_halfwidth(step_end: list[float], batches: int = BATCHES, burst: int = 1) -> float | None:
+    """Relative half-width of the 95% confidence interval of the mean batch duration (batch means over the step end
+    times, measured from the window's start; see `batch_durations`); None with too few steps."""
+    durations = batch_durations(step_end, batches, burst)
+    k = len(durations)
+    if not k:
+        return None
     mean = sum(durations) / k
     if mean <= 0:
         return None
@@ -110,10 +110,9 @@ class WindowResult:
     extra: dict = field(default_factory=dict)
 
 
-def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None) -> tuple[list[float], object]:
-    """Run `steps` untimed steps (at least one); returns their host durations and the last batch."""
+def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None) -> list[float]:
+    """Run `steps` untimed steps (at least one); returns their host durations."""
     durations = []
-    batch = None
     for i in range(max(1, steps)):
         t = time.perf_counter()
         batch = next(batches)
@@ -126,7 +125,7 @@ def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None) -> t
         durations.append(d)
         heartbeat.beat(d)
     sync()
-    return durations, batch
+    return durations
 
 
 def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_stop, cuda_timer, label: str,
