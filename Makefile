@@ -21,7 +21,7 @@ quickstart: $(STAMP)
 	@$(BIN)/loaderbench fuse-check --config $(CONFIG) --install
 	$(SMK)
 	@echo
-	@echo "bundle: $(CURDIR)/results/bundle/index.html  (zip: $(CURDIR)/results/bundle.zip, table: $(CURDIR)/results/tables/cells.csv)"
+	@echo "bundle: $(CURDIR)/$$($(BIN)/loaderbench where bundle)/index.html  (zip: $(CURDIR)/$$($(BIN)/loaderbench where bundle_zip), table: $(CURDIR)/$$($(BIN)/loaderbench where table cells.csv))"
 	@$(BIN)/loaderbench fuse-check --config $(CONFIG)
 
 ## test: the test suite (unit tests and real Snakemake runs of a tiny grid on the CPU). FUSE, Chromium and Slurm are
@@ -43,7 +43,7 @@ ceiling: $(STAMP)
 ## engine-report: what the measured cells cost (overhead per phase) and how far they can be trusted (convergence,
 ## dp vs ddp, spread of repeats)
 engine-report: $(STAMP)
-	$(BIN)/loaderbench engine-report --cells results/cells
+	$(BIN)/loaderbench engine-report
 
 ## respread: rerun once every configuration whose repeats spread over spread_warn or with a contended cell, then refresh the tables
 respread: $(STAMP)
@@ -53,12 +53,12 @@ respread: $(STAMP)
 
 ## report: Snakemake's HTML report with figure captions
 report: $(STAMP)
-	$(SMK) --report results/report.html
+	$(SMK) --report "$$($(BIN)/loaderbench where report)"
 
 ## rerun CELL=<cell id>: measure one configuration again, then refresh the tables, figures and bundle
 rerun: $(STAMP)
 	@test -n "$(CELL)" || { echo "usage: make rerun CELL=<cell id>  (list them: make cells)"; exit 2; }
-	$(SMK) --forcerun results/cells/$(CELL).json
+	$(SMK) --forcerun "$$($(BIN)/loaderbench where cell '$(CELL)')"
 
 ## cells: list the cell ids of CONFIG with their status
 cells: $(STAMP)

@@ -17,7 +17,7 @@ import pytest
 
 from loaderbench.config import cell_ids, validate_config
 from loaderbench.emulated import fuse_available, mount_entry
-from loaderbench.figures import FIGURES
+from loaderbench.figure_registry import FIGURES
 from loaderbench.records import validate_record
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 

@@ -40,7 +40,7 @@ def test_spread_over_the_threshold_is_requeued_once(tmp_path):
     write(cells, [record(f"opencv_ssd_g1_b128_fp32_dp_r{i}", v) for i, v in enumerate((90, 110, 100))])
     assert respread(cells, 0.05, ledger) == []
     table = aggregate(sorted(cells.glob("*.json")), {"loader": "torchvision", "tier": "ssd", "gpus": 1,
-                      "batch_size": 128, "precision": "fp32"}, 0.05, tmp_path / "results/tables")  # fmt: skip
+                      "batch_size": 128, "precision": "fp32"}, 0.05, tmp_path / "results/tables", ledger=ledger)  # fmt: skip
     row = table[table["Dataloader"] == "opencv"].iloc[0]
     assert row["Spread flag"] and round(row["Spread before rerun"], 3) == round(20 / 101, 3)
     assert pd.isna(table[table["Dataloader"] == "torchvision"].iloc[0]["Spread before rerun"])

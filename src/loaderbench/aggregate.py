@@ -192,8 +192,9 @@ def accelerator_utilisation(t: pd.DataFrame) -> pd.Series:
 
 
 def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_dir: Path,
-              probes: list[Path] = ()) -> pd.DataFrame:  # fmt: skip
-    """cells.csv (median over repeats), repeats.csv (every record) and tier_probe.csv (each tier's read rate)."""
+              probes: list[Path] = (), ledger: Path | None = None) -> pd.DataFrame:  # fmt: skip
+    """cells.csv (median over repeats), repeats.csv (every record) and tier_probe.csv (each tier's read rate);
+    `ledger`: respread's ledger (layout.Layout.respread_ledger), the spread of requeued configurations."""
     from .tierprobe import PROBE_COLUMNS, probe_rows
 
     rows = probe_rows([json.loads(Path(p).read_text()) for p in probes])
@@ -202,7 +203,7 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
     records, _ = load_records(cell_files)  # an unreadable record is moved aside, named, and measured next run
     from .respread import configuration, load_ledger
 
-    ledger = load_ledger(Path(out_dir).parent / "respread.json")
+    ledger = load_ledger(Path(ledger)) if ledger else {}
     repeats = repeats_table(records)
     table = cells_table(repeats, baseline, spread_warn)
     if ledger:  # rerun once for their spread: the spread those repeats had before
@@ -213,3 +214,15 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
     atomic_write_text(out_dir / "repeats.csv", repeats.to_csv(index=False))
     atomic_write_text(out_dir / "cells.csv", table.to_csv(index=False, float_format="%.4g"))
     return table
+
+
+def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The seed's columns (plus precision and status) with readable number formats."""
+    extra = ["Spread before rerun"] if "Spread before rerun" in table else []
+    t = table[SEED_COLUMNS[:4] + ["Precision"] + SEED_COLUMNS[4:] + ["Status", "Repeats ok", "Spread", *extra]].copy()
+    fmt = {"Time(s)": "{:.1f}", "Steps": "{:.0f}", "Samples/s": "{:.1f}", "Speed": "{:.2f}", "GPU Efficiency": "{:.2f}"}
+    for col, f in fmt.items():
+        t[col] = [f.format(v) if pd.notna(v) else "-" for v in t[col]]
+    for col in ["Spread", *extra]:
+        t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
+    return t

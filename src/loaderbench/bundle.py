@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .figures import FIGURES, seed_table_frame
+from .aggregate import seed_table_frame
+from .figure_registry import EXTRA_FILES, FIGURES, FORMATS, load_captions
 from .util import atomic_write_text
-
-def load_captions(captions_dir: Path) -> dict[str, str]:
-    """Figure captions, one `<figure>.rst` each: the same files Snakemake's --report uses."""
-    return {name: " ".join((Path(captions_dir) / f"{name}.rst").read_text().split()) for name in FIGURES}
-
 
 def _summarize_provenance(records: list[dict]) -> dict:
     """The distinct values each provenance field took across the cells (normally one each)."""
@@ -34,46 +30,63 @@ def _summarize_provenance(records: list[dict]) -> dict:
     return {k: dict(c) for k, c in seen.items()}
 
 
+TABLES = ("cells.csv", "repeats.csv", "diagnosis.csv", "diagnosis.md", "recommendations.json", "tier_probe.csv")
+
+
+def _by_name(files: list[Path], wanted: tuple[str, ...], what: str) -> dict[str, Path]:
+    """The given files by file name; every `wanted` name must be among them."""
+    found = {Path(f).name: Path(f) for f in files}
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        raise FileNotFoundError(f"bundle: {what} missing from the inputs: {', '.join(missing)}")
+    return found
+
+
 def make_bundle(
-    config_json: Path, tables_dir: Path, figures_dir: Path, check_json: Path, manifests: list[Path],
-    cell_files: list[Path], captions_dir: Path, out_dir: Path, zip_path: Path, telemetry_dir: Path | None = None,
+    config_json: Path, table_files: list[Path], figure_files: list[Path], check_json: Path, check_report: Path,
+    manifests: list[Path], cell_files: list[Path], captions_dir: Path, out_dir: Path, zip_path: Path,
+    timeline_files: list[Path] = (),
 ) -> Path:  # fmt: skip
+    """index.html in `out_dir` with the tables, figures (the registry's, in its order), cell records, timelines
+    and provenance copied beside it; the folder zipped to `zip_path`."""
     out_dir, zip_path = Path(out_dir), Path(zip_path)
+    tables = _by_name(table_files, TABLES, "tables")
+    figures = _by_name(figure_files, (*(f"{n}.{x}" for n in FIGURES for x in FORMATS), *EXTRA_FILES), "figures")
     if out_dir.exists():
         shutil.rmtree(out_dir)
-    (out_dir / "figures").mkdir(parents=True)
-    (out_dir / "tables").mkdir()
-    (out_dir / "cells").mkdir()
-    for name in FIGURES:
-        for ext in ("png", "svg"):
-            shutil.copyfile(Path(figures_dir) / f"{name}.{ext}", out_dir / "figures" / f"{name}.{ext}")
-    for name in ("cells.csv", "repeats.csv", "diagnosis.csv", "diagnosis.md", "recommendations.json",
-                 "tier_probe.csv"):
-        shutil.copyfile(Path(tables_dir) / name, out_dir / "tables" / name)
-    if telemetry_dir and Path(telemetry_dir).is_dir():
-        shutil.copytree(telemetry_dir, out_dir / "telemetry")
-    shutil.copyfile(Path(figures_dir) / "seed_table.html", out_dir / "tables" / "seed_table.html")
+    for sub in ("figures", "tables", "cells"):
+        (out_dir / sub).mkdir(parents=True)
+    for name in (f"{n}.{x}" for n in FIGURES for x in FORMATS):
+        shutil.copyfile(figures[name], out_dir / "figures" / name)
+    for name in EXTRA_FILES:  # the seed's table as HTML sits with the tables
+        shutil.copyfile(figures[name], out_dir / "tables" / name)
+    for name in TABLES:
+        shutil.copyfile(tables[name], out_dir / "tables" / name)
+    if timeline_files:
+        (out_dir / "telemetry").mkdir()
+        for f in timeline_files:
+            shutil.copyfile(f, out_dir / "telemetry" / Path(f).name)
     records = []
     for f in cell_files:
         shutil.copyfile(f, out_dir / "cells" / Path(f).name)
         records.append(json.loads(Path(f).read_text()))
     config = json.loads(Path(config_json).read_text())
     check = json.loads(Path(check_json).read_text())
-    (out_dir / "dataset_check.txt").write_text(Path(check_json).with_suffix(".txt").read_text())
+    shutil.copyfile(check_report, out_dir / "dataset_check.txt")
     tiers = []
     for m in manifests:
         man = json.loads(Path(m).read_text())
         tiers.append({k: man[k] for k in ("tier", "tier_path", "root", "filesystem", "counts", "sha256")})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
-    probe = pd.read_csv(Path(tables_dir) / "tier_probe.csv")
+    probe = pd.read_csv(tables["tier_probe.csv"])
     provenance = {"generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "tiers": tiers,
                   "tier_probe": json.loads(probe.to_json(orient="records")),
                   "cells": _summarize_provenance(records)}  # fmt: skip
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=2))
-    table = pd.read_csv(Path(tables_dir) / "cells.csv")
+    table = pd.read_csv(tables["cells.csv"])
     captions = load_captions(captions_dir)
-    diagnosis = pd.read_csv(Path(tables_dir) / "diagnosis.csv")
-    recs = json.loads((Path(tables_dir) / "recommendations.json").read_text())
+    diagnosis = pd.read_csv(tables["diagnosis.csv"])
+    recs = json.loads(tables["recommendations.json"].read_text())
     (out_dir / "index.html").write_text(
         _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
                     {f.name for f in (out_dir / "telemetry").glob("*.csv")})

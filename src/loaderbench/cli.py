@@ -11,6 +11,7 @@ from pathlib import Path
 from .check import DatasetError
 from .config import ConfigError, cell_ids, cell_spec, load_config
 from .hostlock import HostBusy
+from .layout import RESULTS, Layout
 from .stage import StagingError
 
 
@@ -118,11 +119,11 @@ def cmd_run_cell(a) -> int:
         spec = cell_spec(cfg, a.cell)
     else:
         raise ConfigError("run-cell needs --spec, or --config with --cell")
-    manifest = Path(a.manifest or f"results/staging/{spec.tier}.json")
+    manifest = Path(a.manifest or RESULTS.manifest(spec.tier))
     if not manifest.is_file():
         raise StagingError(f"tier manifest {manifest} is missing: stage the dataset first (snakemake {manifest})")
-    out = Path(a.out or f"results/cells/{spec.cell_id}.json")
-    timeline = Path(a.timeline) if a.timeline else out.parent.parent / "telemetry" / f"{spec.cell_id}.csv"
+    out = Path(a.out or RESULTS.cell(spec.cell_id))
+    timeline = Path(a.timeline or RESULTS.timeline(spec.cell_id))
     timeout_s = a.timeout_s or (cfg["cell_timeout_s"] if cfg else None)
     stall = StallRule(floor_s=a.stall_s or (cfg["watchdog"]["stall_s"] if cfg else 60.0),
                       factor=a.stall_factor or (cfg["watchdog"]["step_factor"] if cfg else 50.0))  # fmt: skip
@@ -136,7 +137,7 @@ def cmd_cells(a) -> int:
 
     cfg = _cfg(a)
     for cid in cell_ids(cfg):
-        path = Path(a.results) / "cells" / f"{cid}.json"
+        path = Path(Layout(a.results).cell(cid))
         if a.status:
             status = "missing"
             if path.is_file():
@@ -152,7 +153,7 @@ def cmd_aggregate(a) -> int:
     from .aggregate import aggregate
 
     table = aggregate([Path(p) for p in a.cells], json.loads(a.baseline), a.spread_warn, Path(a.out_dir),
-                      probes=[Path(p) for p in a.probes or []])  # fmt: skip
+                      probes=[Path(p) for p in a.probes or []], ledger=Path(a.ledger))  # fmt: skip
     print(f"aggregated {len(a.cells)} cell records into {len(table)} rows in {a.out_dir}/cells.csv", file=sys.stderr)
     return 0
 
@@ -161,7 +162,8 @@ def cmd_figures(a) -> int:
     from .figures import make_figures
 
     make_figures(Path(a.table), Path(a.repeats), Path(a.out_dir), diagnosis_csv=Path(a.diagnosis) if a.diagnosis else None,
-                 telemetry_dir=Path(a.telemetry) if a.telemetry else None, timeline_cells=a.timeline_cells)  # fmt: skip
+                 probe_csv=Path(a.probe) if a.probe else None, timeline_csvs=[Path(p) for p in a.timelines],
+                 timeline_cells=a.timeline_cells)  # fmt: skip
     return 0
 
 
@@ -186,10 +188,10 @@ def cmd_respread(a) -> int:
     from .respread import requeue
 
     cfg = _cfg(a)
-    results = Path(a.results)
-    keys = requeue(results / "cells", cfg["spread_warn"], results / "respread.json")
+    results = Layout(a.results)
+    keys = requeue(Path(results.cells), cfg["spread_warn"], Path(results.respread_ledger))
     for k, why in keys.items():
-        print(f"requeued {k}: {why}; its records moved to {results / 'cells/superseded'}", file=sys.stderr)
+        print(f"requeued {k}: {why}; its records moved to {results.superseded}", file=sys.stderr)
     print(f"{len(keys)} configuration(s) requeued; run snakemake again to measure them", file=sys.stderr)
     return 0
 
@@ -207,10 +209,11 @@ def cmd_diagnose(a) -> int:
 def cmd_bundle(a) -> int:
     from .bundle import make_bundle
 
+    paths = lambda names: [Path(n) for n in names or []]  # noqa: E731
     index = make_bundle(
-        Path(a.config_json), Path(a.tables), Path(a.figures), Path(a.check), [Path(m) for m in a.manifests],
-        [Path(c) for c in a.cells], Path(a.captions), Path(a.out_dir), Path(a.zip),
-        telemetry_dir=Path(a.telemetry) if a.telemetry else None,
+        Path(a.config_json), paths(a.tables), paths(a.figures), Path(a.check), Path(a.check_report),
+        paths(a.manifests), paths(a.cells), Path(a.captions), Path(a.out_dir), Path(a.zip),
+        timeline_files=paths(a.timelines),
     )  # fmt: skip
     print(f"bundle: {index.resolve()}  (zip: {Path(a.zip).resolve()})")
     return 0
@@ -223,7 +226,7 @@ def cmd_bench(a) -> int:
     tier = a.tier or cfg["tiers"][0]
     loaders = a.loaders or ["torchvision", "opencv"]
     with _measuring(a, "bench", 1, cfg):
-        r = bench(Path(a.results) / "staging" / f"{tier}.json", loaders, a.batch_size, cfg["crop_size"], a.workers,
+        r = bench(Path(Layout(a.results).manifest(tier)), loaders, a.batch_size, cfg["crop_size"], a.workers,
                   a.seconds, a.rounds)  # fmt: skip
     print(f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
           f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:")  # fmt: skip
@@ -248,8 +251,8 @@ def cmd_ceiling(a) -> int:
     if a.compile:
         spec = dataclasses.replace(spec, compile=True)
     with _measuring(a, "ceiling", 1, cfg):
-        r = ceiling(spec, Path(a.results) / "staging" / f"{tier}.json", a.rounds, a.variant_steps,
-                    Path(a.results) / "ceiling", timeout_s=cfg["cell_timeout_s"], host=_host(a, cfg))  # fmt: skip
+        r = ceiling(spec, Path(Layout(a.results).manifest(tier)), a.rounds, a.variant_steps,
+                    Path(Layout(a.results).ceiling), timeout_s=cfg["cell_timeout_s"], host=_host(a, cfg))  # fmt: skip
     window = (f"{spec.window_steps} steps" if spec.window_steps else f"{spec.window_s:g} s" if spec.window_s
               else f"adaptive (+-{100 * spec.window_precision:g}%, at most {spec.window_max_s:g} s)")  # fmt: skip
     print(f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
@@ -285,10 +288,20 @@ def cmd_sweep(a) -> int:
     tier = a.tier or cfg["tiers"][0]
     with _measuring(a, "sweep", max(cfg["gpus"]), cfg):  # held across its cells (each cell's own lock: a no-op)
         rows = sweep(cfg, a.variant, a.loaders, tier, a.batch_size or cfg["batch_sizes"][-1], a.precision,
-                     a.repeats, Path(a.results) / "staging" / f"{tier}.json", Path(a.out), host=_host(a, cfg))  # fmt: skip
+                     a.repeats, Path(Layout(a.results).manifest(tier)), Path(a.out or Layout(a.results).sweep), host=_host(a, cfg))  # fmt: skip
     print(f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
           f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)")  # fmt: skip
     print(render(rows))
+    return 0
+
+
+def cmd_where(a) -> int:
+    from .layout import where
+
+    try:
+        print(where(a.name, a.arg, a.results))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     return 0
 
 
@@ -353,9 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec", help="cell spec as JSON (what Snakemake passes)")
     s.add_argument("--config", help="config file, with --cell")
     s.add_argument("--cell", help="cell id (see `loaderbench cells`)")
-    s.add_argument("--manifest", help="tier manifest (default results/staging/<tier>.json)")
-    s.add_argument("--out", help="record path (default results/cells/<cell>.json)")
-    s.add_argument("--timeline", help="telemetry timeline CSV (default <out>/../../telemetry/<cell>.csv)")
+    s.add_argument("--manifest", help=f"tier manifest (default {RESULTS.manifest('<tier>')})")
+    s.add_argument("--out", help=f"record path (default {RESULTS.cell('<cell>')})")
+    s.add_argument("--timeline", help=f"telemetry timeline CSV (default {RESULTS.timeline('<cell>')})")
     s.add_argument("--position", help="'i/n': the cell's place in the grid, shown in its progress lines")
     s.add_argument("--timeout-s", type=float, help="the cell's time limit (default: config cell_timeout_s, else auto)")
     s.add_argument("--stall-s", type=float, help="watchdog: no step for this long is a stall (default 60)")
@@ -366,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("cells", help="list the cell ids of a config")
     s.add_argument("--config", required=True)
     s.add_argument("--status", action="store_true", help="also show each cell's status in --results")
-    s.add_argument("--results", default="results")
+    s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=cmd_cells)
 
     s = sub.add_parser("aggregate", help="cell records -> results tables")
@@ -374,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--baseline", required=True, help="baseline cell as JSON")
     s.add_argument("--spread-warn", type=float, default=0.05)
     s.add_argument("--probes", nargs="*", help="tier probe results -> tier_probe.csv")
+    s.add_argument("--ledger", default=RESULTS.respread_ledger, help="respread's ledger (default %(default)s)")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_aggregate)
 
@@ -382,7 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeats", required=True)
     s.add_argument("--out-dir", required=True)
     s.add_argument("--diagnosis", help="diagnosis.csv (default: computed from --table)")
-    s.add_argument("--telemetry", help="folder of the cells' telemetry timelines (default <table>/../../telemetry)")
+    s.add_argument("--probe", help="tier_probe.csv (default: none, the tier-probe figure says so)")
+    s.add_argument("--timelines", nargs="*", default=[], help="the cells' telemetry timeline CSVs (<cell>.csv)")
     s.add_argument("--timeline-cells", nargs="*", help="cells whose timelines to draw (default: one per loader)")
     s.set_defaults(func=cmd_figures)
 
@@ -398,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("respread", help="requeue (once) configurations whose repeats spread over spread_warn or that have a contended cell")
     s.add_argument("--config", required=True)
-    s.add_argument("--results", default="results")
+    s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=cmd_respread)
 
     s = sub.add_parser("diagnose", help="cells table -> stall attribution, bottleneck per cell, recommendations")
@@ -407,17 +422,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_diagnose)
 
-    s = sub.add_parser("bundle", help="figures + tables + provenance -> results/bundle/ and bundle.zip")
+    s = sub.add_parser("bundle", help=f"figures + tables + provenance -> {RESULTS.bundle}/ and {RESULTS.bundle_zip}")
     s.add_argument("--config-json", required=True)
-    s.add_argument("--tables", required=True)
-    s.add_argument("--figures", required=True)
+    s.add_argument("--tables", nargs="+", required=True, help="the table files (cells.csv, repeats.csv, ...)")
+    s.add_argument("--figures", nargs="+", required=True, help="the figure files (PNG, SVG, seed_table.html)")
     s.add_argument("--check", required=True)
+    s.add_argument("--check-report", required=True, help="the dataset check's text report")
     s.add_argument("--manifests", nargs="+", required=True)
     s.add_argument("--cells", nargs="+", required=True)
     s.add_argument("--captions", required=True)
     s.add_argument("--out-dir", required=True)
     s.add_argument("--zip", required=True)
-    s.add_argument("--telemetry", help="folder of the cells' telemetry timelines, copied into the bundle")
+    s.add_argument("--timelines", nargs="*", help="the cells' telemetry timeline CSVs, copied into the bundle")
     s.set_defaults(func=cmd_bundle)
 
     s = sub.add_parser("bench", help="loader-only throughput (images/s, no model) on a staged tier")
@@ -428,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=None, help="default: all usable CPUs")
     s.add_argument("--seconds", type=float, default=10.0)
     s.add_argument("--rounds", type=int, default=3)
-    s.add_argument("--results", default="results")
+    s.add_argument("--results", default=RESULTS.root)
     s.add_argument("--json", help="also write the figures as JSON here")
     _host_options(s)
     s.set_defaults(func=cmd_bench)
@@ -440,13 +456,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--compile", action="store_true", help="torch.compile the model (the compiled ceiling)")
     s.add_argument("--variant-steps", type=int, default=50, help="bare-loop steps per input variant (0: skip them)")
-    s.add_argument("--results", default="results")
+    s.add_argument("--results", default=RESULTS.root)
     s.add_argument("--json", help="also write the figures as JSON here")
     _host_options(s)
     s.set_defaults(func=cmd_ceiling)
 
     s = sub.add_parser("engine-report", help="the engine's cost and trust: per-cell overhead, convergence, dp/ddp, spread")
-    s.add_argument("--cells", default="results/cells", help="folder of cell records")
+    s.add_argument("--cells", default=RESULTS.cells, help="folder of cell records (default %(default)s)")
     s.add_argument("--ceiling", help="a `loaderbench ceiling --json` file to include")
     s.add_argument("--json", help="also write the report as JSON here")
     s.set_defaults(func=cmd_engine_report)
@@ -460,10 +476,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--batch-size", type=int, help="default: the config's largest")
     s.add_argument("--precision", choices=["fp32", "amp"], default="amp")
     s.add_argument("--repeats", type=int, default=1)
-    s.add_argument("--results", default="results")
-    s.add_argument("--out", default="results/sweep")
+    s.add_argument("--results", default=RESULTS.root)
+    s.add_argument("--out", help="records folder (default <results>/sweep)")
     _host_options(s)
     s.set_defaults(func=cmd_sweep)
+
+    s = sub.add_parser("where", help="print where a run keeps a file (the results layout), e.g. `where cell ID`")
+    s.add_argument("name", help="bundle, bundle_zip, table, cell, manifest, report, cells, ... (layout.Layout)")
+    s.add_argument("arg", nargs="?", help="the cell id, tier or table file name, for those that take one")
+    s.add_argument("--results", default=RESULTS.root)
+    s.set_defaults(func=cmd_where)
     return p
 
 

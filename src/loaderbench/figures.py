@@ -1,5 +1,5 @@
-"""Figures from the tables (seaborn; PNG and SVG): throughput, Speed heatmap, the seed's table, stall
-attribution, AU, memory per card, batch-size effect, GPU scaling and resource timelines of selected cells."""
+"""Figures from the tables (seaborn; PNG and SVG): one function per figure of `figure_registry.REGISTRY`, named as
+the figure and called with the inputs the registry gives it."""
 
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .aggregate import SEED_COLUMNS  # noqa: E402
+from .aggregate import seed_table_frame  # noqa: E402
+from .figure_registry import FORMATS, REGISTRY  # noqa: E402
 from .util import atomic_write_text  # noqa: E402
 
-FIGURES = ("throughput", "speed_heatmap", "seed_table", "stall_bars", "au_bars", "memory", "batch_effect", "scaling",
-           "timelines", "tier_probe")
 MAX_TIMELINES = 6
 
 
 def _save(fig, out_dir: Path, name: str) -> None:
-    for ext in ("png", "svg"):
+    for ext in FORMATS:
         tmp = out_dir / f".{name}.tmp.{ext}"
         fig.savefig(tmp, dpi=120, bbox_inches="tight", format=ext)
         tmp.replace(out_dir / f"{name}.{ext}")
@@ -65,18 +64,6 @@ def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> None:
     _save(fig, out_dir, "speed_heatmap")
 
 
-def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """The seed's columns (plus precision and status) with readable number formats."""
-    extra = ["Spread before rerun"] if "Spread before rerun" in table else []
-    t = table[SEED_COLUMNS[:4] + ["Precision"] + SEED_COLUMNS[4:] + ["Status", "Repeats ok", "Spread", *extra]].copy()
-    fmt = {"Time(s)": "{:.1f}", "Steps": "{:.0f}", "Samples/s": "{:.1f}", "Speed": "{:.2f}", "GPU Efficiency": "{:.2f}"}
-    for col, f in fmt.items():
-        t[col] = [f.format(v) if pd.notna(v) else "-" for v in t[col]]
-    for col in ["Spread", *extra]:
-        t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
-    return t
-
-
 def seed_table(table: pd.DataFrame, out_dir: Path) -> None:
     t = seed_table_frame(table)
     atomic_write_text(out_dir / "seed_table.html", t.to_html(index=False, classes="seed-table", border=0))
@@ -98,10 +85,10 @@ def _empty(ax, text: str) -> None:
     ax.set_axis_off()
 
 
-def stall_bars(diag: pd.DataFrame, out_dir: Path) -> None:
+def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> None:
     """Stacked ms/step per loader x tier: compute (synthetic), prep stall (RAM tier - compute), fetch stall
     (tier - RAM tier); one panel per GPUs/batch/precision/parallel."""
-    d = diag[(diag["Dataloader"] != "synthetic") & pd.to_numeric(diag["Step (ms)"], errors="coerce").notna()].copy()
+    d = diagnosis[(diagnosis["Dataloader"] != "synthetic") & pd.to_numeric(diagnosis["Step (ms)"], errors="coerce").notna()].copy()
     d["config"] = _label(d)
     configs = list(dict.fromkeys(d["config"]))
     fig, axes = plt.subplots(len(configs) or 1, 1, figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2)
@@ -240,15 +227,16 @@ def pick_timeline_cells(repeats: pd.DataFrame, wanted: list[str] | None = None) 
     return picked[:MAX_TIMELINES]
 
 
-def timelines(repeats: pd.DataFrame, telemetry_dir: Path, out_dir: Path, wanted: list[str] | None = None) -> None:
+def timelines(repeats: pd.DataFrame, timelines: dict[str, Path], timeline_cells: list[str] | None,
+              out_dir: Path) -> None:  # fmt: skip
     """Resource timeline of selected cells: GPU utilisation per GPU, CPU (mean of cores), and read MB/s (the tier's
     device, or the cell's processes when the tier has no block device), the timed window shaded."""
-    cells = pick_timeline_cells(repeats, wanted)
+    cells = [c for c in pick_timeline_cells(repeats, timeline_cells) if c in timelines]
     fig, axes = plt.subplots(max(1, len(cells)), 1, figsize=(11, 2.4 * max(1, len(cells))), squeeze=False)
     if not cells:
         _empty(axes[0][0], "no telemetry timeline (telemetry_hz is 0, or no cell finished ok)")
     for ax, cell in zip(axes[:, 0], cells):
-        tl = pd.read_csv(Path(telemetry_dir) / f"{cell}.csv")
+        tl = pd.read_csv(timelines[cell])
         win = tl[tl["phase"] == "window"]
         if len(win):
             ax.axvspan(win["s"].min(), win["s"].max(), color="#eeeeee", label="timed window")
@@ -301,23 +289,24 @@ def tier_probe(probe: pd.DataFrame, out_dir: Path) -> None:
 
 
 def make_figures(table_csv: Path, repeats_csv: Path, out_dir: Path, diagnosis_csv: Path | None = None,
-                 telemetry_dir: Path | None = None, timeline_cells: list[str] | None = None) -> None:  # fmt: skip
+                 probe_csv: Path | None = None, timeline_csvs: list[Path] = (),
+                 timeline_cells: list[str] | None = None) -> None:  # fmt: skip
+    """Every figure of the registry, in its order, into `out_dir`. Without `diagnosis_csv` the diagnosis is
+    computed from the table; without `probe_csv` the tier-probe figure says there is none."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="notebook")
     table = pd.read_csv(table_csv)
-    repeats = pd.read_csv(repeats_csv)
-    throughput(repeats, out_dir)
-    speed_heatmap(table, out_dir)
-    seed_table(table, out_dir)
-    from .diagnose import diagnose
+    if diagnosis_csv:
+        diagnosis = pd.read_csv(diagnosis_csv)
+    else:
+        from .diagnose import diagnose
 
-    diag = pd.read_csv(diagnosis_csv) if diagnosis_csv else diagnose(table)
-    stall_bars(diag, out_dir)
-    au_bars(table, out_dir)
-    memory(table, repeats, out_dir)
-    batch_effect(table, out_dir)
-    scaling(table, out_dir)
-    timelines(repeats, Path(telemetry_dir or Path(table_csv).parent.parent / "telemetry"), out_dir, timeline_cells)
-    probe_csv = Path(table_csv).with_name("tier_probe.csv")
-    tier_probe(pd.read_csv(probe_csv) if probe_csv.is_file() else pd.DataFrame(), out_dir)
+        diagnosis = diagnose(table)
+    inputs = {
+        "table": table, "repeats": pd.read_csv(repeats_csv), "diagnosis": diagnosis,
+        "probe": pd.read_csv(probe_csv) if probe_csv else pd.DataFrame(),
+        "timelines": {Path(p).stem: Path(p) for p in timeline_csvs}, "timeline_cells": timeline_cells,
+    }  # fmt: skip
+    for fig in REGISTRY:
+        globals()[fig.name](**{k: inputs[k] for k in fig.inputs}, out_dir=out_dir)

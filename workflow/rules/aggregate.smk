@@ -3,7 +3,7 @@
 
 rule resolved_config:
     output:
-        "results/config.json",
+        R.config,
     params:
         config=json.dumps(CFG, sort_keys=True),
     log:
@@ -15,31 +15,34 @@ rule resolved_config:
 rule aggregate:
     input:
         cells=get_cell_files(),
-        probes=expand("results/probe/{tier}.json", tier=TIERS),
+        probes=[R.probe(t) for t in TIERS],
     output:
-        table="results/tables/cells.csv",
-        repeats="results/tables/repeats.csv",
-        probe="results/tables/tier_probe.csv",
+        table=R.table("cells.csv"),
+        repeats=R.table("repeats.csv"),
+        probe=R.table("tier_probe.csv"),
     params:
         baseline=json.dumps(CFG["baseline"]),
         spread_warn=CFG["spread_warn"],
+        ledger=R.respread_ledger,
+        tables=R.tables,
     log:
         "logs/aggregate.log",
     shell:
         "{LB} aggregate --cells {input.cells} --probes {input.probes} --baseline {params.baseline:q} "
-        "--spread-warn {params.spread_warn} --out-dir results/tables 2> {log}"
+        "--spread-warn {params.spread_warn} --ledger {params.ledger:q} --out-dir {params.tables:q} 2> {log}"
 
 
 rule diagnose:
     input:
-        "results/tables/cells.csv",
+        R.table("cells.csv"),
     output:
-        table="results/tables/diagnosis.csv",
-        recommendations="results/tables/recommendations.json",
-        markdown="results/tables/diagnosis.md",
+        table=R.table("diagnosis.csv"),
+        recommendations=R.table("recommendations.json"),
+        markdown=R.table("diagnosis.md"),
     params:
         baseline=json.dumps(CFG["baseline"]),
+        tables=R.tables,
     log:
         "logs/diagnose.log",
     shell:
-        "{LB} diagnose --table {input} --baseline {params.baseline:q} --out-dir results/tables 2> {log}"
+        "{LB} diagnose --table {input:q} --baseline {params.baseline:q} --out-dir {params.tables:q} 2> {log}"

@@ -3,22 +3,23 @@
 
 rule bundle:
     input:
-        config="results/config.json",
-        tables=rules.aggregate.output,
+        config=R.config,
+        tables=[*rules.aggregate.output, *rules.diagnose.output],
         figures=rules.figures.output,
-        check="results/dataset/check.json",
-        manifests=expand("results/staging/{tier}.json", tier=TIERS),
+        check=R.check,
+        check_report=R.check_report,
+        manifests=[R.manifest(t) for t in TIERS],
         cells=get_cell_files(),
-        diagnosis=rules.diagnose.output,
-        timelines=expand("results/telemetry/{cell}.csv", cell=CELLS),
+        timelines=[R.timeline(c) for c in CELLS],
     output:
-        bundle=directory("results/bundle"),
-        zip="results/bundle.zip",
+        bundle=directory(R.bundle),
+        zip=R.bundle_zip,
     params:
         captions=f"{workflow.basedir}/workflow/report",
     log:
         "logs/bundle.log",
     shell:
-        "{LB} bundle --config-json {input.config} --tables results/tables --figures results/figures "
-        "--check {input.check} --manifests {input.manifests} --cells {input.cells} --captions {params.captions:q} "
-        "--telemetry results/telemetry --out-dir {output.bundle} --zip {output.zip} 2> {log} && cat {log}"
+        "{LB} bundle --config-json {input.config:q} --tables {input.tables:q} --figures {input.figures:q} "
+        "--check {input.check:q} --check-report {input.check_report:q} --manifests {input.manifests:q} "
+        "--cells {input.cells:q} --captions {params.captions:q} --timelines {input.timelines:q} "
+        "--out-dir {output.bundle:q} --zip {output.zip:q} 2> {log} && cat {log}"

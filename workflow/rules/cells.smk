@@ -10,8 +10,8 @@ rule cell:
     input:
         manifest=get_cell_manifest,
     output:
-        record="results/cells/{cell}.json",
-        timeline="results/telemetry/{cell}.csv",
+        record=R.cell("{cell}"),
+        timeline=R.timeline("{cell}"),
     params:
         spec=get_cell_spec,  # the cell's identity: a changed spec re-measures the cell, nothing else does
     log:

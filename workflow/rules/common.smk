@@ -16,6 +16,7 @@ from loaderbench.config import (
     parse_cell_id,
     validate_config,
 )
+from loaderbench.layout import DATASETS, RESULTS as R
 from loaderbench.records import load_records
 from loaderbench.util import stable_hash
 from snakemake.settings.types import DeploymentMethod
@@ -160,11 +161,11 @@ def source_fingerprint():
 def get_source_input():
     """The generated tree is a job's output; a real source (checked to exist when the config loads) is tracked by
     its fingerprint instead."""
-    return [f"resources/datasets/{DATASET['name']}"] if GENERATED else []
+    return [f"{DATASETS}/{DATASET['name']}"] if GENERATED else []
 
 
 def get_cell_manifest(wildcards):
-    return f"results/staging/{parse_cell_id(wildcards.cell)['tier']}.json"
+    return R.manifest(parse_cell_id(wildcards.cell)['tier'])
 
 
 def get_cell_spec(wildcards):
@@ -172,11 +173,11 @@ def get_cell_spec(wildcards):
 
 
 def get_cell_files():
-    return expand("results/cells/{cell}.json", cell=CELLS)
+    return [R.cell(c) for c in CELLS]
 
 
 def set_aside_unreadable_records():
-    """A truncated or unreadable cell record is moved to results/cells/corrupt/ (and named) before the plan is made,
+    """A truncated or unreadable cell record is moved to the cells folder's corrupt/ (and named) before the plan is made,
     so this run measures its cell again instead of failing in `aggregate` on every run."""
     load_records([p for p in get_cell_files() if os.path.isfile(p)])
 
@@ -187,4 +188,4 @@ set_aside_unreadable_records()
 def get_final_output():
     # Cell records are targets in their own right: a deleted or missing one is recomputed (with what depends
     # on it) even though the bundle already exists; an intermediate file alone would be left missing.
-    return [*get_cell_files(), "results/tables/cells.csv", "results/bundle", "results/bundle.zip"]
+    return [*get_cell_files(), R.table("cells.csv"), R.bundle, R.bundle_zip]

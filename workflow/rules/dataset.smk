@@ -3,7 +3,7 @@
 
 rule make_dataset:
     output:
-        directory(f"resources/datasets/{DATASET['name']}"),
+        directory(f"{DATASETS}/{DATASET['name']}"),
     params:
         images=DATASET["images"],
         classes=DATASET["classes"],
@@ -20,14 +20,15 @@ rule check_dataset:
     input:
         get_source_input(),
     output:
-        check="results/dataset/check.json",
-        report="results/dataset/check.txt",
+        check=R.check,
+        report=R.check_report,
     params:
         root=str(dataset_source_dir(CFG)),
         fingerprint=source_fingerprint(),
         strict="--strict" if CFG["strict"] else "",
+        quarantine=R.quarantine,
     log:
         "logs/check_dataset.log",
     shell:
         "{LB} check --source {params.root:q} --out {output.check:q} "
-        "--quarantine results/dataset/quarantine {params.strict} 2> {log}"
+        "--quarantine {params.quarantine:q} {params.strict} 2> {log}"

@@ -1,37 +1,33 @@
-# Tables, diagnosis and telemetry timelines -> figures (PNG for the report and the bundle, SVG beside each).
-# Each figure's caption is workflow/report/<figure>.rst, shared by Snakemake's --report and the bundle.
-from loaderbench.figures import FIGURES
-
-FIGURE_CATEGORIES = {
-    "throughput": "Throughput", "speed_heatmap": "Throughput", "scaling": "Throughput", "batch_effect": "Throughput",
-    "seed_table": "Tables", "stall_bars": "Bottlenecks", "au_bars": "Bottlenecks", "timelines": "Bottlenecks",
-    "memory": "Memory", "tier_probe": "Storage",
-}  # fmt: skip
+# Tables, diagnosis and telemetry timelines -> figures (PNG for the report and the bundle, SVG beside each). The
+# figures, their report categories and captions (workflow/report/<figure>.rst) come from one registry.
+from loaderbench.figure_registry import EXTRA_FILES, FIGURES, REGISTRY
 
 
 rule figures:
     input:
-        table="results/tables/cells.csv",
-        repeats="results/tables/repeats.csv",
-        diagnosis="results/tables/diagnosis.csv",
-        probe="results/tables/tier_probe.csv",
-        timelines=expand("results/telemetry/{cell}.csv", cell=CELLS),
+        table=R.table("cells.csv"),
+        repeats=R.table("repeats.csv"),
+        diagnosis=R.table("diagnosis.csv"),
+        probe=R.table("tier_probe.csv"),
+        timelines=[R.timeline(c) for c in CELLS],
     output:
         **{
-            name: report(
-                f"results/figures/{name}.png",
-                caption=f"../report/{name}.rst",
-                category=FIGURE_CATEGORIES[name],
-                labels={"figure": name.replace("_", " ")},
+            fig.name: report(
+                R.figure(fig.name, "png"),
+                caption=f"../report/{fig.name}.rst",
+                category=fig.category,
+                labels={"figure": fig.name.replace("_", " ")},
             )
-            for name in FIGURES
+            for fig in REGISTRY
         },
-        svgs=expand("results/figures/{name}.svg", name=FIGURES),
-        html="results/figures/seed_table.html",
+        svgs=[R.figure(name, "svg") for name in FIGURES],
+        extra=[f"{R.figures}/{name}" for name in EXTRA_FILES],
     params:
         timeline_cells=CFG["timeline_cells"],  # a list: each cell id quoted
+        out_dir=R.figures,
     log:
         "logs/figures.log",
     shell:
-        "{LB} figures --table {input.table} --repeats {input.repeats} --diagnosis {input.diagnosis} "
-        "--telemetry results/telemetry --timeline-cells {params.timeline_cells:q} --out-dir results/figures 2> {log}"
+        "{LB} figures --table {input.table:q} --repeats {input.repeats:q} --diagnosis {input.diagnosis:q} "
+        "--probe {input.probe:q} --timelines {input.timelines:q} --timeline-cells {params.timeline_cells:q} "
+        "--out-dir {params.out_dir:q} 2> {log}"

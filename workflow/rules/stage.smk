@@ -3,9 +3,9 @@
 
 rule stage:
     input:
-        "results/dataset/check.json",
+        R.check,
     output:
-        "results/staging/{tier}.json",
+        R.manifest("{tier}"),
     params:
         tier_path=lambda w: CFG["storage"][w.tier]["path"],
         dataset=DATASET["name"],
@@ -20,9 +20,9 @@ rule stage:
 # The measured read rate of each tier, read as the cells read it (an emulated tier through its mount), cold.
 rule probe_tier:
     input:
-        "results/staging/{tier}.json",
+        R.manifest("{tier}"),
     output:
-        "results/probe/{tier}.json",
+        R.probe("{tier}"),
     params:
         tier=lambda w: json.dumps(CFG["storage"][w.tier]),
         readers=" ".join(map(str, CFG["probe"]["readers"])),
