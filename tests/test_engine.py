@@ -184,7 +184,7 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
     def rec(cid, sps, overhead, window_s=5.0, converged=True, status="ok"):
         return {"cell_id": cid, "status": status, "phases_s": {"wall": overhead + window_s, "overhead": overhead,
                 "startup": 2.0, "setup": 1.0, "warmup": overhead - 3.0, "window": window_s},
-                "metrics": {"samples_per_s": sps, "time_s": window_s, "warnings": [] if converged else ["not converged: x"],
+                "metrics": {"samples_per_s": sps, "time_s": window_s, "warnings": [] if converged else [{"code": "not_converged", "text": "x"}],
                             "window": {"mode": "adaptive", "ci95_rel_halfwidth": 0.01 if converged else 0.04,
                                        "converged": converged}}}  # fmt: skip
 
@@ -203,4 +203,4 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
     (rp,) = rep["repeats"]
     assert rp["n"] == 3 and rp["median"] == 6000.0 and rp["spread"] == pytest.approx(180 / 6000)
     text = render(rep)
-    assert "median 8.0 s" in text and "= 0.889" in text and "spread 3.00%" in text and "not converged" in text
+    assert "median 8.0 s" in text and "= 0.889" in text and "spread 3.00%" in text and "not_converged" in text

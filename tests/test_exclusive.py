@@ -147,7 +147,7 @@ def test_cpu_hog_in_the_window_marks_the_cell_contended(staged, tmp_path):
     assert hog_cores > 0.3, f"the hog itself got only {hog_cores:.2f} cores on this machine"
     assert c["foreign_cpu_cores"] >= 0.7 * hog_cores, (c, hog_cores)
     assert c["contended"] is True and c["thresholds"]["cpu_cores"] == 0.4
-    warn = [w for w in rec["metrics"]["warnings"] if w.startswith("contended:")]
+    warn = [w["text"] for w in rec["metrics"]["warnings"] if w["code"] == "contended"]
     assert len(warn) == 1 and "CPU cores during the window" in warn[0]
     assert "contended:" in hot.stderr  # the summary line shows it
 
@@ -175,7 +175,7 @@ def test_foreign_gpu_processes_are_those_outside_the_cell_tree():
             {"t": 13.0, "host_busy_s": 3.0, "tree_cpu_s": 3.0}]  # fmt: skip
     c = summarize({"rows": rows, "gpu": "NVML"}, {"window_start": 10.5, "window_end": 12.5}, 0.5)
     assert c["foreign_cpu_cores"] == 0 and c["contended"] and len(c["foreign_gpu_processes"]) == 2
-    assert warning(c).startswith("contended: foreign GPU processes: pid 4242")
+    assert warning(c)["code"] == "contended" and warning(c)["text"].startswith("foreign GPU processes: pid 4242")
     c = summarize({"rows": rows[:1] + rows[2:], "gpu": "NVML"}, {"window_start": 10.5, "window_end": 12.5}, 0.5)
     assert not c["contended"] and warning(c) is None
 

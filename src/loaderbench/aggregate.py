@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .records import load_records
+from .records import load_records, warning_lines
 from .util import atomic_write_text
 
 # The seed's columns, exact names and order, then ours.
@@ -52,7 +52,7 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "compiled": s.get("compile", False),
                 "device": (m.get("device") or {}).get("type"),
                 "workers": m.get("workers"),
-                "warnings": "; ".join(m.get("warnings") or []),
+                "warnings": "; ".join(warning_lines(m)),
                 "tier_kind": (r.get("tier") or {}).get("kind") or s.get("tier_kind") or _kind_of(s),
                 "cache": (r.get("tier") or {}).get("cache") or s.get("cache"),
                 "cpu_pct": _mean(tel.get("cpu_mean_pct")),

@@ -14,6 +14,7 @@ import pandas as pd
 
 from .aggregate import seed_table_frame
 from .figure_registry import EXTRA_FILES, FIGURES, FORMATS, load_captions
+from .records import warning_lines, warnings_of
 from .util import atomic_write_text
 
 def _summarize_provenance(records: list[dict]) -> dict:
@@ -102,8 +103,8 @@ def make_bundle(
 
 def _reread_note(records: list, e) -> list[str]:
     """A warning at the top when cold-tier cells reread files (after the first pass from the page cache)."""
-    rereads = [r["cell_id"] for r in records if any(w.startswith("cold tier reread") for w in
-               ((r.get("metrics") or {}).get("warnings") or []))]  # fmt: skip
+    rereads = [r["cell_id"] for r in records
+               if any(w["code"] == "cold_tier_reread" for w in warnings_of(r.get("metrics")))]
     if not rereads:
         return []
     return [f"<p><b>Warning:</b> {len(rereads)} cold-tier cell(s) read more images than the dataset holds, so part of "
@@ -173,7 +174,7 @@ def _index_html(
         why = f": {e(r['reason'])}" if r.get("reason") else ""
         tl = Path(str((r.get("telemetry") or {}).get("timeline") or ""))
         tl_link = f" (<a href='telemetry/{e(tl.name)}'>timeline</a>)" if tl.name in timelines else ""
-        warns = "".join(f"<br><small>warning: {e(w)}</small>" for w in (r.get("metrics") or {}).get("warnings") or [])
+        warns = "".join(f"<br><small>warning: {e(w)}</small>" for w in warning_lines(r.get("metrics")))
         parts.append(f"<li><a href='cells/{e(r['cell_id'])}.json'>{e(r['cell_id'])}</a> {e(r['status'])}{why}{tl_link}"
                      f"{warns}</li>")  # fmt: skip
     parts.append("</ul></body></html>")

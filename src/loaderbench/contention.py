@@ -14,6 +14,8 @@ import os
 import threading
 import time
 
+from . import records
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -164,8 +166,8 @@ def summarize(samples: dict, marks: dict | None, cpu_cores: float, gpu_processes
     return out
 
 
-def warning(c: dict) -> str | None:
-    """The record's warning (it starts with `contended:`) when the window was contended."""
+def warning(c: dict) -> dict | None:
+    """The record's warning (code `contended`) when the window was contended."""
     if not c.get("contended"):
         return None
     parts = []
@@ -177,5 +179,5 @@ def warning(c: dict) -> str | None:
                           + (f" with {p['used_mb']:.0f} MB" if p.get("used_mb") is not None else "")
                           for p in c["foreign_gpu_processes"])  # fmt: skip
         parts.append(f"foreign GPU processes: {procs}")
-    return ("contended: " + "; ".join(parts) + "; the throughput is not the cell's alone: rerun it on a quiet host "
-            "(`make respread` reruns contended configurations)")
+    return records.warning("contended", "; ".join(parts) + "; the throughput is not the cell's alone: rerun it on a "
+                           "quiet host (`make respread` reruns contended configurations)")  # fmt: skip

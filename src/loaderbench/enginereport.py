@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .config import parse_cell_id
+from .records import warnings_of
 
 PHASES = ("before_process", "startup", "setup", "warmup", "teardown", "close")
 
@@ -58,8 +59,8 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
     ]  # fmt: skip
     warned = defaultdict(int)
     for r in ok:
-        for w in r["metrics"].get("warnings", []):
-            warned[w.split(":", 1)[0]] += 1  # the warning's code
+        for w in warnings_of(r["metrics"]):
+            warned[w["code"]] += 1
     out["warnings"] = dict(warned)
     if ceiling:
         out["ceiling"] = {k: ceiling[k] for k in ("synthetic_samples_per_s", "bare_samples_per_s", "synthetic_over_bare",

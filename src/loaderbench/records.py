@@ -12,20 +12,61 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "skipped", "failed")
 
 
-def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason: str | None = None, **extra) -> dict:
-    """The record without provenance, which the cell runner adds (`provenance.collect`) for every outcome."""
+def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason: str | None = None,
+                detail: str | None = None, **parts) -> dict:  # fmt: skip
+    """The cell record, built here only (the cell runner calls it once, with everything it collected: `parts` are
+    started_at, wall_s, tier, telemetry, contention, provenance, phases_s, stacks, manifest_sha256)."""
     assert status in STATUSES
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": spec.cell_id,
         "status": status,
         "reason": reason,
+        **({"detail": detail} if detail is not None else {}),
         "spec": spec.to_dict(),
         "spec_hash": stable_hash(spec.to_dict()),
         "metrics": metrics,
         "finished_at": time.time(),
-        **extra,
+        **parts,
     }
+
+
+# Every warning a record can carry: a stable code (what reports and the bundle match on) -> the label its text
+# starts with in tables and logs ("unsteady: the second half ...").
+WARNINGS = {
+    "diverged": "diverged",
+    "short_window": "short window",
+    "unsteady": "unsteady",
+    "not_converged": "not converged",
+    "implausible": "implausible",
+    "contended": "contended",
+    "cold_tier_reread": "cold tier reread",
+}
+
+
+def warning(code: str, text: str) -> dict:
+    """One warning of a record's metrics["warnings"]: {"code": ..., "text": ...}."""
+    if code not in WARNINGS:
+        raise ValueError(f"unknown warning code {code!r}")
+    return {"code": code, "text": text}
+
+
+def warnings_of(metrics: dict | None) -> list[dict]:
+    """The warnings of a record's metrics as {"code", "text"}; a record written before warnings had codes (a string
+    "label: text") is read by its label."""
+    labels = {label: code for code, label in WARNINGS.items()}
+    out = []
+    for w in (metrics or {}).get("warnings") or []:
+        if isinstance(w, str):
+            label, _, text = w.partition(": ")
+            w = {"code": labels.get(label, label), "text": text}
+        out.append(w)
+    return out
+
+
+def warning_lines(metrics: dict | None) -> list[str]:
+    """Each warning as its line in tables and logs: "<label>: <text>"."""
+    return [f"{WARNINGS.get(w['code'], w['code'])}: {w['text']}" for w in warnings_of(metrics)]
 
 
 def validate_record(record: dict) -> None:
@@ -37,14 +78,6 @@ def validate_record(record: dict) -> None:
 
     schema = yaml.safe_load(resources.files("loaderbench").joinpath("schemas/cell.schema.yaml").read_text())
     jsonschema.validate(record, schema)
-
-
-def skipped_record(spec: CellSpec, reason: str) -> dict:
-    return make_record(spec, "skipped", reason=reason)
-
-
-def failed_record(spec: CellSpec, reason: str, detail: str | None = None) -> dict:
-    return make_record(spec, "failed", reason=reason, detail=detail)
 
 
 class CorruptRecord(ValueError):

@@ -1,7 +1,8 @@
 """Cell job: run the measurement in a fresh child process and always leave a complete record.
 
-The child (`python -m loaderbench.train`) writes ok/skipped/failed itself; this parent covers what the
-child cannot: death by a signal (OOM killer, segfault in a decoder), a hang past the cell timeout.
+The child (`python -m loaderbench.train`) reports ok/skipped/failed with its metrics; this parent covers what the
+child cannot (death by a signal, a stall, a hang past the cell timeout), adds what it measured around the child
+(tier, telemetry, contention, provenance, phases) and builds the record, once (`records.make_record`).
 The record reaches `out` only by an atomic rename, so an interrupted run never leaves a truncated file.
 """
 
@@ -22,7 +23,7 @@ from . import contention as _contention
 from . import hostlock, placement, telemetry
 from .config import TIERLESS, CellSpec, auto_timeout, staged_root
 from .provenance import collect
-from .records import failed_record, skipped_record
+from .records import make_record, warning, warning_lines
 from .util import atomic_write_json
 from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 
@@ -127,49 +128,55 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
         # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
         # so the next run measures this cell again.
         raise SystemExit(f"cell {spec.cell_id}: interrupted ({signal.Signals(-rc).name}); no record written")
-    if culprit:
-        # another rank failed first; what rank 0 then recorded (a broken collective) is a consequence, not the cause
-        own = leftovers[culprit]
-        if own.is_file():
-            record = json.loads(own.read_text())
-        else:
-            consequence = json.loads(partial.read_text())["reason"] if partial.is_file() else None
-            record = failed_record(spec, why, f"rank 0 then: {consequence}" if consequence else None)
-            record["started_at"] = started
-    elif partial.is_file() and (why is None or json.loads(partial.read_text())["status"] != "ok"):
-        record = json.loads(partial.read_text())
-    else:
-        record = skipped_record(spec, why) if absent else failed_record(spec, why or "measurement process wrote no record")
-        record["started_at"] = started
-    if stack_dump:
-        record["stacks"] = stack_dump
-        for rank, text in stack_dump.items():
-            print(f"--- Python stacks of rank {rank} ---\n{text}", file=sys.stderr, flush=True)
-    record["wall_s"] = time.time() - started
-    metrics = record.get("metrics") or {}
+    result = _outcome(partial, leftovers, culprit, why, absent)
+    metrics = result.get("metrics") or {}
     if spec.loader not in TIERLESS:
         _check_rereads(spec, manifest_data, tier, metrics)
-    record["tier"] = tier
     marks = metrics.get("marks")
-    if samples is not None:
-        record["telemetry"] = telemetry.summarize(samples, marks)
-    else:
-        record["telemetry"] = {"off": "telemetry_hz is 0"}
+    telemetry_summary = telemetry.summarize(samples, marks) if samples is not None else {"off": "telemetry_hz is 0"}
+    parts = {}
     if contention_samples is not None:  # foreign CPU and GPU use during the window (contention.py)
-        record["contention"] = _contention.summarize(contention_samples, marks, host.contention_cpu_cores,
-                                                     host.contention_gpu_processes)  # fmt: skip
-        if (text := _contention.warning(record["contention"])) and record.get("metrics") is not None:
-            record["metrics"].setdefault("warnings", []).append(text)
+        parts["contention"] = _contention.summarize(contention_samples, marks, host.contention_cpu_cores,
+                                                    host.contention_gpu_processes)  # fmt: skip
+        if (warn := _contention.warning(parts["contention"])) and result.get("metrics") is not None:
+            metrics.setdefault("warnings", []).append(warn)
     if timeline is not None:
         telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
-        record["telemetry"]["timeline"] = str(timeline)
-    record["provenance"] = collect(spec.tier_path, record.pop("runtime", None))
-    record["phases_s"] = phases(started, spawned, metrics.get("marks"), exited, time.time())
+        telemetry_summary["timeline"] = str(timeline)
+    if stack_dump:
+        parts["stacks"] = stack_dump
+        for rank, text in stack_dump.items():
+            print(f"--- Python stacks of rank {rank} ---\n{text}", file=sys.stderr, flush=True)
+    provenance = collect(spec.tier_path, result.get("runtime"))
+    ended = time.time()
+    record = make_record(
+        spec, result["status"], metrics=result.get("metrics"), reason=result.get("reason"), detail=result.get("detail"),
+        started_at=started, wall_s=ended - started, manifest_sha256=manifest_data.get("sha256"), tier=tier,
+        telemetry=telemetry_summary, provenance=provenance, phases_s=phases(started, spawned, marks, exited, ended),
+        **parts,
+    )  # fmt: skip
     atomic_write_json(out, record)
     for p in leftovers:
         p.unlink(missing_ok=True)
     print(label + summary_line(record), file=sys.stderr, flush=True)
     return record
+
+
+def _outcome(partial: Path, leftovers: list[Path], culprit: int | None, why: str | None, absent: bool) -> dict:
+    """What the measuring processes reported (train.outcome), or, where they could not (killed, stalled, timed out,
+    host busy, tier not prepared), the runner's own failed or skipped outcome with its reason."""
+    if culprit:
+        # another rank failed first; what rank 0 then reported (a broken collective) is a consequence, not the cause
+        own = leftovers[culprit]
+        if own.is_file():
+            return json.loads(own.read_text())
+        consequence = json.loads(partial.read_text())["reason"] if partial.is_file() else None
+        return {"status": "failed", "reason": why, "detail": f"rank 0 then: {consequence}" if consequence else None}
+    if partial.is_file() and (why is None or json.loads(partial.read_text())["status"] != "ok"):
+        return json.loads(partial.read_text())
+    if absent:
+        return {"status": "skipped", "reason": why}
+    return {"status": "failed", "reason": why or "measurement process wrote no record"}
 
 
 def phases(started: float, spawned: float | None, marks: dict | None, exited: float | None, ended: float) -> dict:
@@ -228,11 +235,11 @@ def _check_rereads(spec: CellSpec, manifest: dict, tier: dict, metrics: dict) ->
         size_mb = manifest.get("counts", {}).get("bytes", 0) / 1e6
         ram_mb = psutil.virtual_memory().total / 1e6
         if size_mb < ram_mb:
-            metrics.setdefault("warnings", []).append(
-                f"cold tier reread: the cell read {read} images of a {files}-file dataset ({size_mb:.0f} MB, fits in "
+            metrics.setdefault("warnings", []).append(warning(
+                "cold_tier_reread", f"the cell read {read} images of a {files}-file dataset ({size_mb:.0f} MB, fits in "
                 f"{ram_mb / 1e3:.0f} GB RAM), so {100 * tier['reread_fraction']:.0f}% of its reads came from the page "
-                "cache, not the device; use a larger dataset, a shorter window or an emulated tier"
-            )
+                "cache, not the device; use a larger dataset, a shorter window or an emulated tier",
+            ))  # fmt: skip
 
 
 def _wait_all(procs: list[subprocess.Popen], timeout_s: float, beats: list[Path], stacks: list[Path],
@@ -315,7 +322,7 @@ def _free_port() -> int:
 def summary_line(record: dict) -> str:
     m = record.get("metrics") or {}
     if record["status"] == "ok":
-        warn = "".join(f"\n  warning: {w}" for w in m.get("warnings", []))
+        warn = "".join(f"\n  warning: {w}" for w in warning_lines(m))
         tel = record.get("telemetry") or {}
         res = ""
         if (tel.get("cpu_mean_pct") or {}).get("mean") is not None:

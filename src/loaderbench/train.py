@@ -21,7 +21,6 @@ from pathlib import Path
 from . import parallel, placement, summary
 from .config import CellSpec
 from .parallel import env_rank
-from .records import failed_record, make_record, skipped_record
 from .staged import Staged, class_names
 from .util import atomic_write_json
 from .watchdog import Heartbeat, heartbeat_path, stacks_path
@@ -323,10 +322,23 @@ def _process_tree_rss_mb() -> float | None:
     return total / 2**20
 
 
+def outcome(status: str, reason: str | None = None, metrics: dict | None = None, detail: str | None = None) -> dict:
+    """What the measuring process hands its runner (`runcell`, which builds the record from it with
+    `records.make_record`): the status, its reason, the metrics, and CUDA/cuDNN as this process loaded them."""
+    out = {"status": status, "reason": reason, "metrics": metrics, "detail": detail}
+    try:
+        from .provenance import runtime
+
+        out["runtime"] = runtime()
+    except Exception:  # a broken torch still gets its failure outcome
+        pass
+    return out
+
+
 def run(spec: CellSpec, manifest_path: Path, out: Path, heartbeat: Heartbeat | None = None,
         timeout_s: float = 600.0) -> dict:  # fmt: skip
-    """Measure the cell and write its record (ok, skipped or failed) to `out`."""
-    started = time.time()
+    """Measure the cell and write its outcome (ok, skipped or failed) to `out`; a failed ddp rank other than 0
+    writes `<out>.rank<N>`, a finished one writes nothing."""
     manifest = json.loads(manifest_path.read_text())
     allowed = Staged.from_manifest(manifest).allowed
     rank = env_rank()
@@ -335,34 +347,24 @@ def run(spec: CellSpec, manifest_path: Path, out: Path, heartbeat: Heartbeat | N
         have = count if kind == "cuda" else 0
         # Without a GPU a ddp cell runs its ranks as gloo processes on the CPU; dp over several devices needs GPUs.
         if spec.gpus > 1 and spec.gpus > have and not (kind == "cpu" and spec.parallel == "ddp"):
-            record = skipped_record(
-                spec, f"cell needs {spec.gpus} GPUs; this host has {have}" + (" (CPU only)" if kind == "cpu" else "")
+            result = outcome(
+                "skipped", f"cell needs {spec.gpus} GPUs; this host has {have}" + (" (CPU only)" if kind == "cpu" else "")
             )
         else:
             metrics = measure(spec, spec.data_root, allowed, heartbeat, timeout_s)
-            record = make_record(spec, "ok", metrics=metrics) if rank == 0 else None
+            if rank != 0:  # a ddp rank other than 0 that finished: rank 0 reports the cell
+                return {"status": "ok"}
+            result = outcome("ok", metrics=metrics)
     except BaseException as e:  # OOM, crashed workers, decode errors: a record, not a hole
         if isinstance(e, KeyboardInterrupt):
             raise
         reason = f"{type(e).__name__}: {e}".strip()
         if "out of memory" in reason.lower():
             reason = "out of memory: " + reason
-        record = failed_record(spec, reason if rank == 0 else f"rank {rank}: {reason}", traceback.format_exc(limit=8))
-    if record is None:  # a ddp rank other than 0 that finished: rank 0 writes the record
-        return {"status": "ok"}
-    if rank != 0:  # a failed rank: its own file, which the cell runner reads when rank 0 has none
-        out = out.with_name(f"{out.name}.rank{rank}")
-    try:
-        from .provenance import runtime
-
-        record["runtime"] = runtime()  # CUDA and cuDNN as this process loaded them, for the runner's provenance
-    except Exception:  # a broken torch still gets its failure record
-        pass
-    record["manifest_sha256"] = manifest.get("sha256")
-    record["started_at"] = started
-    record["wall_s"] = time.time() - started
-    atomic_write_json(out, record)
-    return record
+        result = outcome("failed", reason if rank == 0 else f"rank {rank}: {reason}",
+                         detail=traceback.format_exc(limit=8))  # fmt: skip
+    atomic_write_json(out if rank == 0 else out.with_name(f"{out.name}.rank{rank}"), result)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
