@@ -26,7 +26,7 @@ quickstart: $(STAMP)
 
 ## test: the test suite (unit tests and real Snakemake runs of a tiny grid on the CPU). FUSE, Chromium and Slurm are
 ## installed when root and apt can; tests that still lack them skip, and the last line counts them by cause.
-test: $(STAMP)
+test: lint
 	-scripts/install-test-deps.sh
 	$(BIN)/python -m pytest -q -ra
 
@@ -64,7 +64,9 @@ rerun: $(STAMP)
 cells: $(STAMP)
 	$(BIN)/loaderbench cells --config $(CONFIG) --status
 
+## lint: the workflow's formatting (snakefmt) and Snakemake's own lint, both clean; part of `make test`
 lint: $(STAMP)
+	$(BIN)/snakefmt --check Snakefile workflow
 	$(SMK) --lint
 
 clean:

@@ -4,10 +4,12 @@
 rule resolved_config:
     output:
         R.config,
-    params:
-        config=json.dumps(CFG, sort_keys=True),
     log:
         "logs/resolved_config.log",
+    conda:
+        HOST_ENV
+    params:
+        config=json.dumps(CFG, sort_keys=True),
     shell:
         "printf '%s\\n' {params.config:q} > {output} 2> {log}"
 
@@ -20,15 +22,17 @@ rule aggregate:
         table=R.table("cells.csv"),
         repeats=R.table("repeats.csv"),
         probe=R.table("tier_probe.csv"),
+    log:
+        "logs/aggregate.log",
+    conda:
+        HOST_ENV
     params:
         baseline=json.dumps(CFG["baseline"]),
         spread_warn=CFG["spread_warn"],
         ledger=R.respread_ledger,
-        tables=R.tables,
-    log:
-        "logs/aggregate.log",
+        tables=lambda w, output: os.path.dirname(output.table),
     shell:
-        "{LB} aggregate --cells {input.cells} --probes {input.probes} --baseline {params.baseline:q} "
+        "lb aggregate --cells {input.cells} --probes {input.probes} --baseline {params.baseline:q} "
         "--spread-warn {params.spread_warn} --ledger {params.ledger:q} --out-dir {params.tables:q} 2> {log}"
 
 
@@ -39,10 +43,12 @@ rule diagnose:
         table=R.table("diagnosis.csv"),
         recommendations=R.table("recommendations.json"),
         markdown=R.table("diagnosis.md"),
-    params:
-        baseline=json.dumps(CFG["baseline"]),
-        tables=R.tables,
     log:
         "logs/diagnose.log",
+    conda:
+        HOST_ENV
+    params:
+        baseline=json.dumps(CFG["baseline"]),
+        tables=lambda w, output: os.path.dirname(output.table),
     shell:
-        "{LB} diagnose --table {input:q} --baseline {params.baseline:q} --out-dir {params.tables:q} 2> {log}"
+        "lb diagnose --table {input:q} --baseline {params.baseline:q} --out-dir {params.tables:q} 2> {log}"

@@ -14,12 +14,14 @@ rule bundle:
     output:
         bundle=directory(R.bundle),
         zip=R.bundle_zip,
-    params:
-        captions=f"{workflow.basedir}/workflow/report",
     log:
         "logs/bundle.log",
+    conda:
+        HOST_ENV
+    params:
+        captions=f"{workflow.basedir}/workflow/report",
     shell:
-        "{LB} bundle --config-json {input.config:q} --tables {input.tables:q} --figures {input.figures:q} "
+        "lb bundle --config-json {input.config:q} --tables {input.tables:q} --figures {input.figures:q} "
         "--check {input.check:q} --check-report {input.check_report:q} --manifests {input.manifests:q} "
         "--cells {input.cells:q} --captions {params.captions:q} --timelines {input.timelines:q} "
         "--out-dir {output.bundle:q} --zip {output.zip:q} 2> {log} && cat {log}"

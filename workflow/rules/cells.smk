@@ -12,19 +12,19 @@ rule cell:
     output:
         record=R.cell("{cell}"),
         timeline=R.timeline("{cell}"),
-    params:
-        spec=get_cell_spec,  # the cell's identity: a changed spec re-measures the cell, nothing else does
     log:
         "logs/cells/{cell}.log",
     container:
         CFG["container"]["image"]
     resources:
+        **SLURM_PLACEMENT,
         bench_slot=1,
         gpu=lambda w: cell_gpus(w) if SLURM["request_gpus"] else 0,
         cpus_per_task=lambda w: SLURM["cpus_per_gpu"] * cell_gpus(w),
         mem_mb=lambda w: SLURM["mem_mb_per_gpu"] * cell_gpus(w),
         runtime=SLURM["runtime_min"],
-        **SLURM_PLACEMENT,
+    params:
+        spec=get_cell_spec,  # the cell's identity: a changed spec re-measures the cell, nothing else does
     shell:
-        "{CELL_LB} run-cell --spec {params.spec:q} --manifest {input.manifest:q} --out {output.record:q} "
-        "--timeline {output.timeline:q} {CELL_RUN_OPTS} {HOST_ARGS} 2>&1 | tee {log:q}"
+        "lb_cell run-cell --spec {params.spec:q} --manifest {input.manifest:q} --out {output.record:q} "
+        "--timeline {output.timeline:q} 2>&1 | tee {log:q}"

@@ -22,9 +22,16 @@ from loaderbench.util import stable_hash
 from snakemake.settings.types import DeploymentMethod
 
 DEFAULT_CONFIG = "config/quickstart.yaml"
-# Every job calls the package through the Python running Snakemake (a virtualenv needs no activation). Every value
-# from the config or the file system that reaches a shell command is quoted ({...:q}).
-LB = f"{shlex.quote(sys.executable)} -m loaderbench"
+# Jobs other than cells call the package through the Python running Snakemake (a virtualenv needs no activation).
+# Every value from the config or the file system that reaches a shell command is quoted ({...:q}).
+# With --use-conda they run in HOST_ENV instead (loaderbench from this checkout): the package in that env's Python.
+HOST_ENV = "../envs/loaderbench.yaml"  # relative to the rule files
+SNAKEMAKE_LB = f"{shlex.quote(sys.executable)} -m loaderbench"
+LB = (
+    "python -m loaderbench"
+    if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+    else SNAKEMAKE_LB
+)
 
 # No `configfile:` directive: Snakemake would merge a --configfile into it key by key (mixing the two grids'
 # storage maps). Without --configfile the embedded default is used, with any --config overrides on top.
@@ -53,8 +60,12 @@ def apptainer_args(cfg, existing):
     """`existing` plus --nv and one --bind per host path a cell needs: tiers, dataset source, project, extras."""
     have = shlex.split(existing)
     tiers = cfg["storage"].values()
-    paths = [*(t["path"] for t in tiers), *(t["mount"] for t in tiers if t["mount"]), workflow.basedir,
-             *cfg["container"]["binds"]]
+    paths = [
+        *(t["path"] for t in tiers),
+        *(t["mount"] for t in tiers if t["mount"]),
+        workflow.basedir,
+        *cfg["container"]["binds"],
+    ]
     if cfg["dataset"]["source"] == "path":
         paths.append(cfg["dataset"]["path"])
     from loaderbench.hostlock import lock_directory
@@ -100,13 +111,13 @@ if USE_CONTAINER:
         file=sys.stderr,
     )
 else:
-    CELL_LB = LB
+    CELL_LB = SNAKEMAKE_LB
 # Records name the commit even where the job's tree has no .git (a container, a copied tree).
 if "LOADERBENCH_GIT_COMMIT" not in os.environ:
     from loaderbench.provenance import git_commit
 
     if git_commit()["commit"]:
-        os.environ["LOADERBENCH_GIT_COMMIT"] = git_commit()["commit"]
+        os.environ.update(LOADERBENCH_GIT_COMMIT=git_commit()["commit"])
 
 
 # How a cell is run, not what it measures: passed outside the rule's params so that changing them re-measures
@@ -121,6 +132,26 @@ CELL_RUN_OPTS = " ".join(
 )  # fmt: skip
 
 
+# The rules' commands call the package through three shell functions defined in the shell prefix, not through
+# globals in the commands (invisible to Snakemake's provenance, which its lint flags) nor through params (every
+# param is a rerun trigger: a moved virtualenv, a longer timeout or another lock directory would re-measure every
+# cell). They hold how a job is run, never what it measures:
+#   lb        the package in the Python running Snakemake
+#   lb_cell   the package as a cell job runs it (in the container with --use-singularity), with the cell's run
+#             options (timeout, watchdog) and the host settings (lock, contention) appended
+#   lb_probe  the package with the host lock settings appended (the tier probe measures too)
+def _shell_function(name, body):
+    return f"{name}() {{ {body}; }}; ".replace("{", "{{").replace("}", "}}")  # shell.prefix formats its text
+
+
+shell.prefix(
+    "set -euo pipefail; "
+    + _shell_function("lb", f'{LB} "$@"')
+    + _shell_function("lb_cell", f'{CELL_LB} "$@" {CELL_RUN_OPTS} {HOST_ARGS}')
+    + _shell_function("lb_probe", f'{LB} "$@" {HOST_LOCK_ARGS}')
+)
+
+
 def cell_gpus(wildcards):
     return parse_cell_id(wildcards.cell)["gpus"]
 
@@ -128,9 +159,7 @@ def cell_gpus(wildcards):
 # Slurm (profiles/slurm): a cell job asks for its GPU count, CPUs and memory per GPU, a runtime, and the
 # partition/account when set. The local executor ignores these.
 SLURM = CFG["slurm"]
-SLURM_PLACEMENT = {
-    k: v for k, v in (("slurm_partition", SLURM["partition"]), ("slurm_account", SLURM["account"])) if v
-}
+SLURM_PLACEMENT = {k: v for k, v in (("slurm_partition", SLURM["partition"]), ("slurm_account", SLURM["account"])) if v}
 
 
 wildcard_constraints:
@@ -165,7 +194,7 @@ def get_source_input():
 
 
 def get_cell_manifest(wildcards):
-    return R.manifest(parse_cell_id(wildcards.cell)['tier'])
+    return R.manifest(parse_cell_id(wildcards.cell)["tier"])
 
 
 def get_cell_spec(wildcards):

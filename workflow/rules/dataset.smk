@@ -4,15 +4,17 @@
 rule make_dataset:
     output:
         directory(f"{DATASETS}/{DATASET['name']}"),
+    log:
+        "logs/make_dataset.log",
+    conda:
+        HOST_ENV
     params:
         images=DATASET["images"],
         classes=DATASET["classes"],
         seed=DATASET["seed"],
         quality=DATASET["quality"],
-    log:
-        "logs/make_dataset.log",
     shell:
-        "{LB} make-dataset --out {output:q} --images {params.images} --classes {params.classes} "
+        "lb make-dataset --out {output:q} --images {params.images} --classes {params.classes} "
         "--seed {params.seed} --quality {params.quality} 2> {log}"
 
 
@@ -22,13 +24,15 @@ rule check_dataset:
     output:
         check=R.check,
         report=R.check_report,
+    log:
+        "logs/check_dataset.log",
+    conda:
+        HOST_ENV
     params:
         root=str(dataset_source_dir(CFG)),
         fingerprint=source_fingerprint(),
         strict="--strict" if CFG["strict"] else "",
         quarantine=R.quarantine,
-    log:
-        "logs/check_dataset.log",
     shell:
-        "{LB} check --source {params.root:q} --out {output.check:q} "
+        "lb check --source {params.root:q} --out {output.check:q} "
         "--quarantine {params.quarantine:q} {params.strict} 2> {log}"

@@ -22,12 +22,14 @@ rule figures:
         },
         svgs=[R.figure(name, "svg") for name in FIGURES],
         extra=[f"{R.figures}/{name}" for name in EXTRA_FILES],
-    params:
-        timeline_cells=CFG["timeline_cells"],  # a list: each cell id quoted
-        out_dir=R.figures,
     log:
         "logs/figures.log",
+    conda:
+        HOST_ENV
+    params:
+        timeline_cells=CFG["timeline_cells"],  # a list: each cell id quoted
+        out_dir=lambda w, output: os.path.dirname(output.svgs[0]),
     shell:
-        "{LB} figures --table {input.table:q} --repeats {input.repeats:q} --diagnosis {input.diagnosis:q} "
+        "lb figures --table {input.table:q} --repeats {input.repeats:q} --diagnosis {input.diagnosis:q} "
         "--probe {input.probe:q} --timelines {input.timelines:q} --timeline-cells {params.timeline_cells:q} "
         "--out-dir {params.out_dir:q} 2> {log}"

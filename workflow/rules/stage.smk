@@ -6,14 +6,16 @@ rule stage:
         R.check,
     output:
         R.manifest("{tier}"),
+    log:
+        "logs/stage/{tier}.log",
+    conda:
+        HOST_ENV
     params:
         tier_path=lambda w: CFG["storage"][w.tier]["path"],
         dataset=DATASET["name"],
         verify="--verify" if CFG["staging"]["verify"] else "",
-    log:
-        "logs/stage/{tier}.log",
     shell:
-        "{LB} stage --check {input} --tier {wildcards.tier} --tier-path {params.tier_path:q} "
+        "lb stage --check {input} --tier {wildcards.tier} --tier-path {params.tier_path:q} "
         "--dataset {params.dataset:q} --out {output:q} {params.verify} 2> {log:q}"
 
 
@@ -23,15 +25,17 @@ rule probe_tier:
         R.manifest("{tier}"),
     output:
         R.probe("{tier}"),
+    log:
+        "logs/probe/{tier}.log",
+    conda:
+        HOST_ENV
+    resources:
+        bench_slot=1,  # never beside a cell: both measure the same devices
     params:
         tier=lambda w: json.dumps(CFG["storage"][w.tier]),
         readers=" ".join(map(str, CFG["probe"]["readers"])),
         max_files=f"--max-files {CFG['probe']['max_files']}" if CFG["probe"]["max_files"] else "",
         max_seconds=CFG["probe"]["max_seconds"],
-    resources:
-        bench_slot=1,  # never beside a cell: both measure the same devices
-    log:
-        "logs/probe/{tier}.log",
     shell:
-        "{LB} probe-tier --manifest {input} --tier {params.tier:q} --readers {params.readers} {params.max_files} "
-        "--max-seconds {params.max_seconds} --out {output} {HOST_LOCK_ARGS} 2> {log} && cat {log}"
+        "lb_probe probe-tier --manifest {input} --tier {params.tier:q} --readers {params.readers} {params.max_files} "
+        "--max-seconds {params.max_seconds} --out {output} 2> {log} && cat {log}"
