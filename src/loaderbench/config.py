@@ -186,7 +186,7 @@ def _tier(name: str, value: str | dict, base_dir: Path, models: dict) -> dict:
     if "kind" not in t:
         t["kind"] = "ram" if _on_ram(t["path"]) else "path"
     if t["kind"] == "emulated":
-        from .emulated import EmulatedTierError, resolve_model
+        from .emulated.model import EmulatedTierError, resolve_model
 
         try:
             t["model"] = resolve_model(t.get("model") or "hdd-7200", models).to_dict()
