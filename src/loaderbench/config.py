@@ -6,7 +6,7 @@ import copy
 import itertools
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
@@ -186,7 +186,7 @@ def _tier(name: str, value: str | dict, base_dir: Path, models: dict) -> dict:
     if "kind" not in t:
         t["kind"] = "ram" if _on_ram(t["path"]) else "path"
     if t["kind"] == "emulated":
-        from .emulated import EmulatedTierError, resolve_model
+        from .emulated.model import EmulatedTierError, resolve_model
 
         try:
             t["model"] = resolve_model(t.get("model") or "hdd-7200", models).to_dict()
@@ -276,46 +276,61 @@ def staged_root(tier_path: str | Path, dataset: str) -> Path:
     return Path(tier_path) / "loaderbench" / dataset / "train"
 
 
+def _fixed(**default):
+    """A CellSpec field of the cell's identity or of where its tier lies: a sweep variant may not change it."""
+    return field(metadata={"fixed": True}, **default)
+
+
+def _from_config(key: str, **default):
+    """A CellSpec field that config key `key` (dotted: `window.steps`) sets for every cell of the grid."""
+    return field(metadata={"config_key": key}, **default)
+
+
 @dataclass(frozen=True)
 class CellSpec:
-    """Everything one cell job needs; its hash decides whether a stored result is still valid."""
+    """Everything one cell job needs; its hash decides whether a stored result is still valid.
 
-    loader: str
-    tier: str
-    tier_path: str
-    dataset: str
-    gpus: int
-    batch_size: int
-    precision: str
+    Each field says where cell_spec takes it from: a `_fixed` one from the cell id or its tier (a sweep variant may not
+    change it), a `_from_config` one from that config key; the unmarked ones (parallel, seed, cache) cell_spec fills
+    in itself, and a sweep may vary them. A new setting is one line here."""
+
+    loader: str = _fixed()
+    tier: str = _fixed()
+    tier_path: str = _fixed()
+    dataset: str = _fixed()
+    gpus: int = _fixed()
+    batch_size: int = _fixed()
+    precision: str = _fixed()
     parallel: str  # dp: one process, nn.DataParallel; ddp: one process per GPU, DistributedDataParallel
-    repeat: int
-    seed: int
-    window_steps: int | None  # a fixed window of steps, or
-    window_s: float | None  # a fixed window of seconds, or
-    window_max_s: float | None  # an adaptive one: stops when the rate is known to +-window_precision, or at this
-    window_min_s: float
-    window_precision: float
-    warmup_steps: int
-    crop_size: int
-    workers: int | str
-    prefetch_factor: int
-    channels_last: bool
-    input_dtype: str
-    compile: bool
-    dali_threads: int | str
-    dali_prefetch: int
-    dali_hw_decoder_load: float
-    amp_dtype: str
-    lr: float
-    momentum: float
-    weight_decay: float
-    cudnn_benchmark: bool
-    placement: str  # auto, pin or off (loaderbench.placement)
-    tier_kind: str = "path"  # path, ram or emulated (config key storage.<tier>.kind)
+    repeat: int = _fixed()
+    seed: int  # the config's seed + repeat
+    window_steps: int | None = _from_config("window.steps")  # a fixed window of steps, or
+    window_s: float | None = _from_config("window.seconds")  # a fixed window of seconds, or
+    window_max_s: float | None = _from_config("window.max_seconds")  # an adaptive one: stops when the rate is known
+    window_min_s: float = _from_config("window.min_seconds")  # to +-window_precision, or at window_max_s
+    window_precision: float = _from_config("window.precision")
+    warmup_steps: int = _from_config("warmup_steps")
+    crop_size: int = _from_config("crop_size")
+    workers: int | str = _from_config("workers")
+    prefetch_factor: int = _from_config("prefetch_factor")
+    channels_last: bool = _from_config("channels_last")
+    input_dtype: str = _from_config("input_dtype")
+    compile: bool = _from_config("compile")
+    dali_threads: int | str = _from_config("dali.threads")
+    dali_prefetch: int = _from_config("dali.prefetch_queue_depth")
+    dali_hw_decoder_load: float = _from_config("dali.hw_decoder_load")
+    amp_dtype: str = _from_config("amp_dtype")
+    lr: float = _from_config("optimizer.lr")
+    momentum: float = _from_config("optimizer.momentum")
+    weight_decay: float = _from_config("optimizer.weight_decay")
+    cudnn_benchmark: bool = _from_config("cudnn_benchmark")
+    placement: str = _from_config("placement")  # auto, pin or off (loaderbench.placement)
+    tier_kind: str = _fixed(default="path")  # path, ram or emulated (config key storage.<tier>.kind)
     cache: str = "cold"  # cold: the staged files are evicted from the page cache before the cell
-    read_path: str | None = None  # where the cell reads the tier (an emulated tier's FUSE mount); None: tier_path
-    device_model: dict | None = None  # an emulated tier's device model
-    telemetry_hz: float = 10.0  # resource sampling through the cell; 0: off
+    # where the cell reads the tier (an emulated tier's FUSE mount); None: tier_path
+    read_path: str | None = _fixed(default=None)
+    device_model: dict | None = _fixed(default=None)  # an emulated tier's device model
+    telemetry_hz: float = _from_config("telemetry_hz", default=10.0)  # resource sampling through the cell; 0: off
 
     @property
     def data_root(self) -> Path:
@@ -331,6 +346,10 @@ class CellSpec:
     @classmethod
     def from_dict(cls, d: dict) -> CellSpec:
         return cls(**d)
+
+
+# Which config key sets which CellSpec field for every cell, read off the fields (`_from_config`).
+CONFIG_KEYS = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "config_key" in f.metadata}
 
 
 def cell_id(loader: str, tier: str, gpus: int, batch_size: int, precision: str, parallel: str, repeat: int) -> str:
@@ -367,43 +386,15 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     d = parse_cell_id(cid)
     if in_grid and cid not in set(cell_ids(cfg)):
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
-    opt = cfg["optimizer"]
     tier = cfg["storage"][d["tier"]]
-    return CellSpec(
-        loader=d["loader"],
-        tier=d["tier"],
-        tier_path=cfg["storage"][d["tier"]]["path"],
-        dataset=cfg["dataset"]["name"],
-        gpus=d["gpus"],
-        batch_size=d["batch_size"],
-        precision=d["precision"],
-        parallel=d["parallel"],
-        repeat=d["repeat"],
-        seed=cfg["seed"] + d["repeat"],
-        window_steps=cfg["window"]["steps"],
-        window_s=cfg["window"]["seconds"],
-        window_max_s=cfg["window"]["max_seconds"],
-        window_min_s=cfg["window"]["min_seconds"],
-        window_precision=cfg["window"]["precision"],
-        warmup_steps=cfg["warmup_steps"],
-        crop_size=cfg["crop_size"],
-        workers=cfg["workers"],
-        prefetch_factor=cfg["prefetch_factor"],
-        channels_last=cfg["channels_last"],
-        input_dtype=cfg["input_dtype"],
-        compile=cfg["compile"],
-        dali_threads=cfg["dali"]["threads"],
-        dali_prefetch=cfg["dali"]["prefetch_queue_depth"],
-        dali_hw_decoder_load=cfg["dali"]["hw_decoder_load"],
-        amp_dtype=cfg["amp_dtype"],
-        lr=opt["lr"],
-        momentum=opt["momentum"],
-        weight_decay=opt["weight_decay"],
-        cudnn_benchmark=cfg["cudnn_benchmark"],
-        placement=cfg["placement"],
-        telemetry_hz=cfg["telemetry_hz"],
-        tier_kind=tier["kind"],
-        cache=tier["cache"],
-        read_path=tier_read_path(tier),
-        device_model=tier["model"],
-    )
+    settings = {name: _config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
+    return CellSpec(**d, **settings, tier_path=tier["path"], dataset=cfg["dataset"]["name"],
+                    seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
+                    read_path=tier_read_path(tier), device_model=tier["model"])  # fmt: skip
+
+
+def _config_value(cfg: dict, key: str):
+    """The value of dotted config key `key` (`window.steps`: cfg["window"]["steps"])."""
+    for part in key.split("."):
+        cfg = cfg[part]
+    return cfg

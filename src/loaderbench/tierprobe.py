@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from . import cache
-from .emulated import DeviceModel, predict
+from .emulated.model import DeviceModel, EmulatedTierError, predict
 
 CHUNK = 1 << 20
 
@@ -159,8 +159,6 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
     cold = tier["kind"] != "ram"
     if tier["kind"] != "emulated":
         return {**base, **probe_manifest(manifest, readers, max_files, max_seconds, cold=cold)}
-    from .emulated import EmulatedTierError
-
     model = DeviceModel.from_dict(tier["model"])
     try:
         with mount(tier["path"], tier["mount"], model) as m:
