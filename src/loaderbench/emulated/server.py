@@ -17,7 +17,7 @@ from pathlib import Path
 from ..util import atomic_write_json
 from .fs import _MFUSEPY_ERROR, FSNAME, INSTALL_HINT, MAX_READ, SUBTYPE, EmulatedFS, mfusepy
 from .model import DEVICE_MODELS, DeviceModel, EmulatedTierError, resolve_model
-from .mount import _absolute, _fusermount, cleanup_stale
+from .mounting import _absolute, _fusermount, cleanup_stale
 
 STATS_EVERY_S = 2.0
 
