@@ -2,42 +2,48 @@
 
 from __future__ import annotations
 
+import io
 import math
 
 import pandas as pd
 import pytest
 
-from loaderbench.aggregate import SEED_COLUMNS, cells_table
+from loaderbench.aggregate import cells_table
+from loaderbench.columns import SEED_COLUMNS, read_table, table_csv
 
 BASELINE = {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32"}
 
 
 def row(loader, tier, gpus, sps, repeat=0, batch=128, precision="fp32", status="ok", reason=None, parallel="dp"):
     return {
-        "cell_id": f"{loader}_{tier}_g{gpus}_b{batch}_{precision}_{parallel}_r{repeat}", "Dataloader": loader,
-        "Disk": tier, "GPU": gpus, "Batch size": batch, "Precision": precision, "Parallel": parallel, "repeat": repeat, "status": status, "reason": reason,
-        "Time(s)": 60.0 if status == "ok" else None, "Steps": sps * 60 / (batch * gpus) if status == "ok" else None,
-        "Samples/s": sps if status == "ok" else None, "data_wait_ms": 1.0, "compute_ms": 2.0, "data_wait_fraction": 0.1,
+        "cell_id": f"{loader}_{tier}_g{gpus}_b{batch}_{precision}_{parallel}_r{repeat}", "loader": loader,
+        "tier": tier, "gpus": gpus, "batch_size": batch, "precision": precision, "parallel": parallel, "repeat": repeat, "status": status, "reason": reason,
+        "time_s": 60.0 if status == "ok" else None, "steps": sps * 60 / (batch * gpus) if status == "ok" else None,
+        "samples_per_s": sps if status == "ok" else None, "data_wait_ms": 1.0, "compute_ms": 2.0, "data_wait_fraction": 0.1,
         "half_ratio": 1.0, "peak_gpu_mem_mb": None, "device": "cuda", "workers": 8, "warnings": "",
     }  # fmt: skip
 
 
 def table(rows):
-    return cells_table(pd.DataFrame(rows), BASELINE).set_index(["Dataloader", "Disk", "GPU", "Batch size", "Precision"])
+    return cells_table(pd.DataFrame(rows), BASELINE).set_index(["loader", "tier", "gpus", "batch_size", "precision"])
 
 
 def test_seed_columns_come_first_with_exact_names():
     t = cells_table(pd.DataFrame([row("torchvision", "hdd", 1, 100.0)]), BASELINE)
-    assert list(t.columns[: len(SEED_COLUMNS)]) == [
+    assert list(t.columns[: len(SEED_COLUMNS)]) == SEED_COLUMNS
+    written = pd.read_csv(io.StringIO(table_csv(t)))
+    assert list(written.columns[: len(SEED_COLUMNS)]) == [
         "Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s", "Speed", "GPU Efficiency",
     ]  # fmt: skip
+    assert "Precision" in written and "Data wait (ms/step)" in written and "AU" in written
+    assert read_table(io.StringIO(table_csv(t))).columns.tolist() == t.columns.tolist()  # the labels map back
 
 
 def test_speed_is_relative_to_the_baseline_cell():
     t = table([row("torchvision", "hdd", 1, 200.0), row("torchvision", "ssd", 1, 500.0), row("opencv", "hdd", 2, 700.0)])
-    assert t.loc[("torchvision", "hdd", 1, 128, "fp32"), "Speed"] == pytest.approx(1.0)
-    assert t.loc[("torchvision", "ssd", 1, 128, "fp32"), "Speed"] == pytest.approx(2.5)
-    assert t.loc[("opencv", "hdd", 2, 128, "fp32"), "Speed"] == pytest.approx(3.5)
+    assert t.loc[("torchvision", "hdd", 1, 128, "fp32"), "speed"] == pytest.approx(1.0)
+    assert t.loc[("torchvision", "ssd", 1, 128, "fp32"), "speed"] == pytest.approx(2.5)
+    assert t.loc[("opencv", "hdd", 2, 128, "fp32"), "speed"] == pytest.approx(3.5)
 
 
 def test_gpu_efficiency_uses_the_same_groups_one_gpu_cell():
@@ -45,9 +51,9 @@ def test_gpu_efficiency_uses_the_same_groups_one_gpu_cell():
         row("torchvision", "hdd", 1, 200.0), row("torchvision", "hdd", 2, 300.0), row("torchvision", "hdd", 4, 280.0),
         row("torchvision", "ssd", 1, 400.0), row("torchvision", "ssd", 4, 1600.0),
     ])  # fmt: skip
-    assert t.loc[("torchvision", "hdd", 2, 128, "fp32"), "GPU Efficiency"] == pytest.approx(300 / (2 * 200))
-    assert t.loc[("torchvision", "hdd", 4, 128, "fp32"), "GPU Efficiency"] == pytest.approx(280 / (4 * 200))
-    assert t.loc[("torchvision", "ssd", 4, 128, "fp32"), "GPU Efficiency"] == pytest.approx(1.0)
+    assert t.loc[("torchvision", "hdd", 2, 128, "fp32"), "gpu_efficiency"] == pytest.approx(300 / (2 * 200))
+    assert t.loc[("torchvision", "hdd", 4, 128, "fp32"), "gpu_efficiency"] == pytest.approx(280 / (4 * 200))
+    assert t.loc[("torchvision", "ssd", 4, 128, "fp32"), "gpu_efficiency"] == pytest.approx(1.0)
 
 
 def test_dali_mc_efficiency_is_against_dali_sc_one_gpu():
@@ -55,18 +61,18 @@ def test_dali_mc_efficiency_is_against_dali_sc_one_gpu():
         row("torchvision", "hdd", 1, 100.0), row("dali-sc", "ssd", 1, 1000.0), row("dali-sc", "ssd", 2, 1500.0),
         row("dali-mc", "ssd", 2, 1800.0), row("dali-mc", "ssd", 4, 3000.0),
     ])  # fmt: skip
-    assert t.loc[("dali-mc", "ssd", 2, 128, "fp32"), "GPU Efficiency"] == pytest.approx(1800 / (2 * 1000))
-    assert t.loc[("dali-mc", "ssd", 4, 128, "fp32"), "GPU Efficiency"] == pytest.approx(3000 / (4 * 1000))
-    assert t.loc[("dali-sc", "ssd", 2, 128, "fp32"), "GPU Efficiency"] == pytest.approx(0.75)
+    assert t.loc[("dali-mc", "ssd", 2, 128, "fp32"), "gpu_efficiency"] == pytest.approx(1800 / (2 * 1000))
+    assert t.loc[("dali-mc", "ssd", 4, 128, "fp32"), "gpu_efficiency"] == pytest.approx(3000 / (4 * 1000))
+    assert t.loc[("dali-sc", "ssd", 2, 128, "fp32"), "gpu_efficiency"] == pytest.approx(0.75)
 
 
 def test_repeats_give_median_min_max_and_flag_spread():
     t = table([row("torchvision", "hdd", 1, v, repeat=i) for i, v in enumerate([100.0, 104.0, 120.0])])
     r = t.loc[("torchvision", "hdd", 1, 128, "fp32")]
-    assert r["Samples/s"] == 104.0 and r["Samples/s min"] == 100.0 and r["Samples/s max"] == 120.0
-    assert r["Spread"] == pytest.approx(20 / 104) and bool(r["Spread flag"]) and r["Repeats"] == 3
+    assert r["samples_per_s"] == 104.0 and r["samples_per_s_min"] == 100.0 and r["samples_per_s_max"] == 120.0
+    assert r["spread"] == pytest.approx(20 / 104) and bool(r["spread_flag"]) and r["repeats"] == 3
     t2 = table([row("torchvision", "hdd", 1, v, repeat=i) for i, v in enumerate([100.0, 101.0, 102.0])])
-    assert not bool(t2.loc[("torchvision", "hdd", 1, 128, "fp32"), "Spread flag"])
+    assert not bool(t2.loc[("torchvision", "hdd", 1, 128, "fp32"), "spread_flag"])
 
 
 def test_skipped_and_failed_cells_keep_their_reason_and_have_no_numbers():
@@ -77,16 +83,16 @@ def test_skipped_and_failed_cells_keep_their_reason_and_have_no_numbers():
         row("opencv", "ssd", 1, 90.0, repeat=0), row("opencv", "ssd", 1, 0, repeat=1, status="failed", reason="boom"),
     ])  # fmt: skip
     sk = t.loc[("torchvision", "hdd", 4, 128, "fp32")]
-    assert sk["Status"] == "skipped" and "needs 4 GPUs" in sk["Reason"] and math.isnan(sk["Samples/s"])
-    assert math.isnan(sk["Speed"]) and math.isnan(sk["GPU Efficiency"])
-    assert t.loc[("opencv", "hdd", 1, 128, "fp32"), "Status"] == "failed"
+    assert sk["status"] == "skipped" and "needs 4 GPUs" in sk["reason"] and math.isnan(sk["samples_per_s"])
+    assert math.isnan(sk["speed"]) and math.isnan(sk["gpu_efficiency"])
+    assert t.loc[("opencv", "hdd", 1, 128, "fp32"), "status"] == "failed"
     partial = t.loc[("opencv", "ssd", 1, 128, "fp32")]
-    assert partial["Status"] == "partial" and partial["Repeats ok"] == 1 and partial["Samples/s"] == 90.0
+    assert partial["status"] == "partial" and partial["repeats_ok"] == 1 and partial["samples_per_s"] == 90.0
 
 
 def test_missing_baseline_gives_no_speed_rather_than_a_wrong_one():
     t = table([row("opencv", "ssd", 1, 100.0)])
-    assert math.isnan(t.loc[("opencv", "ssd", 1, 128, "fp32"), "Speed"])
+    assert math.isnan(t.loc[("opencv", "ssd", 1, 128, "fp32"), "speed"])
 
 
 def test_au_is_against_the_synthetic_cell_of_the_same_gpus_batch_and_precision_on_any_tier():
@@ -95,11 +101,11 @@ def test_au_is_against_the_synthetic_cell_of_the_same_gpus_batch_and_precision_o
         row("dali-sc", "ssd", 1, 950.0), row("dali-sc", "ssd", 1, 1500.0, precision="amp"),
         row("torchvision", "hdd", 1, 250.0), row("opencv", "hdd", 1, 300.0, batch=256),
     ])  # fmt: skip
-    assert t.loc[("synthetic", "hdd", 1, 128, "fp32"), "AU"] == pytest.approx(1.0)
-    assert t.loc[("dali-sc", "ssd", 1, 128, "fp32"), "AU"] == pytest.approx(0.95)
-    assert t.loc[("dali-sc", "ssd", 1, 128, "amp"), "AU"] == pytest.approx(0.75)
-    assert t.loc[("torchvision", "hdd", 1, 128, "fp32"), "AU"] == pytest.approx(0.25)
-    assert math.isnan(t.loc[("opencv", "hdd", 1, 256, "fp32"), "AU"])  # no synthetic cell at batch 256
+    assert t.loc[("synthetic", "hdd", 1, 128, "fp32"), "au"] == pytest.approx(1.0)
+    assert t.loc[("dali-sc", "ssd", 1, 128, "fp32"), "au"] == pytest.approx(0.95)
+    assert t.loc[("dali-sc", "ssd", 1, 128, "amp"), "au"] == pytest.approx(0.75)
+    assert t.loc[("torchvision", "hdd", 1, 128, "fp32"), "au"] == pytest.approx(0.25)
+    assert math.isnan(t.loc[("opencv", "hdd", 1, 256, "fp32"), "au"])  # no synthetic cell at batch 256
 
 
 def test_efficiency_and_au_compare_within_the_same_parallel_mode():
@@ -107,12 +113,12 @@ def test_efficiency_and_au_compare_within_the_same_parallel_mode():
         row("torchvision", "hdd", 1, 100.0), row("synthetic", "hdd", 1, 400.0), row("synthetic", "hdd", 1, 500.0, parallel="ddp"),
         row("dali-sc", "ssd", 1, 300.0), row("dali-sc", "ssd", 1, 350.0, parallel="ddp"),
         row("dali-mc", "ssd", 2, 500.0), row("dali-mc", "ssd", 2, 650.0, parallel="ddp"),
-    ]), BASELINE).set_index(["Dataloader", "Disk", "GPU", "Parallel"])  # fmt: skip
-    assert t.loc[("dali-mc", "ssd", 2, "dp"), "GPU Efficiency"] == pytest.approx(500 / (2 * 300))
-    assert t.loc[("dali-mc", "ssd", 2, "ddp"), "GPU Efficiency"] == pytest.approx(650 / (2 * 350))
-    assert t.loc[("dali-sc", "ssd", 1, "ddp"), "AU"] == pytest.approx(350 / 500)
-    assert t.loc[("dali-sc", "ssd", 1, "dp"), "AU"] == pytest.approx(300 / 400)
-    assert t.loc[("torchvision", "hdd", 1, "dp"), "Speed"] == pytest.approx(1.0)
+    ]), BASELINE).set_index(["loader", "tier", "gpus", "parallel"])  # fmt: skip
+    assert t.loc[("dali-mc", "ssd", 2, "dp"), "gpu_efficiency"] == pytest.approx(500 / (2 * 300))
+    assert t.loc[("dali-mc", "ssd", 2, "ddp"), "gpu_efficiency"] == pytest.approx(650 / (2 * 350))
+    assert t.loc[("dali-sc", "ssd", 1, "ddp"), "au"] == pytest.approx(350 / 500)
+    assert t.loc[("dali-sc", "ssd", 1, "dp"), "au"] == pytest.approx(300 / 400)
+    assert t.loc[("torchvision", "hdd", 1, "dp"), "speed"] == pytest.approx(1.0)
 
 
 def test_peak_memory_of_the_main_card_and_the_others_are_kept_apart():
@@ -122,11 +128,11 @@ def test_peak_memory_of_the_main_card_and_the_others_are_kept_apart():
            "precision": "fp32", "parallel": "dp", "repeat": 0},
            "metrics": {"peak_gpu_mem_mb": [9000.0, 4000.0], "samples_per_s": 10.0, "time_s": 1.0, "steps": 1}}  # fmt: skip
     t = cells_table(repeats_table([rec]), BASELINE)
-    assert t.loc[0, "Peak GPU mem main card (MB)"] == 9000.0 and t.loc[0, "Peak GPU mem other cards (MB)"] == 4000.0
-    assert t.loc[0, "Peak GPU mem (MB)"] == 9000.0
+    assert t.loc[0, "peak_gpu_mem_main_mb"] == 9000.0 and t.loc[0, "peak_gpu_mem_others_mb"] == 4000.0
+    assert t.loc[0, "peak_gpu_mem_mb"] == 9000.0
 
 
 def test_an_au_above_the_ceiling_is_flagged_implausible_and_others_are_not():
     t = table([row("synthetic", "hdd", 1, 1000.0), row("dali-sc", "ssd", 1, 1100.0), row("dali-cpu", "ssd", 1, 1040.0)])
-    assert "implausible: AU 1.10 > 1.05 (ceiling or cell disturbed)" in t.loc[("dali-sc", "ssd", 1, 128, "fp32"), "Warnings"]
-    assert "implausible" not in str(t.loc[("dali-cpu", "ssd", 1, 128, "fp32"), "Warnings"])
+    assert "implausible: AU 1.10 > 1.05 (ceiling or cell disturbed)" in t.loc[("dali-sc", "ssd", 1, 128, "fp32"), "warnings"]
+    assert "implausible" not in str(t.loc[("dali-cpu", "ssd", 1, 128, "fp32"), "warnings"])

@@ -13,18 +13,18 @@ def cell(loader, disk, step_ms, kind="path", gpus=1, batch=128, precision="fp32"
          device="cuda", steps=100):  # fmt: skip
     """One row of the cells table for a cell whose step took `step_ms` (median over repeats)."""
     return {
-        "Dataloader": loader, "Disk": disk, "GPU": gpus, "Batch size": batch, "Precision": precision,
-        "Parallel": parallel, "Tier kind": kind, "Time(s)": steps * step_ms / 1000, "Steps": steps,
-        "Samples/s": 1000 * gpus * batch / step_ms, "Data wait (ms/step)": wait_ms if wait_ms is not None else 0.0,
-        "Device": device, "CPU %": 50.0, "GPU util %": np.nan, "Disk read MB/s": 120.0, "PCIe RX MB/s": np.nan,
-        "Status": "ok",
+        "loader": loader, "tier": disk, "gpus": gpus, "batch_size": batch, "precision": precision,
+        "parallel": parallel, "tier_kind": kind, "time_s": steps * step_ms / 1000, "steps": steps,
+        "samples_per_s": 1000 * gpus * batch / step_ms, "data_wait_ms": wait_ms if wait_ms is not None else 0.0,
+        "device": device, "cpu_pct": 50.0, "gpu_util_pct": np.nan, "disk_read_mb_s": 120.0, "pcie_rx_mb_s": np.nan,
+        "status": "ok",
     }  # fmt: skip
 
 
 def table(rows):
     t = pd.DataFrame(rows)
-    synth = t[t["Dataloader"] == "synthetic"].set_index(["GPU", "Batch size", "Precision", "Parallel"])["Samples/s"]
-    t["AU"] = [r["Samples/s"] / synth.get((r["GPU"], r["Batch size"], r["Precision"], r["Parallel"]), np.nan)
+    synth = t[t["loader"] == "synthetic"].set_index(["gpus", "batch_size", "precision", "parallel"])["samples_per_s"]
+    t["au"] = [r["samples_per_s"] / synth.get((r["gpus"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
                for _, r in t.iterrows()]  # fmt: skip
     return t
 
@@ -41,49 +41,49 @@ GRID = table([
 
 
 def row(d, loader, disk):
-    return d[(d["Dataloader"] == loader) & (d["Disk"] == disk)].iloc[0]
+    return d[(d["loader"] == loader) & (d["tier"] == disk)].iloc[0]
 
 
 def test_attribution_splits_compute_prep_and_fetch():
     a = attribute(GRID)
     tv_hdd, tv_ram = row(a, "torchvision", "hdd"), row(a, "torchvision", "ram")
-    assert tv_hdd["Compute (ms)"] == pytest.approx(100.0)
-    assert tv_hdd["Prep stall (ms)"] == pytest.approx(150.0)
-    assert tv_hdd["Fetch stall (ms)"] == pytest.approx(400.0)
-    assert tv_ram["Fetch stall (ms)"] == pytest.approx(0.0)
-    assert tv_hdd["Compute (ms)"] + tv_hdd["Prep stall (ms)"] + tv_hdd["Fetch stall (ms)"] == pytest.approx(650.0)
-    assert row(a, "synthetic", "hdd")["Prep stall (ms)"] == 0.0
+    assert tv_hdd["compute_only_ms"] == pytest.approx(100.0)
+    assert tv_hdd["prep_stall_ms"] == pytest.approx(150.0)
+    assert tv_hdd["fetch_stall_ms"] == pytest.approx(400.0)
+    assert tv_ram["fetch_stall_ms"] == pytest.approx(0.0)
+    assert tv_hdd["compute_only_ms"] + tv_hdd["prep_stall_ms"] + tv_hdd["fetch_stall_ms"] == pytest.approx(650.0)
+    assert row(a, "synthetic", "hdd")["prep_stall_ms"] == 0.0
 
 
 def test_labels_name_the_known_bottleneck_with_evidence():
     d = diagnose(GRID)
-    assert row(d, "torchvision", "hdd")["Bottleneck"] == "I/O-bound"
-    assert "fetch stall 400.0 ms/step" in row(d, "torchvision", "hdd")["Evidence"]
-    assert row(d, "torchvision", "ram")["Bottleneck"] == "CPU-prep-bound"
-    assert row(d, "dali-sc", "hdd")["Bottleneck"] == "GPU-prep-bound"
-    assert row(d, "dali-cpu", "ram")["Bottleneck"] == "GPU-bound"
-    assert row(d, "opencv", "ram")["Bottleneck"] == "transfer-bound"
-    assert row(d, "synthetic", "hdd")["Bottleneck"] == "GPU-bound"
+    assert row(d, "torchvision", "hdd")["bottleneck"] == "I/O-bound"
+    assert "fetch stall 400.0 ms/step" in row(d, "torchvision", "hdd")["evidence"]
+    assert row(d, "torchvision", "ram")["bottleneck"] == "CPU-prep-bound"
+    assert row(d, "dali-sc", "hdd")["bottleneck"] == "GPU-prep-bound"
+    assert row(d, "dali-cpu", "ram")["bottleneck"] == "GPU-bound"
+    assert row(d, "opencv", "ram")["bottleneck"] == "transfer-bound"
+    assert row(d, "synthetic", "hdd")["bottleneck"] == "GPU-bound"
 
 
 def test_cpu_device_is_compute_bound_and_missing_pieces_are_said():
     t = table([cell("synthetic", "ssd", 100.0, device="cpu"), cell("torchvision", "ssd", 102.0, device="cpu"),
                cell("opencv", "ssd", 300.0, device="cpu", wait_ms=200.0)])  # fmt: skip
     d = diagnose(t)
-    assert row(d, "torchvision", "ssd")["Bottleneck"] == "compute-bound"
+    assert row(d, "torchvision", "ssd")["bottleneck"] == "compute-bound"
     # no RAM tier: prep and fetch cannot be separated, and the evidence says so
-    assert row(d, "opencv", "ssd")["Bottleneck"] == "CPU-prep-bound"
-    assert "no RAM tier" in row(d, "opencv", "ssd")["Evidence"]
+    assert row(d, "opencv", "ssd")["bottleneck"] == "CPU-prep-bound"
+    assert "no RAM tier" in row(d, "opencv", "ssd")["evidence"]
     # batches ready but the step slower than compute: on the CPU the workers share the cores, no bus is crossed
     shared = diagnose(table([cell("synthetic", "ssd", 100.0, device="cpu"),
                              cell("dali-cpu", "ssd", 130.0, device="cpu", wait_ms=1.0)]))  # fmt: skip
-    assert row(shared, "dali-cpu", "ssd")["Bottleneck"] == "CPU-prep-bound"
+    assert row(shared, "dali-cpu", "ssd")["bottleneck"] == "CPU-prep-bound"
     cpu_nvjpeg = diagnose(table([cell("synthetic", "ssd", 100.0, device="cpu"),
                                  cell("nvjpeg", "ssd", 200.0, device="cpu", wait_ms=90.0)]))  # fmt: skip
-    assert row(cpu_nvjpeg, "nvjpeg", "ssd")["Bottleneck"] == "CPU-prep-bound"  # no GPU: it decodes on the CPU
-    assert "share the CPU" in row(shared, "dali-cpu", "ssd")["Evidence"]
+    assert row(cpu_nvjpeg, "nvjpeg", "ssd")["bottleneck"] == "CPU-prep-bound"  # no GPU: it decodes on the CPU
+    assert "share the CPU" in row(shared, "dali-cpu", "ssd")["evidence"]
     lonely = diagnose(table([cell("torchvision", "ssd", 100.0)]))
-    assert lonely.iloc[0]["Bottleneck"] == "unknown" and "synthetic" in lonely.iloc[0]["Evidence"]
+    assert lonely.iloc[0]["bottleneck"] == "unknown" and "synthetic" in lonely.iloc[0]["evidence"]
 
 
 def test_recommendations_are_computed_from_the_cells():

@@ -53,6 +53,6 @@ def test_aggregate_skips_an_unreadable_record_and_names_it(tmp_path, capsys):
     (cells / "b.json").write_text('{"cell_id": "b", "stat')
     baseline = {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32"}
     table = aggregate([cells / "a.json", cells / "b.json"], baseline, 0.05, tmp_path / "results/tables")
-    assert table["Samples/s"].tolist() == [10.0]
+    assert table["samples_per_s"].tolist() == [10.0]
     assert not (cells / "b.json").exists() and (cells / "corrupt/b.json").is_file()
     assert f"cell record {cells / 'b.json'} is unreadable" in capsys.readouterr().err

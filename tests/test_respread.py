@@ -41,9 +41,9 @@ def test_spread_over_the_threshold_is_requeued_once(tmp_path):
     assert respread(cells, 0.05, ledger) == []
     table = aggregate(sorted(cells.glob("*.json")), {"loader": "torchvision", "tier": "ssd", "gpus": 1,
                       "batch_size": 128, "precision": "fp32"}, 0.05, tmp_path / "results/tables", ledger=ledger)  # fmt: skip
-    row = table[table["Dataloader"] == "opencv"].iloc[0]
-    assert row["Spread flag"] and round(row["Spread before rerun"], 3) == round(20 / 101, 3)
-    assert pd.isna(table[table["Dataloader"] == "torchvision"].iloc[0]["Spread before rerun"])
+    row = table[table["loader"] == "opencv"].iloc[0]
+    assert row["spread_flag"] and round(row["spread_before_rerun"], 3) == round(20 / 101, 3)
+    assert pd.isna(table[table["loader"] == "torchvision"].iloc[0]["spread_before_rerun"])
 
 
 def test_a_contended_cell_requeues_its_configuration_once_and_says_why(tmp_path):

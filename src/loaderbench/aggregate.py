@@ -8,12 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .columns import KEYS, SEED_COLUMNS, table_csv, to_labels
 from .records import load_records, warning_lines
 from .util import atomic_write_text
 
-# The seed's columns, exact names and order, then ours.
-SEED_COLUMNS = ["Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s", "Speed", "GPU Efficiency"]
-KEYS = ["Dataloader", "Disk", "GPU", "Batch size", "Precision", "Parallel"]
 # A loader with no 1-GPU mode of its own takes another loader's 1-GPU cell as its GPU Efficiency baseline.
 ONE_GPU_BASELINE = {"dali-mc": "dali-sc"}
 
@@ -29,18 +27,18 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
         rows.append(
             {
                 "cell_id": r["cell_id"],
-                "Dataloader": s["loader"],
-                "Disk": s["tier"],
-                "GPU": s["gpus"],
-                "Batch size": s["batch_size"],
-                "Precision": s["precision"],
-                "Parallel": s.get("parallel", "dp"),
+                "loader": s["loader"],
+                "tier": s["tier"],
+                "gpus": s["gpus"],
+                "batch_size": s["batch_size"],
+                "precision": s["precision"],
+                "parallel": s.get("parallel", "dp"),
                 "repeat": s["repeat"],
                 "status": r["status"],
                 "reason": r.get("reason"),
-                "Time(s)": m.get("time_s"),
-                "Steps": m.get("steps"),
-                "Samples/s": m.get("samples_per_s"),
+                "time_s": m.get("time_s"),
+                "steps": m.get("steps"),
+                "samples_per_s": m.get("samples_per_s"),
                 "data_wait_ms": (m.get("data_wait_ms") or {}).get("mean"),
                 "compute_ms": (m.get("compute_ms") or {}).get("mean"),
                 "data_wait_fraction": m.get("data_wait_fraction"),
@@ -93,37 +91,37 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
     if status != "ok" and not ok.empty:
         status = "partial"
     reasons = [x for x in g.loc[g["status"] != "ok", "reason"] if isinstance(x, str)]
-    sps = ok["Samples/s"].astype(float)
+    sps = ok["samples_per_s"].astype(float)
     med = float(sps.median()) if len(sps) else np.nan
     spread = float((sps.max() - sps.min()) / med) if len(sps) > 1 and med > 0 else (0.0 if len(sps) == 1 else np.nan)
     return pd.Series(
         {
-            "Time(s)": float(ok["Time(s)"].median()) if len(ok) else np.nan,
-            "Steps": float(ok["Steps"].median()) if len(ok) else np.nan,
-            "Samples/s": med,
-            "Samples/s min": float(sps.min()) if len(sps) else np.nan,
-            "Samples/s max": float(sps.max()) if len(sps) else np.nan,
-            "Spread": spread,
-            "Spread flag": bool(len(sps) > 1 and spread > spread_warn),
-            "Repeats": len(g),
-            "Repeats ok": len(ok),
-            "Status": status,
-            "Reason": reasons[0] if reasons else "",
-            "Data wait (ms/step)": float(ok["data_wait_ms"].median()) if len(ok) else np.nan,
-            "Compute (ms/step)": float(ok["compute_ms"].median()) if len(ok) else np.nan,
-            "Data wait fraction": float(ok["data_wait_fraction"].median()) if len(ok) else np.nan,
-            "Peak GPU mem (MB)": _max(ok, "peak_gpu_mem_mb"),
-            "Peak GPU mem main card (MB)": _max(ok, "peak_gpu_mem_main_mb"),
-            "Peak GPU mem other cards (MB)": _max(ok, "peak_gpu_mem_others_mb"),
-            "Device": ",".join(sorted({d for d in ok["device"] if isinstance(d, str)})),
-            "Tier kind": g["tier_kind"].iloc[0] if "tier_kind" in g else None,
-            "Cache": g["cache"].iloc[0] if "cache" in g else None,
-            "CPU %": _median(ok, "cpu_pct"),
-            "GPU util %": _median(ok, "gpu_util_pct"),
-            "PCIe RX MB/s": _median(ok, "pcie_rx_mb_s"),
-            "Disk read MB/s": _median(ok, "disk_read_mb_s"),
-            "Read MB/s": _median(ok, "proc_read_mb_s"),
-            "Warnings": "; ".join(sorted({w for w in ok["warnings"] if isinstance(w, str) and w})),
+            "time_s": float(ok["time_s"].median()) if len(ok) else np.nan,
+            "steps": float(ok["steps"].median()) if len(ok) else np.nan,
+            "samples_per_s": med,
+            "samples_per_s_min": float(sps.min()) if len(sps) else np.nan,
+            "samples_per_s_max": float(sps.max()) if len(sps) else np.nan,
+            "spread": spread,
+            "spread_flag": bool(len(sps) > 1 and spread > spread_warn),
+            "repeats": len(g),
+            "repeats_ok": len(ok),
+            "status": status,
+            "reason": reasons[0] if reasons else "",
+            "data_wait_ms": float(ok["data_wait_ms"].median()) if len(ok) else np.nan,
+            "compute_ms": float(ok["compute_ms"].median()) if len(ok) else np.nan,
+            "data_wait_fraction": float(ok["data_wait_fraction"].median()) if len(ok) else np.nan,
+            "peak_gpu_mem_mb": _max(ok, "peak_gpu_mem_mb"),
+            "peak_gpu_mem_main_mb": _max(ok, "peak_gpu_mem_main_mb"),
+            "peak_gpu_mem_others_mb": _max(ok, "peak_gpu_mem_others_mb"),
+            "device": ",".join(sorted({d for d in ok["device"] if isinstance(d, str)})),
+            "tier_kind": g["tier_kind"].iloc[0] if "tier_kind" in g else None,
+            "cache": g["cache"].iloc[0] if "cache" in g else None,
+            "cpu_pct": _median(ok, "cpu_pct"),
+            "gpu_util_pct": _median(ok, "gpu_util_pct"),
+            "pcie_rx_mb_s": _median(ok, "pcie_rx_mb_s"),
+            "disk_read_mb_s": _median(ok, "disk_read_mb_s"),
+            "proc_read_mb_s": _median(ok, "proc_read_mb_s"),
+            "warnings": "; ".join(sorted({w for w in ok["warnings"] if isinstance(w, str) and w})),
         }
     )
 
@@ -140,21 +138,21 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     ]
     t = pd.DataFrame(rows)
     base = t[
-        (t["Dataloader"] == baseline["loader"])
-        & (t["Disk"] == baseline["tier"])
-        & (t["GPU"] == baseline["gpus"])
-        & (t["Batch size"] == baseline["batch_size"])
-        & (t["Precision"] == baseline["precision"])
-        & (t["Parallel"] == baseline.get("parallel", "dp"))
-    ]["Samples/s"]
-    t["Speed"] = speed(t["Samples/s"], float(base.iloc[0]) if len(base) else np.nan)
-    t["GPU Efficiency"] = gpu_efficiency(t)
-    t["AU"] = accelerator_utilisation(t)
-    implausible = t["AU"] > AU_IMPLAUSIBLE
-    t.loc[implausible, "Warnings"] = [
+        (t["loader"] == baseline["loader"])
+        & (t["tier"] == baseline["tier"])
+        & (t["gpus"] == baseline["gpus"])
+        & (t["batch_size"] == baseline["batch_size"])
+        & (t["precision"] == baseline["precision"])
+        & (t["parallel"] == baseline.get("parallel", "dp"))
+    ]["samples_per_s"]
+    t["speed"] = speed(t["samples_per_s"], float(base.iloc[0]) if len(base) else np.nan)
+    t["gpu_efficiency"] = gpu_efficiency(t)
+    t["au"] = accelerator_utilisation(t)
+    implausible = t["au"] > AU_IMPLAUSIBLE
+    t.loc[implausible, "warnings"] = [
         "; ".join(filter(None, [str(w) if isinstance(w, str) else "",
                                 f"implausible: AU {au:.2f} > {AU_IMPLAUSIBLE} (ceiling or cell disturbed)"]))
-        for w, au in zip(t.loc[implausible, "Warnings"], t.loc[implausible, "AU"])
+        for w, au in zip(t.loc[implausible, "warnings"], t.loc[implausible, "au"])
     ]  # fmt: skip
     return t[SEED_COLUMNS + [c for c in t.columns if c not in SEED_COLUMNS]]
 
@@ -173,21 +171,21 @@ def speed(samples_per_s: pd.Series, baseline_samples_per_s: float) -> pd.Series:
 def gpu_efficiency(t: pd.DataFrame) -> pd.Series:
     """Samples/s / (GPUs x the same group's 1-GPU Samples/s); dali-mc's group baseline is dali-sc. The group is
     loader, tier, per-GPU batch, precision and parallel mode (dp cells against the 1-GPU dp cell, ddp against ddp)."""
-    one = t[t["GPU"] == 1].set_index(["Dataloader", "Disk", "Batch size", "Precision", "Parallel"])["Samples/s"]
+    one = t[t["gpus"] == 1].set_index(["loader", "tier", "batch_size", "precision", "parallel"])["samples_per_s"]
     out = []
     for _, r in t.iterrows():
-        loader = ONE_GPU_BASELINE.get(r["Dataloader"], r["Dataloader"])
-        base = one.get((loader, r["Disk"], r["Batch size"], r["Precision"], r["Parallel"]), np.nan)
-        out.append(r["Samples/s"] / (r["GPU"] * base) if base and np.isfinite(base) and base > 0 else np.nan)
+        loader = ONE_GPU_BASELINE.get(r["loader"], r["loader"])
+        base = one.get((loader, r["tier"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
+        out.append(r["samples_per_s"] / (r["gpus"] * base) if base and np.isfinite(base) and base > 0 else np.nan)
     return pd.Series(out, index=t.index, dtype=float)
 
 
 def accelerator_utilisation(t: pd.DataFrame) -> pd.Series:
     """AU (MLPerf Storage's accelerator utilisation): Samples/s / the `synthetic` loader's Samples/s at the same GPUs,
     batch, precision and parallel mode - the share of the compute ceiling a loader delivers. NaN without a synthetic cell."""
-    by = ["GPU", "Batch size", "Precision", "Parallel"]
-    ceiling = t[t["Dataloader"] == "synthetic"].groupby(by)["Samples/s"].max().to_dict()
-    out = [r["Samples/s"] / ceiling.get(tuple(r[k] for k in by), np.nan) for _, r in t.iterrows()]
+    by = ["gpus", "batch_size", "precision", "parallel"]
+    ceiling = t[t["loader"] == "synthetic"].groupby(by)["samples_per_s"].max().to_dict()
+    out = [r["samples_per_s"] / ceiling.get(tuple(r[k] for k in by), np.nan) for _, r in t.iterrows()]
     return pd.Series(out, index=t.index, dtype=float)
 
 
@@ -209,20 +207,20 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
     if ledger:  # rerun once for their spread: the spread those repeats had before
         before = {key: entry["spread"] for key, entry in ledger.items()}
         ids = repeats.groupby(KEYS, sort=False, dropna=False)["cell_id"].first().map(configuration)
-        table["Spread before rerun"] = [before.get(ids.get(tuple(r[k] for k in KEYS))) for _, r in table.iterrows()]
+        table["spread_before_rerun"] = [before.get(ids.get(tuple(r[k] for k in KEYS))) for _, r in table.iterrows()]
     out_dir = Path(out_dir)
-    atomic_write_text(out_dir / "repeats.csv", repeats.to_csv(index=False))
-    atomic_write_text(out_dir / "cells.csv", table.to_csv(index=False, float_format="%.4g"))
+    atomic_write_text(out_dir / "repeats.csv", table_csv(repeats, "repeats"))
+    atomic_write_text(out_dir / "cells.csv", table_csv(table, "cells", float_format="%.4g"))
     return table
 
 
 def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """The seed's columns (plus precision and status) with readable number formats."""
-    extra = ["Spread before rerun"] if "Spread before rerun" in table else []
-    t = table[SEED_COLUMNS[:4] + ["Precision"] + SEED_COLUMNS[4:] + ["Status", "Repeats ok", "Spread", *extra]].copy()
-    fmt = {"Time(s)": "{:.1f}", "Steps": "{:.0f}", "Samples/s": "{:.1f}", "Speed": "{:.2f}", "GPU Efficiency": "{:.2f}"}
+    """The seed's columns (plus precision and status) with readable number formats, labelled for display."""
+    extra = ["spread_before_rerun"] if "spread_before_rerun" in table else []
+    t = table[SEED_COLUMNS[:4] + ["precision"] + SEED_COLUMNS[4:] + ["status", "repeats_ok", "spread", *extra]].copy()
+    fmt = {"time_s": "{:.1f}", "steps": "{:.0f}", "samples_per_s": "{:.1f}", "speed": "{:.2f}", "gpu_efficiency": "{:.2f}"}
     for col, f in fmt.items():
         t[col] = [f.format(v) if pd.notna(v) else "-" for v in t[col]]
-    for col in ["Spread", *extra]:
+    for col in ["spread", *extra]:
         t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
-    return t
+    return to_labels(t)

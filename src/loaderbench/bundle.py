@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from .aggregate import seed_table_frame
+from .columns import read_table, to_labels
 from .figure_registry import EXTRA_FILES, FIGURES, FORMATS, load_captions
 from .records import warning_lines, warnings_of
 from .util import atomic_write_text
@@ -84,9 +85,9 @@ def make_bundle(
                   "tier_probe": json.loads(probe.to_json(orient="records")),
                   "cells": _summarize_provenance(records)}  # fmt: skip
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=2))
-    table = pd.read_csv(tables["cells.csv"])
+    table = read_table(tables["cells.csv"])
     captions = load_captions(captions_dir)
-    diagnosis = pd.read_csv(tables["diagnosis.csv"])
+    diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
     recs = json.loads(tables["recommendations.json"].read_text())
     (out_dir / "index.html").write_text(
         _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
@@ -136,8 +137,8 @@ def _index_html(
         "<a href='tables/seed_table.html'>seed_table.html</a>, <a href='config.json'>config.json</a>, "
         "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>",
         "<h2>Diagnosis: the bottleneck of each cell</h2>",
-        diagnosis[["Dataloader", "Disk", "GPU", "Batch size", "Precision", "Parallel", "Samples/s", "AU", "Bottleneck",
-                   "Evidence"]].to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-"),
+        to_labels(diagnosis[["loader", "tier", "gpus", "batch_size", "precision", "parallel", "samples_per_s", "au",
+                             "bottleneck", "evidence"]]).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-"),
         "<h2>Recommendations (computed from the cells above)</h2><ul>",
         *(f"<li><b>{e(r['topic'])}</b>: {e(r['text'])} <small>(cells: {e(', '.join(r['cells']))})</small></li>"
           for r in recs),

@@ -201,8 +201,8 @@ def cmd_diagnose(a) -> int:
 
     d = run(Path(a.table), json.loads(a.baseline), Path(a.out_dir))
     for _, r in d.iterrows():
-        print(f"{r['Dataloader']:>12} {r['Disk']:>8} g{r['GPU']} b{r['Batch size']} {r['Precision']:>4} "
-              f"{r['Parallel']:>3}: {r['Bottleneck']}", file=sys.stderr)  # fmt: skip
+        print(f"{r['loader']:>12} {r['tier']:>8} g{r['gpus']} b{r['batch_size']} {r['precision']:>4} "
+              f"{r['parallel']:>3}: {r['bottleneck']}", file=sys.stderr)  # fmt: skip
     return 0
 
 

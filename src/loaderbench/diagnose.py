@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import columns
 from .util import atomic_write_text
 
-CONFIG_KEYS = ["GPU", "Batch size", "Precision", "Parallel"]
+CONFIG_KEYS = ["gpus", "batch_size", "precision", "parallel"]
 GPU_BOUND_AU = 0.9  # within 10% of the synthetic ceiling
 STALL_SHARE = 0.1  # a stall under 10% of the step is not the bottleneck
 WAIT_SHARE = 0.1  # data wait under 10% of the step: batches were ready
@@ -35,26 +36,26 @@ HOST_LOADERS = {"torchvision", "opencv", "dali-cpu"}  # batches made on the host
 
 def step_ms(t: pd.DataFrame) -> pd.Series:
     """Median time per training step (ms) of each row of the cells table."""
-    return 1000.0 * t["Time(s)"] / t["Steps"]
+    return 1000.0 * t["time_s"] / t["steps"]
 
 
 def attribute(t: pd.DataFrame) -> pd.DataFrame:
     """Stall attribution columns for every row of the cells table (median over repeats)."""
     t = t.copy()
-    t["Step (ms)"] = step_ms(t)
-    kind = t["Tier kind"] if "Tier kind" in t else pd.Series("path", index=t.index)
-    synth = t[t["Dataloader"] == "synthetic"].groupby(CONFIG_KEYS)["Step (ms)"].min().to_dict()
-    ram = t[(kind == "ram") & (t["Dataloader"] != "synthetic")]
-    ram_step = ram.groupby(["Dataloader", *CONFIG_KEYS])["Step (ms)"].min().to_dict()
+    t["step_ms"] = step_ms(t)
+    kind = t["tier_kind"] if "tier_kind" in t else pd.Series("path", index=t.index)
+    synth = t[t["loader"] == "synthetic"].groupby(CONFIG_KEYS)["step_ms"].min().to_dict()
+    ram = t[(kind == "ram") & (t["loader"] != "synthetic")]
+    ram_step = ram.groupby(["loader", *CONFIG_KEYS])["step_ms"].min().to_dict()
     compute, prep, fetch, ram_ms = [], [], [], []
     for _, r in t.iterrows():
         key = tuple(r[k] for k in CONFIG_KEYS)
         c = synth.get(key, np.nan)
-        rm = ram_step.get((r["Dataloader"], *key), np.nan)
-        s = r["Step (ms)"]
+        rm = ram_step.get((r["loader"], *key), np.nan)
+        s = r["step_ms"]
         compute.append(c)
         ram_ms.append(rm)
-        if r["Dataloader"] == "synthetic":
+        if r["loader"] == "synthetic":
             prep.append(0.0)
             fetch.append(0.0)
         elif np.isfinite(rm):
@@ -63,10 +64,10 @@ def attribute(t: pd.DataFrame) -> pd.DataFrame:
         else:  # no RAM tier: prep and fetch together, reported as prep (flagged in the evidence)
             prep.append(max(s - c, 0.0) if np.isfinite(c) else np.nan)
             fetch.append(np.nan)
-    t["Compute (ms)"] = compute
-    t["RAM step (ms)"] = ram_ms
-    t["Prep stall (ms)"] = prep
-    t["Fetch stall (ms)"] = fetch
+    t["compute_only_ms"] = compute
+    t["ram_step_ms"] = ram_ms
+    t["prep_stall_ms"] = prep
+    t["fetch_stall_ms"] = fetch
     return t
 
 
@@ -76,23 +77,23 @@ def _fmt(x: float, unit: str = "", digits: int = 1) -> str:
 
 def label(r: pd.Series) -> tuple[str, str]:
     """(bottleneck, evidence) of one attributed row."""
-    s, c = r["Step (ms)"], r["Compute (ms)"]
-    prep, fetch = r["Prep stall (ms)"], r["Fetch stall (ms)"]
-    wait = r.get("Data wait (ms/step)", np.nan)
-    au = r.get("AU", np.nan)
-    cpu = r.get("CPU %", np.nan)
-    gpu_util = r.get("GPU util %", np.nan)
-    on_cpu = "cuda" not in str(r.get("Device", ""))
+    s, c = r["step_ms"], r["compute_only_ms"]
+    prep, fetch = r["prep_stall_ms"], r["fetch_stall_ms"]
+    wait = r.get("data_wait_ms", np.nan)
+    au = r.get("au", np.nan)
+    cpu = r.get("cpu_pct", np.nan)
+    gpu_util = r.get("gpu_util_pct", np.nan)
+    on_cpu = "cuda" not in str(r.get("device", ""))
     compute_label = "compute-bound" if on_cpu else "GPU-bound"
     facts = f"step {_fmt(s, ' ms')} vs compute-only {_fmt(c, ' ms')} (AU {_fmt(au, '', 2)})"
     if np.isfinite(gpu_util):
         facts += f", GPU busy {gpu_util:.0f}%"
     if np.isfinite(cpu):
         facts += f", CPU {cpu:.0f}% of all cores"
-    if r["Dataloader"] == "synthetic":
+    if r["loader"] == "synthetic":
         return compute_label, f"the compute ceiling: no data loading ({facts})"
     if not np.isfinite(s):
-        return "unknown", f"no result ({r.get('Status', '')})"
+        return "unknown", f"no result ({r.get('status', '')})"
     if not np.isfinite(c):
         return "unknown", "no synthetic cell at these GPUs/batch/precision/parallel: add `synthetic` to loaders"
     if np.isfinite(au) and au >= GPU_BOUND_AU:
@@ -100,20 +101,20 @@ def label(r: pd.Series) -> tuple[str, str]:
     no_ram = not np.isfinite(fetch)
     stall_note = " (no RAM tier to separate fetch from prep)" if no_ram else ""
     if not no_ram and fetch >= prep and fetch > STALL_SHARE * s:
-        read = r.get("Disk read MB/s", np.nan)
+        read = r.get("disk_read_mb_s", np.nan)
         io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
-        return "I/O-bound", (f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['RAM step (ms)']:.1f} ms from "
+        return "I/O-bound", (f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from "
                              f"RAM{io}; {facts}")  # fmt: skip
     if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s and on_cpu:
         # no bus to cross on a CPU device: the loader's workers take cores from the training itself
         return "CPU-prep-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {s - c:.1f} ms "
                                   f"more than compute: the loader's workers share the CPU with the training; {facts}")  # fmt: skip
     if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s:
-        pcie = r.get("PCIe RX MB/s", np.nan)
+        pcie = r.get("pcie_rx_mb_s", np.nan)
         bus = f", PCIe to GPU {pcie:.0f} MB/s" if np.isfinite(pcie) else ""
         return "transfer-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes "
                                   f"{s - c:.1f} ms more than compute{bus}; {facts}")  # fmt: skip
-    where = "GPU" if r["Dataloader"] in GPU_PREP_LOADERS and not on_cpu else "CPU"  # without a GPU all decode on CPU
+    where = "GPU" if r["loader"] in GPU_PREP_LOADERS and not on_cpu else "CPU"  # without a GPU all decode on CPU
     return f"{where}-prep-bound", (f"prep stall {_fmt(prep, ' ms')}/step{stall_note}, data wait {_fmt(wait, ' ms')}"
                                    f"/step; {facts}")  # fmt: skip
 
@@ -121,106 +122,106 @@ def label(r: pd.Series) -> tuple[str, str]:
 def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     a = attribute(t)
     labels = [label(r) for _, r in a.iterrows()]
-    a["Bottleneck"] = [x[0] for x in labels]
-    a["Evidence"] = [x[1] for x in labels]
-    cols = ["Dataloader", "Disk", *CONFIG_KEYS, "Tier kind", "Samples/s", "AU", "Step (ms)", "Compute (ms)",
-            "RAM step (ms)", "Prep stall (ms)", "Fetch stall (ms)", "Data wait (ms/step)", "CPU %", "GPU util %",
-            "Bottleneck", "Evidence"]  # fmt: skip
+    a["bottleneck"] = [x[0] for x in labels]
+    a["evidence"] = [x[1] for x in labels]
+    cols = ["loader", "tier", *CONFIG_KEYS, "tier_kind", "samples_per_s", "au", "step_ms", "compute_only_ms",
+            "ram_step_ms", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms", "cpu_pct", "gpu_util_pct",
+            "bottleneck", "evidence"]  # fmt: skip
     return a[[c for c in cols if c in a]]
 
 
 def _cell(r: pd.Series) -> str:
-    return f"{r['Dataloader']}/{r['Disk']}/g{r['GPU']}/b{r['Batch size']}/{r['Precision']}/{r['Parallel']}"
+    return f"{r['loader']}/{r['tier']}/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}"
 
 
 def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
     """The seed's section 4, computed: what would pay off and by how much, with the cells behind each claim."""
-    ok = d[np.isfinite(d["Samples/s"].astype(float))]
+    ok = d[np.isfinite(d["samples_per_s"].astype(float))]
     out: list[dict] = []
     base_loader = baseline.get("loader")
     base_cfg = (baseline.get("gpus"), baseline.get("batch_size"), baseline.get("precision"), baseline.get("parallel", "dp"))
     at_base = ok[[tuple(r[k] for k in CONFIG_KEYS) == base_cfg for _, r in ok.iterrows()]]
-    real = at_base[at_base["Dataloader"] != "synthetic"]
+    real = at_base[at_base["loader"] != "synthetic"]
 
     # 1. loader, per tier
-    for tier, g in real.groupby("Disk", sort=False):
-        best = g.loc[g["Samples/s"].idxmax()]
-        ref = g[g["Dataloader"] == base_loader]
-        if len(ref) and best["Dataloader"] != base_loader:
-            gain = best["Samples/s"] / ref.iloc[0]["Samples/s"]
+    for tier, g in real.groupby("tier", sort=False):
+        best = g.loc[g["samples_per_s"].idxmax()]
+        ref = g[g["loader"] == base_loader]
+        if len(ref) and best["loader"] != base_loader:
+            gain = best["samples_per_s"] / ref.iloc[0]["samples_per_s"]
             if gain >= 1.1:
-                text = (f"On {tier}, use {best['Dataloader']}: {best['Samples/s']:.0f} samples/s, {gain:.2f}x "
-                        f"{base_loader} ({ref.iloc[0]['Samples/s']:.0f}); its bottleneck there: {best['Bottleneck']}.")
+                text = (f"On {tier}, use {best['loader']}: {best['samples_per_s']:.0f} samples/s, {gain:.2f}x "
+                        f"{base_loader} ({ref.iloc[0]['samples_per_s']:.0f}); its bottleneck there: {best['bottleneck']}.")
             else:
-                text = (f"On {tier}, the loader hardly matters: the best, {best['Dataloader']}, is {gain:.2f}x "
-                        f"{base_loader} (within 10%); {base_loader} there is {ref.iloc[0]['Bottleneck']}.")
+                text = (f"On {tier}, the loader hardly matters: the best, {best['loader']}, is {gain:.2f}x "
+                        f"{base_loader} (within 10%); {base_loader} there is {ref.iloc[0]['bottleneck']}.")
             out.append({"topic": "loader", "text": text, "cells": [_cell(best), _cell(ref.iloc[0])]})
     # 2. tier, per loader
-    for loader, g in real.groupby("Dataloader", sort=False):
-        if g["Disk"].nunique() < 2:
+    for loader, g in real.groupby("loader", sort=False):
+        if g["tier"].nunique() < 2:
             continue
-        fast, slow = g.loc[g["Samples/s"].idxmax()], g.loc[g["Samples/s"].idxmin()]
-        gain = fast["Samples/s"] / slow["Samples/s"]
+        fast, slow = g.loc[g["samples_per_s"].idxmax()], g.loc[g["samples_per_s"].idxmin()]
+        gain = fast["samples_per_s"] / slow["samples_per_s"]
         verdict = "worth it" if gain >= 1.1 else "not worth it (within 10%)"
         out.append({"topic": "storage", "text": (
-            f"{loader}: {fast['Disk']} instead of {slow['Disk']} gives {gain:.2f}x ({slow['Samples/s']:.0f} -> "
-            f"{fast['Samples/s']:.0f} samples/s), {verdict}; on {slow['Disk']} it is {slow['Bottleneck']}."),
+            f"{loader}: {fast['tier']} instead of {slow['tier']} gives {gain:.2f}x ({slow['samples_per_s']:.0f} -> "
+            f"{fast['samples_per_s']:.0f} samples/s), {verdict}; on {slow['tier']} it is {slow['bottleneck']}."),
             "cells": [_cell(fast), _cell(slow)]})  # fmt: skip
     # 3. batch size, per loader and tier (same GPUs/precision/parallel as the baseline)
-    same = ok[(ok["GPU"] == base_cfg[0]) & (ok["Precision"] == base_cfg[2]) & (ok["Parallel"] == base_cfg[3])]
-    for (loader, tier), g in same.groupby(["Dataloader", "Disk"], sort=False):
-        if g["Batch size"].nunique() < 2:
+    same = ok[(ok["gpus"] == base_cfg[0]) & (ok["precision"] == base_cfg[2]) & (ok["parallel"] == base_cfg[3])]
+    for (loader, tier), g in same.groupby(["loader", "tier"], sort=False):
+        if g["batch_size"].nunique() < 2:
             continue
-        lo, hi = g.loc[g["Batch size"].idxmin()], g.loc[g["Batch size"].idxmax()]
-        gain = hi["Samples/s"] / lo["Samples/s"]
+        lo, hi = g.loc[g["batch_size"].idxmin()], g.loc[g["batch_size"].idxmax()]
+        gain = hi["samples_per_s"] / lo["samples_per_s"]
         if gain >= 1.1:
             why = "worth it: the device does more per launch and the loader keeps up"
         elif gain < 0.9:
-            why = f"slower: at batch {int(hi['Batch size'])} the cell is {hi['Bottleneck']}"
-        elif "prep" in lo["Bottleneck"] or "I/O" in lo["Bottleneck"]:
-            why = f"barely matters: the loader sets the pace ({lo['Bottleneck']}), a bigger batch only waits longer"
+            why = f"slower: at batch {int(hi['batch_size'])} the cell is {hi['bottleneck']}"
+        elif "prep" in lo["bottleneck"] or "I/O" in lo["bottleneck"]:
+            why = f"barely matters: the loader sets the pace ({lo['bottleneck']}), a bigger batch only waits longer"
         else:
             why = "barely matters here"
         out.append({"topic": "batch size", "text": (
-            f"{loader} on {tier}: batch {int(hi['Batch size'])} vs {int(lo['Batch size'])} gives {gain:.2f}x, {why}."),
+            f"{loader} on {tier}: batch {int(hi['batch_size'])} vs {int(lo['batch_size'])} gives {gain:.2f}x, {why}."),
             "cells": [_cell(hi), _cell(lo)]})  # fmt: skip
     # 4. GPU count
-    multi = ok[ok["GPU"] > 1]
+    multi = ok[ok["gpus"] > 1]
     for _, r in multi.iterrows():
-        one = ok[(ok["Dataloader"] == r["Dataloader"]) & (ok["Disk"] == r["Disk"]) & (ok["GPU"] == 1)
-                 & (ok["Batch size"] == r["Batch size"]) & (ok["Precision"] == r["Precision"])
-                 & (ok["Parallel"] == r["Parallel"])]  # fmt: skip
+        one = ok[(ok["loader"] == r["loader"]) & (ok["tier"] == r["tier"]) & (ok["gpus"] == 1)
+                 & (ok["batch_size"] == r["batch_size"]) & (ok["precision"] == r["precision"])
+                 & (ok["parallel"] == r["parallel"])]  # fmt: skip
         if not len(one):
             continue
-        scale = r["Samples/s"] / one.iloc[0]["Samples/s"]
-        verdict = "pays off" if scale >= 0.8 * r["GPU"] else f"does not pay off: fix the {r['Bottleneck']} limit first"
+        scale = r["samples_per_s"] / one.iloc[0]["samples_per_s"]
+        verdict = "pays off" if scale >= 0.8 * r["gpus"] else f"does not pay off: fix the {r['bottleneck']} limit first"
         out.append({"topic": "GPUs", "text": (
-            f"{r['Dataloader']} on {r['Disk']} ({r['Parallel']}): {int(r['GPU'])} GPUs give {scale:.2f}x one GPU "
-            f"(ideal {int(r['GPU'])}x), {verdict}."), "cells": [_cell(r), _cell(one.iloc[0])]})  # fmt: skip
+            f"{r['loader']} on {r['tier']} ({r['parallel']}): {int(r['gpus'])} GPUs give {scale:.2f}x one GPU "
+            f"(ideal {int(r['gpus'])}x), {verdict}."), "cells": [_cell(r), _cell(one.iloc[0])]})  # fmt: skip
     # 5. precision
-    for (loader, tier, g_, b), g in ok.groupby(["Dataloader", "Disk", "GPU", "Batch size"], sort=False):
-        p = g.set_index(["Precision", "Parallel"])["Samples/s"]
-        for par in g["Parallel"].unique():
+    for (loader, tier, g_, b), g in ok.groupby(["loader", "tier", "gpus", "batch_size"], sort=False):
+        p = g.set_index(["precision", "parallel"])["samples_per_s"]
+        for par in g["parallel"].unique():
             if ("fp32", par) in p and ("amp", par) in p:
                 gain = p[("amp", par)] / p[("fp32", par)]
-                row = g[(g["Precision"] == "fp32") & (g["Parallel"] == par)].iloc[0]
+                row = g[(g["precision"] == "fp32") & (g["parallel"] == par)].iloc[0]
                 if gain >= 1.1:
                     note = ""
-                elif row["Bottleneck"] in ("GPU-bound", "compute-bound"):
-                    note = f" - no gain on this device although fp32 was {row['Bottleneck']}"
+                elif row["bottleneck"] in ("GPU-bound", "compute-bound"):
+                    note = f" - no gain on this device although fp32 was {row['bottleneck']}"
                 else:
-                    note = f" - the loader, not the arithmetic, limits it ({row['Bottleneck']} at fp32)"
+                    note = f" - the loader, not the arithmetic, limits it ({row['bottleneck']} at fp32)"
                 out.append({"topic": "precision", "text": (
                     f"{loader} on {tier}, {int(g_)} GPU x {int(b)}: AMP gives {gain:.2f}x over fp32{note}."),
-                    "cells": [_cell(row), _cell(g[(g["Precision"] == "amp") & (g["Parallel"] == par)].iloc[0])]})
+                    "cells": [_cell(row), _cell(g[(g["precision"] == "amp") & (g["parallel"] == par)].iloc[0])]})
     return out
 
 
 def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
     lines = ["# Diagnosis", "", "| Cell | Samples/s | AU | Bottleneck | Evidence |", "|---|---:|---:|---|---|"]
     for _, r in d.iterrows():
-        lines.append(f"| {_cell(r)} | {_fmt(r['Samples/s'])} | {_fmt(r.get('AU', np.nan), '', 2)} | "
-                     f"{r['Bottleneck']} | {r['Evidence']} |")  # fmt: skip
+        lines.append(f"| {_cell(r)} | {_fmt(r['samples_per_s'])} | {_fmt(r.get('au', np.nan), '', 2)} | "
+                     f"{r['bottleneck']} | {r['evidence']} |")  # fmt: skip
     lines += ["", "# Recommendations", ""]
     if not recs:
         lines.append("No recommendation: the grid has no two cells that differ in one setting.")
@@ -230,11 +231,10 @@ def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
 
 
 def run(table_csv: Path, baseline: dict, out_dir: Path) -> pd.DataFrame:
-    t = pd.read_csv(table_csv)
-    d = diagnose(t)
+    d = diagnose(columns.read_table(table_csv))
     recs = recommendations(d, baseline)
     out_dir = Path(out_dir)
-    atomic_write_text(out_dir / "diagnosis.csv", d.to_csv(index=False, float_format="%.4g"))
+    atomic_write_text(out_dir / "diagnosis.csv", columns.table_csv(d, "diagnosis", float_format="%.4g"))
     atomic_write_text(out_dir / "recommendations.json", json.dumps(recs, indent=2) + "\n")
     atomic_write_text(out_dir / "diagnosis.md", render_markdown(d, recs))
     return d

@@ -14,13 +14,27 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from .aggregate import seed_table_frame  # noqa: E402
+from .columns import label, read_table  # noqa: E402
 from .figure_registry import FORMATS, REGISTRY  # noqa: E402
 from .util import atomic_write_text  # noqa: E402
 
 MAX_TIMELINES = 6
 
 
+def _relabel(fig) -> None:
+    """The figures draw from the program's column names; what the reader sees are their labels (columns.label):
+    axis labels, legend titles and the colour bar's label."""
+    for ax in fig.axes:
+        ax.set_xlabel(label(ax.get_xlabel()))
+        ax.set_ylabel(label(ax.get_ylabel()))
+        if ax.get_legend() is not None:
+            ax.get_legend().set_title(label(ax.get_legend().get_title().get_text()))
+    for legend in fig.legends:  # seaborn's figure-level legends
+        legend.set_title(label(legend.get_title().get_text()))
+
+
 def _save(fig, out_dir: Path, name: str) -> None:
+    _relabel(fig)
     for ext in FORMATS:
         tmp = out_dir / f".{name}.tmp.{ext}"
         fig.savefig(tmp, dpi=120, bbox_inches="tight", format=ext)
@@ -33,10 +47,10 @@ def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
     ok = repeats[repeats["status"] == "ok"].copy()
     if ok.empty:
         raise ValueError("no cell finished ok: nothing to plot (see results/tables/cells.csv for the reasons)")
-    ok["Batch / GPUs"] = "batch " + ok["Batch size"].astype(str) + ", " + ok["GPU"].astype(str) + " GPU"
-    loaders = ok["Dataloader"].nunique()
+    ok["Batch / GPUs"] = "batch " + ok["batch_size"].astype(str) + ", " + ok["gpus"].astype(str) + " GPU"
+    loaders = ok["loader"].nunique()
     g = sns.catplot(
-        data=ok, kind="bar", x="Dataloader", y="Samples/s", hue="Disk", col="Batch / GPUs", row="Precision",
+        data=ok, kind="bar", x="loader", y="samples_per_s", hue="tier", col="Batch / GPUs", row="precision",
         estimator=np.median, errorbar=("pi", 100), capsize=0.15, height=3.2, aspect=max(1.2, 0.4 * loaders),
         sharey=False, margin_titles=True,
     )  # fmt: skip
@@ -49,12 +63,12 @@ def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
 def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> None:
     """Speed relative to the baseline cell, loader x tier rows against GPUs x batch x precision columns."""
     t = table.copy()
-    t["row"] = t["Dataloader"] + " / " + t["Disk"]
-    t["col"] = t["GPU"].astype(str) + " GPU, b" + t["Batch size"].astype(str) + ", " + t["Precision"]
-    pivot = t.pivot_table(index="row", columns="col", values="Speed", aggfunc="first")
+    t["row"] = t["loader"] + " / " + t["tier"]
+    t["col"] = t["gpus"].astype(str) + " GPU, b" + t["batch_size"].astype(str) + ", " + t["precision"]
+    pivot = t.pivot_table(index="row", columns="col", values="speed", aggfunc="first")
     fig, ax = plt.subplots(figsize=(1.3 + 1.1 * pivot.shape[1], 0.9 + 0.45 * pivot.shape[0]))
     if pivot.notna().to_numpy().any():
-        sns.heatmap(pivot, annot=True, fmt=".2f", cmap="viridis", ax=ax, cbar_kws={"label": "Speed"})
+        sns.heatmap(pivot, annot=True, fmt=".2f", cmap="viridis", ax=ax, cbar_kws={"label": "speed"})
         ax.set_title("Speed = Samples/s / baseline cell's Samples/s")
     else:
         ax.text(0.5, 0.5, "no Speed: the baseline cell has no result\n(config key 'baseline')", ha="center", va="center")
@@ -77,7 +91,7 @@ def seed_table(table: pd.DataFrame, out_dir: Path) -> None:
 
 
 def _label(t: pd.DataFrame) -> pd.Series:
-    return t["GPU"].astype(str) + " GPU x b" + t["Batch size"].astype(str) + ", " + t["Precision"] + ", " + t["Parallel"]
+    return t["gpus"].astype(str) + " GPU x b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
 
 
 def _empty(ax, text: str) -> None:
@@ -88,28 +102,28 @@ def _empty(ax, text: str) -> None:
 def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> None:
     """Stacked ms/step per loader x tier: compute (synthetic), prep stall (RAM tier - compute), fetch stall
     (tier - RAM tier); one panel per GPUs/batch/precision/parallel."""
-    d = diagnosis[(diagnosis["Dataloader"] != "synthetic") & pd.to_numeric(diagnosis["Step (ms)"], errors="coerce").notna()].copy()
+    d = diagnosis[(diagnosis["loader"] != "synthetic") & pd.to_numeric(diagnosis["step_ms"], errors="coerce").notna()].copy()
     d["config"] = _label(d)
     configs = list(dict.fromkeys(d["config"]))
     fig, axes = plt.subplots(len(configs) or 1, 1, figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2)
                              if len(d) else 6, 3.2 * max(1, len(configs))), squeeze=False)  # fmt: skip
     if d.empty:
         _empty(axes[0][0], "no loader cell: nothing to attribute")
-    colors = {"Compute (ms)": "#4c72b0", "Prep stall (ms)": "#dd8452", "Fetch stall (ms)": "#c44e52"}
+    colors = {"compute_only_ms": "#4c72b0", "prep_stall_ms": "#dd8452", "fetch_stall_ms": "#c44e52"}
     for ax, cfg in zip(axes[:, 0], configs):
         g = d[d["config"] == cfg]
-        names = (g["Dataloader"] + "\n" + g["Disk"]).tolist()
-        step = pd.to_numeric(g["Step (ms)"], errors="coerce").to_numpy()
+        names = (g["loader"] + "\n" + g["tier"]).tolist()
+        step = pd.to_numeric(g["step_ms"], errors="coerce").to_numpy()
         # compute is capped at the cell's own step: a loader cell faster than synthetic (noise) shows no stall
         parts = {col: pd.to_numeric(g[col], errors="coerce").fillna(0).to_numpy() for col in colors}
-        parts["Compute (ms)"] = np.fmin(parts["Compute (ms)"], step)
+        parts["compute_only_ms"] = np.fmin(parts["compute_only_ms"], step)
         bottom = np.zeros(len(g))
         for col, color in colors.items():
-            ax.bar(names, parts[col], bottom=bottom, color=color, label=col.replace(" (ms)", ""))
+            ax.bar(names, parts[col], bottom=bottom, color=color, label=label(col).replace(" (ms)", ""))
             bottom += parts[col]
         ax.scatter(names, step, marker="_", s=400, color="k", zorder=3, label="measured step")
         crowded = len(g) > 8  # upright labels would overlap: stand them on end
-        for i, (lab, top) in enumerate(zip(g["Bottleneck"], np.fmax(bottom, np.nan_to_num(step)))):
+        for i, (lab, top) in enumerate(zip(g["bottleneck"], np.fmax(bottom, np.nan_to_num(step)))):
             ax.text(i, top * 1.02, lab, ha="center", va="bottom", fontsize=7, rotation=90 if crowded else 0)
         ax.set_ylim(0, (1.45 if crowded else 1.2) * np.nanmax(np.fmax(bottom, np.nan_to_num(step))) or 1)
         ax.set_ylabel("ms per step")
@@ -123,10 +137,10 @@ def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> None:
 
 def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
     """AU (Samples/s over the synthetic ceiling) per loader and tier, one panel per configuration."""
-    t = table[table["Dataloader"] != "synthetic"].copy()
+    t = table[table["loader"] != "synthetic"].copy()
     t["config"] = _label(t)
-    if t["AU"].notna().any():
-        g = sns.catplot(data=t, kind="bar", x="Dataloader", y="AU", hue="Disk", col="config", col_wrap=2,
+    if t["au"].notna().any():
+        g = sns.catplot(data=t, kind="bar", x="loader", y="au", hue="tier", col="config", col_wrap=2,
                         height=3.2, aspect=1.5, sharey=True)  # fmt: skip
         g.set_titles("{col_name}")
         for ax in g.axes.flat:
@@ -147,26 +161,26 @@ def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
     t = table.copy()
     t["config"] = _label(t)
     long = []
-    if t["Peak GPU mem main card (MB)"].notna().any():
+    if t["peak_gpu_mem_main_mb"].notna().any():
         for _, r in t.iterrows():
-            for col, card in (("Peak GPU mem main card (MB)", "card 0"), ("Peak GPU mem other cards (MB)", "other cards")):
+            for col, card in (("peak_gpu_mem_main_mb", "card 0"), ("peak_gpu_mem_others_mb", "other cards")):
                 if pd.notna(r[col]):
-                    long.append({"Dataloader": r["Dataloader"], "Disk": r["Disk"], "config": r["config"],
+                    long.append({"loader": r["loader"], "tier": r["tier"], "config": r["config"],
                                  "card": card, "MB": r[col]})  # fmt: skip
         title, hue = "Peak GPU memory per card (allocator peak)", "card"
     else:
         ok = repeats[repeats["status"] == "ok"]
         for _, r in ok.iterrows():
             if pd.notna(r.get("rss_mb")):
-                long.append({"Dataloader": r["Dataloader"], "Disk": r["Disk"], "config": "", "card": "host", "MB": r["rss_mb"]})
-        title, hue = "No GPU in this run: peak host memory (RSS) of each cell's processes", "Disk"
+                long.append({"loader": r["loader"], "tier": r["tier"], "config": "", "card": "host", "MB": r["rss_mb"]})
+        title, hue = "No GPU in this run: peak host memory (RSS) of each cell's processes", "tier"
     fig_df = pd.DataFrame(long)
     if fig_df.empty:
         fig, ax = plt.subplots(figsize=(6, 2))
         _empty(ax, "no memory figures recorded")
         _save(fig, out_dir, "memory")
         return
-    g = sns.catplot(data=fig_df, kind="bar", x="Dataloader", y="MB", hue=hue, col="config", col_wrap=2, height=3.2,
+    g = sns.catplot(data=fig_df, kind="bar", x="loader", y="MB", hue=hue, col="config", col_wrap=2, height=3.2,
                     aspect=1.5, estimator=np.max, errorbar=None)  # fmt: skip
     g.set_titles("{col_name}")
     for ax in g.axes.flat:
@@ -177,12 +191,12 @@ def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
 
 def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
     """Samples/s against the per-GPU batch size per loader, one panel per tier and precision (the seed's 3.2.3)."""
-    t = table[table["Samples/s"].notna()].copy()
-    t["panel"] = t["Disk"] + ", " + t["Precision"] + ", " + t["GPU"].astype(str) + " GPU"
-    g = sns.relplot(data=t, kind="line", x="Batch size", y="Samples/s", hue="Dataloader", col="panel", col_wrap=3,
+    t = table[table["samples_per_s"].notna()].copy()
+    t["panel"] = t["tier"] + ", " + t["precision"] + ", " + t["gpus"].astype(str) + " GPU"
+    g = sns.relplot(data=t, kind="line", x="batch_size", y="samples_per_s", hue="loader", col="panel", col_wrap=3,
                     marker="o", height=3, aspect=1.3, facet_kws={"sharey": False})  # fmt: skip
     g.set_titles("{col_name}")
-    sizes = sorted(t["Batch size"].unique())
+    sizes = sorted(t["batch_size"].unique())
     for ax in g.axes.flat:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(int(b)) for b in sizes])
@@ -194,18 +208,18 @@ def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
 def scaling(table: pd.DataFrame, out_dir: Path) -> None:
     """Samples/s against GPU count per loader with the ideal (linear from 1 GPU) line; one panel per tier,
     batch, precision and parallel mode."""
-    t = table[table["Samples/s"].notna()].copy()
-    t["panel"] = t["Disk"] + ", b" + t["Batch size"].astype(str) + ", " + t["Precision"] + ", " + t["Parallel"]
-    g = sns.relplot(data=t, kind="line", x="GPU", y="Samples/s", hue="Dataloader", col="panel", col_wrap=3,
+    t = table[table["samples_per_s"].notna()].copy()
+    t["panel"] = t["tier"] + ", b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
+    g = sns.relplot(data=t, kind="line", x="gpus", y="samples_per_s", hue="loader", col="panel", col_wrap=3,
                     marker="o", height=3, aspect=1.3, facet_kws={"sharey": False})  # fmt: skip
     g.set_titles("{col_name}")
     for panel, ax in g.axes_dict.items():
-        p = t[(t["panel"] == panel) & (t["GPU"] == 1)]
-        counts = sorted(t["GPU"].unique())
+        p = t[(t["panel"] == panel) & (t["gpus"] == 1)]
+        counts = sorted(t["gpus"].unique())
         for _, r in p.iterrows():
-            ax.plot(counts, [r["Samples/s"] * n for n in counts], ls=":", lw=0.8, color="grey")
+            ax.plot(counts, [r["samples_per_s"] * n for n in counts], ls=":", lw=0.8, color="grey")
         ax.set_xticks(counts)
-    note = "" if t["GPU"].nunique() > 1 else " (this grid has one GPU count: add more under gpus)"
+    note = "" if t["gpus"].nunique() > 1 else " (this grid has one GPU count: add more under gpus)"
     g.figure.suptitle(f"Scaling with GPUs; dotted: ideal (n x the 1-GPU cell){note}", y=1.04)
     _save(g.figure, out_dir, "scaling")
 
@@ -219,11 +233,11 @@ def pick_timeline_cells(repeats: pd.DataFrame, wanted: list[str] | None = None) 
     if ok.empty:
         return []
     first = ok.iloc[0]
-    same = ok[(ok["GPU"] == first["GPU"]) & (ok["Batch size"] == first["Batch size"])
-              & (ok["Precision"] == first["Precision"]) & (ok["Parallel"] == first["Parallel"])]  # fmt: skip
+    same = ok[(ok["gpus"] == first["gpus"]) & (ok["batch_size"] == first["batch_size"])
+              & (ok["precision"] == first["precision"]) & (ok["parallel"] == first["parallel"])]  # fmt: skip
     picked = []
-    for _, g in same.groupby("Dataloader", sort=False):
-        picked.append(g.loc[g["Samples/s"].idxmin(), "cell_id"])
+    for _, g in same.groupby("loader", sort=False):
+        picked.append(g.loc[g["samples_per_s"].idxmin(), "cell_id"])
     return picked[:MAX_TIMELINES]
 
 
@@ -296,15 +310,15 @@ def make_figures(table_csv: Path, repeats_csv: Path, out_dir: Path, diagnosis_cs
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="notebook")
-    table = pd.read_csv(table_csv)
+    table = read_table(table_csv)
     if diagnosis_csv:
-        diagnosis = pd.read_csv(diagnosis_csv)
+        diagnosis = read_table(diagnosis_csv, "diagnosis")
     else:
         from .diagnose import diagnose
 
         diagnosis = diagnose(table)
     inputs = {
-        "table": table, "repeats": pd.read_csv(repeats_csv), "diagnosis": diagnosis,
+        "table": table, "repeats": read_table(repeats_csv, "repeats"), "diagnosis": diagnosis,
         "probe": pd.read_csv(probe_csv) if probe_csv else pd.DataFrame(),
         "timelines": {Path(p).stem: Path(p) for p in timeline_csvs}, "timeline_cells": timeline_cells,
     }  # fmt: skip

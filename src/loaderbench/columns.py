@@ -1,0 +1,90 @@
+"""Column names of the tables: snake_case inside the program, the seed's labels (and ours in its style) where
+tables are written and figures drawn. This is the one place a label is spelled; `to_labels` and `read_table` are
+the two crossings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+# The seed's table, its exact labels in its order (../shared/seed/README.md).
+SEED = {
+    "loader": "Dataloader",
+    "tier": "Disk",
+    "gpus": "GPU",
+    "batch_size": "Batch size",
+    "time_s": "Time(s)",
+    "steps": "Steps",
+    "samples_per_s": "Samples/s",
+    "speed": "Speed",
+    "gpu_efficiency": "GPU Efficiency",
+}
+SEED_COLUMNS = list(SEED)
+KEYS = ["loader", "tier", "gpus", "batch_size", "precision", "parallel"]  # one configuration (repeats aside)
+
+# cells.csv and diagnosis.csv: every column has a label
+CELLS = {
+    **SEED,
+    "precision": "Precision",
+    "parallel": "Parallel",
+    "samples_per_s_min": "Samples/s min",
+    "samples_per_s_max": "Samples/s max",
+    "spread": "Spread",
+    "spread_flag": "Spread flag",
+    "spread_before_rerun": "Spread before rerun",
+    "repeats": "Repeats",
+    "repeats_ok": "Repeats ok",
+    "status": "Status",
+    "reason": "Reason",
+    "data_wait_ms": "Data wait (ms/step)",
+    "compute_ms": "Compute (ms/step)",
+    "data_wait_fraction": "Data wait fraction",
+    "peak_gpu_mem_mb": "Peak GPU mem (MB)",
+    "peak_gpu_mem_main_mb": "Peak GPU mem main card (MB)",
+    "peak_gpu_mem_others_mb": "Peak GPU mem other cards (MB)",
+    "device": "Device",
+    "tier_kind": "Tier kind",
+    "cache": "Cache",
+    "cpu_pct": "CPU %",
+    "gpu_util_pct": "GPU util %",
+    "pcie_rx_mb_s": "PCIe RX MB/s",
+    "disk_read_mb_s": "Disk read MB/s",
+    "proc_read_mb_s": "Read MB/s",
+    "warnings": "Warnings",
+    "au": "AU",
+    # the diagnosis (stall attribution after DS-Analyzer)
+    "step_ms": "Step (ms)",
+    "compute_only_ms": "Compute (ms)",
+    "ram_step_ms": "RAM step (ms)",
+    "prep_stall_ms": "Prep stall (ms)",
+    "fetch_stall_ms": "Fetch stall (ms)",
+    "bottleneck": "Bottleneck",
+    "evidence": "Evidence",
+}
+# repeats.csv: the configuration and the seed's measures are labelled, the per-repeat details keep their names
+REPEATS = {k: CELLS[k] for k in (*SEED_COLUMNS, "precision", "parallel")}
+TABLES = {"cells": CELLS, "diagnosis": CELLS, "repeats": REPEATS}
+
+
+def label(name: str) -> str:
+    """What a column (or a figure's axis) is called where people read it."""
+    return CELLS.get(name, name)
+
+
+def to_labels(df: pd.DataFrame, table: str = "cells") -> pd.DataFrame:
+    return df.rename(columns=TABLES[table])
+
+
+def from_labels(df: pd.DataFrame, table: str = "cells") -> pd.DataFrame:
+    return df.rename(columns={v: k for k, v in TABLES[table].items()})
+
+
+def read_table(path: Path | str, table: str = "cells") -> pd.DataFrame:
+    """A table written by aggregate or diagnose, with the program's names."""
+    return from_labels(pd.read_csv(path), table)
+
+
+def table_csv(df: pd.DataFrame, table: str = "cells", **to_csv) -> str:
+    """The CSV text of a table as written, with its labels."""
+    return to_labels(df, table).to_csv(index=False, **to_csv)
