@@ -98,7 +98,9 @@ def test_use_singularity_runs_each_cell_in_the_container_with_nv_binds_and_image
         image_at = opts.index(str(tmp_path / "cell.sif"))
         assert opts[image_at + 1 : image_at + 3] == ["bash", "-c"]
         inner = opts[image_at + 3]
-        assert f"PYTHONPATH={REPO / 'src'} python3 -m loaderbench run-cell --spec" in inner
+        # the cell calls the package through lb_cell (the shell prefix): in the container, the image's Python
+        assert f"lb_cell() {{ PYTHONPATH={REPO / 'src'} python3 -m loaderbench \"$@\" --timeout-s" in inner
+        assert "lb_cell run-cell --spec" in inner
     for cid in cell_ids(resolved):
         rec = json.loads((tmp_path / "results/cells" / f"{cid}.json").read_text())
         assert rec["status"] == "ok"
