@@ -95,7 +95,7 @@ def test_staged_files_decode_with_every_loader(tmp_path, messy_source):
     import torch
 
     from loaderbench.loaders.common import LoaderContext
-    from loaderbench.loaders.opencv_loader import OpenCVDataset
+    from loaderbench.loaders.opencv_loader import dataset as opencv_dataset
     from loaderbench.loaders.torchvision_loader import transform
     from torchvision.datasets import ImageFolder
 
@@ -107,7 +107,7 @@ def test_staged_files_decode_with_every_loader(tmp_path, messy_source):
     )  # fmt: skip
     samples, classes = ctx.samples()
     tv = ImageFolder(str(ctx.data_root), transform=transform(64), is_valid_file=ctx.is_valid_file)
-    cv = OpenCVDataset(samples, 64)
+    cv = opencv_dataset(samples, 64)
     assert tv.samples == samples and len(samples) == 28 and classes == ["class_0000", "class_0001", "class_0002"]
     names = [Path(p).name for p, _ in samples]
     for odd in ("gray.JPEG", "cmyk.JPEG", "png_named.JPEG", "jpeg_named.png"):

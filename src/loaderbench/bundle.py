@@ -16,7 +16,6 @@ from .aggregate import seed_table_frame
 from .columns import read_table, to_labels
 from .figure_registry import EXTRA_FILES, FIGURES, FORMATS, load_captions
 from .records import warning_lines, warnings_of
-from .util import atomic_write_text
 
 def _summarize_provenance(records: list[dict]) -> dict:
     """The distinct values each provenance field took across the cells (normally one each)."""

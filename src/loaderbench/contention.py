@@ -11,10 +11,10 @@ with both counters interpolated to the window's edges; foreign GPU processes = t
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 from . import records
+from .util import BackgroundSampler
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -59,27 +59,21 @@ def _name(pid: int) -> str | None:
         return None
 
 
-class Sampler:
+class Sampler(BackgroundSampler):
     """1 Hz samples of host CPU busy time, the runner's tree CPU time and foreign GPU processes."""
 
+    thread_name = "loaderbench-contention"
+
     def __init__(self, gpus: int, hz: float = 1.0, root: int | None = None):
+        super().__init__()
         self.gpus = gpus
         self.period = 1.0 / hz
         self.root = root or os.getpid()
-        self.rows: list[dict] = []
         self.gpu_note = None
         self._cpu: dict[int, float] = {}  # pid -> last CPU seconds (a process that exited keeps its last value)
         self._procs: dict = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="loaderbench-contention", daemon=True)
 
-    def start(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> dict:
-        self._stop.set()
-        self._thread.join(timeout=10)
+    def result(self) -> dict:
         return {"rows": self.rows, "gpu": self.gpu_note}
 
     def _tree_cpu_s(self) -> tuple[float, set[int]]:

@@ -13,106 +13,61 @@ DATASETS = "resources/datasets"  # generated datasets, one folder per dataset na
 LOGS = "logs"
 
 
+# name -> path under the results folder; "{}" is the argument of those that take one (a tier, a cell id, a file)
+PATHS = {
+    # the dataset check and staging
+    "check": "dataset/check.json",
+    "check_report": "dataset/check.txt",  # written beside the check by `check_dataset`
+    "quarantine": "dataset/quarantine",
+    "manifest": "staging/{}.json",
+    "probe": "probe/{}.json",
+    "config": "config.json",  # the resolved config of the run
+    # cells
+    "cells": "cells",
+    "cell": "cells/{}.json",
+    "superseded": "cells/superseded",  # records of configurations requeued by `respread`
+    "respread_ledger": "respread.json",
+    "telemetry": "telemetry",
+    "timeline": "telemetry/{}.csv",
+    # tables, figures, bundle, Snakemake's report
+    "tables": "tables",
+    "table": "tables/{}",  # cells.csv, repeats.csv, tier_probe.csv, diagnosis.csv, ...
+    "figures": "figures",
+    "bundle": "bundle",
+    "bundle_zip": "bundle.zip",
+    "report": "report.html",
+    # side measurements outside the grid
+    "ceiling": "ceiling",
+    "sweep": "sweep",
+}
+
+
 @dataclass(frozen=True)
 class Layout:
+    """`Layout(root).cells` is a path; `Layout(root).cell(cell_id)` one that takes an argument."""
+
     root: str = "results"
 
-    def _p(self, *parts: str) -> str:
-        return str(Path(self.root, *parts))
-
-    # the dataset check and staging
-    @property
-    def check(self) -> str:
-        return self._p("dataset", "check.json")
-
-    @property
-    def check_report(self) -> str:  # written beside the check by `check_dataset`
-        return str(Path(self.check).with_suffix(".txt"))
-
-    @property
-    def quarantine(self) -> str:
-        return self._p("dataset", "quarantine")
-
-    def manifest(self, tier: str) -> str:
-        return self._p("staging", f"{tier}.json")
-
-    def probe(self, tier: str) -> str:
-        return self._p("probe", f"{tier}.json")
-
-    @property
-    def config(self) -> str:  # the resolved config of the run
-        return self._p("config.json")
-
-    # cells
-    @property
-    def cells(self) -> str:
-        return self._p("cells")
-
-    def cell(self, cell_id: str) -> str:
-        return self._p("cells", f"{cell_id}.json")
-
-    @property
-    def telemetry(self) -> str:
-        return self._p("telemetry")
-
-    def timeline(self, cell_id: str) -> str:
-        return self._p("telemetry", f"{cell_id}.csv")
-
-    @property
-    def superseded(self) -> str:  # records of configurations requeued by `respread`
-        return self._p("cells", "superseded")
-
-    @property
-    def respread_ledger(self) -> str:
-        return self._p("respread.json")
-
-    # tables, figures, bundle
-    @property
-    def tables(self) -> str:
-        return self._p("tables")
-
-    def table(self, name: str) -> str:
-        """A file of the tables folder: cells.csv, repeats.csv, tier_probe.csv, diagnosis.csv, ..."""
-        return self._p("tables", name)
-
-    @property
-    def figures(self) -> str:
-        return self._p("figures")
+    def __getattr__(self, name: str):
+        pattern = PATHS.get(name)
+        if pattern is None:
+            raise AttributeError(f"no path {name!r} in the results layout; one of: {', '.join(PATHS)}")
+        if "{}" in pattern:
+            return lambda arg: str(Path(self.root, pattern.format(arg)))
+        return str(Path(self.root, pattern))
 
     def figure(self, name: str, ext: str = "png") -> str:
-        return self._p("figures", f"{name}.{ext}")
-
-    @property
-    def bundle(self) -> str:
-        return self._p("bundle")
-
-    @property
-    def bundle_zip(self) -> str:
-        return self._p("bundle.zip")
-
-    @property
-    def report(self) -> str:  # Snakemake's --report
-        return self._p("report.html")
-
-    # side measurements outside the grid
-    @property
-    def ceiling(self) -> str:
-        return self._p("ceiling")
-
-    @property
-    def sweep(self) -> str:
-        return self._p("sweep")
+        return str(Path(self.root, "figures", f"{name}.{ext}"))
 
 
 RESULTS = Layout()
 
 
 def where(name: str, arg: str | None = None, root: str = "results") -> str:
-    """The path `name` (a Layout attribute; `arg` for those that take one) names: `loaderbench where cell ID`."""
-    value = getattr(Layout(root), name, None) if not name.startswith("_") else None
-    if value is None:
-        names = sorted(n for n in dir(Layout) if not n.startswith("_") and n != "root")
-        raise ValueError(f"unknown path {name!r}; one of: {', '.join(names)}")
+    """The path `name` (a key of PATHS; `arg` for those that take one) names: `loaderbench where cell ID`."""
+    if name not in PATHS:
+        raise ValueError(f"unknown path {name!r}; one of: {', '.join(PATHS)}")
+    value = getattr(Layout(root), name)
     if callable(value):
         if arg is None:
             raise ValueError(f"path {name!r} needs an argument (loaderbench where {name} ARG)")

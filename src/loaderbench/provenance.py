@@ -90,25 +90,38 @@ def distribution_version(*names: str, prefix: str | None = None) -> str | None:
     return None
 
 
-def gpus_by_nvml() -> tuple[list[str], str | None]:
-    """(GPU models, driver version) from NVML; ([], None) without a driver."""
+def nvml_query(query, default=None):
+    """`query(pynvml)` with NVML open; `default` without nvidia-ml-py, without a driver or on an NVML error."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
     except Exception:
-        return [], None
+        return default
     try:
-        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-                 for i in range(pynvml.nvmlDeviceGetCount())]  # fmt: skip
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        return [n.decode() if isinstance(n, bytes) else n for n in names], (
-            driver.decode() if isinstance(driver, bytes) else driver
-        )
+        return query(pynvml)
     except Exception:
-        return [], None
+        return default
     finally:
         pynvml.nvmlShutdown()
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def gpus_by_nvml() -> tuple[list[str], str | None]:
+    """(GPU models, driver version) from NVML; ([], None) without a driver."""
+    return nvml_query(lambda nv: (
+        [_text(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i))) for i in range(nv.nvmlDeviceGetCount())],
+        _text(nv.nvmlSystemGetDriverVersion()),
+    ), ([], None))  # fmt: skip
+
+
+def gpu_memory_used_mb(gpus: int) -> list[float] | None:
+    """Memory in use on GPUs 0..gpus-1 as NVML reports it (all processes, the CUDA contexts included)."""
+    return nvml_query(lambda nv: [nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).used / 2**20
+                                  for i in range(gpus)])  # fmt: skip
 
 
 def runtime() -> dict:

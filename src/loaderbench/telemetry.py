@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .provenance import filesystem_of
-from .util import atomic_write_text
+from .util import BackgroundSampler, atomic_write_text
 
 PCIE_NOTE = "NVML PCIe throughput (a 20 ms counter window), read by its own thread: one GPU per second, in turn"
 PCIE_PERIOD_S = 1.0
@@ -108,18 +108,18 @@ class _Nvml:
                 pass
 
 
-class Sampler:
+class Sampler(BackgroundSampler):
     """Samples the machine and a process tree at `hz` in a background thread; `stop()` returns the timeline."""
 
+    thread_name = "loaderbench-telemetry"
+
     def __init__(self, hz: float, pids: list[int], tier_path: Path | None, gpus: int):
+        super().__init__()
         self.hz = hz
         self.pids = pids
         self.tier_path = tier_path
         self.gpus = gpus
-        self.rows: list[dict] = []
         self.meta: dict = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="loaderbench-telemetry", daemon=True)
         self._cpu_s = 0.0
         self._cost_s: list[float] = []
         self._read: dict[int, int] = {}
@@ -127,13 +127,7 @@ class Sampler:
         self._pcie_latest: dict = {}
         self._scans = 0
 
-    def start(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> dict:
-        self._stop.set()
-        self._thread.join(timeout=10)
+    def result(self) -> dict:
         return {"meta": self.meta, "rows": self.rows}
 
     def _run(self) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from . import parallel, placement, summary
 from .config import CellSpec
 from .parallel import env_rank
+from .provenance import gpu_memory_used_mb
 from .staged import Staged, class_names
 from .util import atomic_write_json
 from .watchdog import Heartbeat, heartbeat_path, stacks_path
@@ -279,24 +280,10 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "device": {"type": kind, "count": count, "used": spec.gpus if kind == "cuda" else 0},
         "amp_dtype": str(amp_dtype).replace("torch.", "") if spec.precision == "amp" else None,
         "peak_gpu_mem_mb": [m for r in ranks for m in r["peak_gpu_mem_mb"]],
-        "gpu_mem_nvml_mb": _nvml_used_mb(spec.gpus) if kind == "cuda" else None,
+        "gpu_mem_nvml_mb": gpu_memory_used_mb(spec.gpus) if kind == "cuda" else None,
         "main_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "process_tree_rss_mb": rss,
     }
-
-
-def _nvml_used_mb(gpus: int) -> list[float] | None:
-    """Memory in use on GPUs 0..gpus-1 as NVML reports it (all processes, the CUDA contexts included)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # no nvidia-ml-py or no driver: the allocator's figures still stand
-        return None
-    try:
-        return [pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used / 2**20 for i in range(gpus)]
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def _seconds_since_process_start() -> float | None:

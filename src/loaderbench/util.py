@@ -67,3 +67,31 @@ def progress(items: Iterable[T], total: int, label: str, every_s: float = 2.0) -
             print(f"{label}: {i}/{total}", file=sys.stderr, flush=True)
             last = now
         yield item
+
+
+class BackgroundSampler:
+    """A sampler whose `_run` loop (until `_stop` is set) runs in a daemon thread; `stop()` returns `result()`."""
+
+    thread_name = "loaderbench-sampler"
+
+    def __init__(self):
+        import threading
+
+        self.rows: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return self.result()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def result(self) -> dict:
+        raise NotImplementedError

@@ -15,6 +15,21 @@ CROP_SCALE = (0.08, 1.0)
 CROP_RATIO = (3 / 4, 4 / 3)
 
 
+class SampleDataset(torch.utils.data.Dataset):
+    """The manifest's (path, label) pairs, each image made by `load(path)`: the loader's decode and augmentation."""
+
+    def __init__(self, samples: list[tuple[str, int]], load: Callable):
+        self.samples = samples
+        self.load = load
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        path, label = self.samples[i]
+        return self.load(path), label
+
+
 @dataclass(frozen=True)
 class LoaderContext:
     """What a loader is built from; the loader returns batches already on `device`."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import cv2
 import numpy as np
 import torch
 import torchvision.transforms as T
 
-from .common import CROP_RATIO, CROP_SCALE, LoaderContext, forever, normalize_uint8_nhwc
+from .common import CROP_RATIO, CROP_SCALE, LoaderContext, SampleDataset, forever, normalize_uint8_nhwc
 
 _NO_SIZE = torch.empty(1, 1, 1)
 
@@ -32,26 +34,22 @@ def augment(bgr: np.ndarray, crop_size: int, fixed_crop: tuple[int, int, int, in
     return cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
 
 
-class OpenCVDataset(torch.utils.data.Dataset):
-    def __init__(self, samples: list[tuple[str, int]], crop_size: int):
-        self.samples = samples
-        self.crop_size = crop_size
+def load(path: str, crop_size: int) -> torch.Tensor:
+    """One training image: cv2 decode, then `augment` (uint8 HWC RGB)."""
+    cv2.setNumThreads(1)  # parallelism comes from the DataLoader workers
+    bgr = cv2.imread(path, cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise OSError(f"OpenCV could not decode {path}")
+    return torch.from_numpy(augment(bgr, crop_size))
 
-    def __len__(self) -> int:
-        return len(self.samples)
 
-    def __getitem__(self, i: int):
-        path, label = self.samples[i]
-        cv2.setNumThreads(1)  # parallelism comes from the DataLoader workers
-        bgr = cv2.imread(path, cv2.IMREAD_COLOR)
-        if bgr is None:
-            raise OSError(f"OpenCV could not decode {path}")
-        return torch.from_numpy(augment(bgr, self.crop_size)), label
+def dataset(samples: list[tuple[str, int]], crop_size: int) -> SampleDataset:
+    return SampleDataset(samples, functools.partial(load, crop_size=crop_size))
 
 
 def build(ctx: LoaderContext):
     samples, _ = ctx.samples()
-    loader = ctx.dataloader(OpenCVDataset(samples, ctx.crop_size))
+    loader = ctx.dataloader(dataset(samples, ctx.crop_size))
 
     def to_device(batch):
         images, labels = batch

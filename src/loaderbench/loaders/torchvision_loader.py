@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import torch
 import torchvision.transforms as T
 import torchvision.transforms.functional as F
 from torchvision.datasets.folder import default_loader
 
-from .common import CROP_RATIO, CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, LoaderContext, forever
+from .common import CROP_RATIO, CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, LoaderContext, SampleDataset, forever
 
 
 def transform(crop_size: int) -> T.Compose:
@@ -32,24 +31,14 @@ def fixed_transform(crop_size: int, top: int, left: int, height: int, width: int
     return apply
 
 
-class FileListDataset(torch.utils.data.Dataset):
-    """ImageFolder's loading and transform over the manifest's (path, label) pairs."""
-
-    def __init__(self, samples: list[tuple[str, int]], transform):
-        self.samples = samples
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, i: int):
-        path, label = self.samples[i]
-        return self.transform(default_loader(path)), label
+def load(transform):
+    """ImageFolder's loading (PIL, RGB) and then `transform`, for one path."""
+    return lambda path: transform(default_loader(path))
 
 
 def build(ctx: LoaderContext):
     samples, _ = ctx.samples()
-    dataset = FileListDataset(samples, transform(ctx.crop_size))
+    dataset = SampleDataset(samples, load(transform(ctx.crop_size)))
     loader = ctx.dataloader(dataset)
 
     def to_device(batch):

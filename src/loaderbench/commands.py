@@ -1,0 +1,302 @@
+"""What each `loaderbench` subcommand does (the parser and `main` are in `cli`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from .config import ConfigError, cell_ids, cell_spec, load_config
+from .layout import RESULTS, Layout
+from .stage import StagingError
+
+
+def _cfg(a) -> dict:
+    return load_config(a.config)
+
+
+def cmd_validate(a) -> int:
+    cfg = load_config(a.config, check_paths=not a.skip_paths)
+    print(json.dumps(cfg, indent=2) if a.show else f"{a.config}: valid ({len(cell_ids(cfg))} cells)")
+    return 0
+
+
+def _fuse_problem() -> str | None:
+    """Why an emulated tier cannot be mounted here (None: it can), asked in a fresh process: the FUSE binding
+    loads libfuse once, when first imported."""
+    import subprocess
+
+    code = "from loaderbench.emulated import fuse_available; print(fuse_available() or '')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    return out or None
+
+
+def cmd_fuse_check(a) -> int:
+    """Before and after `make quickstart`: FUSE for the config's emulated tiers, installed when root and apt can."""
+    import os
+    import shutil
+    import subprocess
+
+    cfg = load_config(a.config)
+    emulated = [t for t in cfg["tiers"] if cfg["storage"][t]["kind"] == "emulated"]
+    problem = _fuse_problem() if emulated else None
+    may_install = os.geteuid() == 0 and shutil.which("apt-get") and os.environ.get("LOADERBENCH_INSTALL", "1") != "0"
+    if problem and a.install and may_install:
+        print(f"loaderbench: FUSE is missing ({problem}); installing fuse3 with apt-get", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], env=env, check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "fuse3", "libfuse3-3"], env=env, check=False)
+        problem = _fuse_problem()
+    if problem:
+        print(f"loaderbench: FUSE is not usable here ({problem}). The emulated tier(s) {', '.join(emulated)} are "
+              "not measured: their cells are recorded 'skipped' with the fix, the other tiers run. Fix: as root "
+              "`apt install fuse3` (a container also needs --device /dev/fuse), then run again.")  # fmt: skip
+    return 0
+
+
+def cmd_make_dataset(a) -> int:
+    from .dataset import DatasetParams, make_dataset
+
+    stats = make_dataset(
+        DatasetParams(images=a.images, classes=a.classes, seed=a.seed, quality=a.quality), Path(a.out), jobs=a.jobs
+    )
+    print(f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB", file=sys.stderr)
+    return 0
+
+
+def cmd_check(a) -> int:
+    from .check import check_dataset, render_report
+
+    result = check_dataset(Path(a.source), Path(a.out), Path(a.quarantine), strict=a.strict, jobs=a.jobs)
+    print(render_report(result), file=sys.stderr, end="")
+    return 0
+
+
+def cmd_stage(a) -> int:
+    from .stage import stage
+
+    m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir),
+              verify=a.verify)  # fmt: skip
+    c = m["counts"]
+    print(f"staged {c['files']} files ({c['bytes'] / 1e6:.1f} MB) on tier {a.tier} at {m['root']}: "
+          f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed"
+          + (f"; verified by checksum: {c['repaired']} differed and were restaged" if a.verify else "")
+          + (f"; {c['foreign']} foreign file(s) in the tier ignored" if c.get("foreign") else ""), file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _host(a, cfg: dict | None = None):
+    """Host settings (lock directory, wait limit, contention thresholds): the command line's, else the config's."""
+    from .hostlock import HostSettings
+
+    base = HostSettings.from_config(cfg)
+    over = {k: getattr(a, k, None) for k in ("lock_dir", "lock_wait_s", "contention_cpu_cores",
+                                            "contention_gpu_processes")}  # fmt: skip
+    return dataclasses.replace(base, **{k: v for k, v in over.items() if v is not None})
+
+
+def _measuring(a, holder: str, gpus: int, cfg: dict | None = None):
+    """The host lock (and the ancestor watch) for a measuring command that is not a cell."""
+    from .hostlock import gpu_indices, measuring
+
+    return measuring(holder, gpu_indices(gpus), _host(a, cfg))
+
+
+def cmd_run_cell(a) -> int:
+    from .config import CellSpec
+    from .runcell import run_cell
+    from .watchdog import StallRule
+
+    cfg = None
+    if a.spec:
+        spec = CellSpec.from_dict(json.loads(a.spec))
+    elif a.config and a.cell:
+        cfg = _cfg(a)
+        spec = cell_spec(cfg, a.cell)
+    else:
+        raise ConfigError("run-cell needs --spec, or --config with --cell")
+    manifest = Path(a.manifest or RESULTS.manifest(spec.tier))
+    if not manifest.is_file():
+        raise StagingError(f"tier manifest {manifest} is missing: stage the dataset first (snakemake {manifest})")
+    out = Path(a.out or RESULTS.cell(spec.cell_id))
+    timeline = Path(a.timeline or RESULTS.timeline(spec.cell_id))
+    timeout_s = a.timeout_s or (cfg["cell_timeout_s"] if cfg else None)
+    stall = StallRule(floor_s=a.stall_s or (cfg["watchdog"]["stall_s"] if cfg else 60.0),
+                      factor=a.stall_factor or (cfg["watchdog"]["step_factor"] if cfg else 50.0))  # fmt: skip
+    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "", host=_host(a, cfg),
+             timeout_s=timeout_s, stall=stall)  # fmt: skip
+    return 0
+
+
+def cmd_cells(a) -> int:
+    from .records import load_records
+
+    cfg = _cfg(a)
+    for cid in cell_ids(cfg):
+        path = Path(Layout(a.results).cell(cid))
+        if a.status:
+            status = "missing"
+            if path.is_file():
+                records, moved = load_records([path])
+                status = records[0]["status"] if records else f"missing (unreadable record moved to {moved[0][1]})"
+            print(f"{cid}\t{status}")
+        else:
+            print(cid)
+    return 0
+
+
+def cmd_aggregate(a) -> int:
+    from .aggregate import aggregate
+
+    table = aggregate([Path(p) for p in a.cells], json.loads(a.baseline), a.spread_warn, Path(a.out_dir),
+                      probes=[Path(p) for p in a.probes or []], ledger=Path(a.ledger))  # fmt: skip
+    print(f"aggregated {len(a.cells)} cell records into {len(table)} rows in {a.out_dir}/cells.csv", file=sys.stderr)
+    return 0
+
+
+def cmd_figures(a) -> int:
+    from .figures import make_figures
+
+    make_figures(Path(a.table), Path(a.repeats), Path(a.out_dir), diagnosis_csv=Path(a.diagnosis) if a.diagnosis else None,
+                 probe_csv=Path(a.probe) if a.probe else None, timeline_csvs=[Path(p) for p in a.timelines],
+                 timeline_cells=a.timeline_cells)  # fmt: skip
+    return 0
+
+
+def cmd_probe_tier(a) -> int:
+    from .tierprobe import probe_tier
+    from .util import atomic_write_json
+
+    manifest = json.loads(Path(a.manifest).read_text())
+    with _measuring(a, f"probe-tier {manifest.get('tier')}", 0):
+        result = probe_tier(manifest, json.loads(a.tier), a.readers, a.max_files, a.max_seconds)
+    atomic_write_json(Path(a.out), result)
+    if result.get("error"):
+        print(f"tier {result['tier']}: not probed: {result['error']}", file=sys.stderr)
+    for run in result["runs"]:
+        pred = f", model predicts {run['predicted']['files_per_s']:.1f} (x{run['ratio']:.2f})" if run.get("ratio") else ""
+        print(f"tier {result['tier']} ({result['kind']}, {'cold' if result['cold'] else 'warm'}): {run['readers']} "
+              f"readers {run['files_per_s']:.1f} files/s, {run['mb_per_s']:.1f} MB/s{pred}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_respread(a) -> int:
+    from .respread import requeue
+
+    cfg = _cfg(a)
+    results = Layout(a.results)
+    keys = requeue(Path(results.cells), cfg["spread_warn"], Path(results.respread_ledger))
+    for k, why in keys.items():
+        print(f"requeued {k}: {why}; its records moved to {results.superseded}", file=sys.stderr)
+    print(f"{len(keys)} configuration(s) requeued; run snakemake again to measure them", file=sys.stderr)
+    return 0
+
+
+def cmd_diagnose(a) -> int:
+    from .diagnose import run
+
+    d = run(Path(a.table), json.loads(a.baseline), Path(a.out_dir))
+    for _, r in d.iterrows():
+        print(f"{r['loader']:>12} {r['tier']:>8} g{r['gpus']} b{r['batch_size']} {r['precision']:>4} "
+              f"{r['parallel']:>3}: {r['bottleneck']}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_bundle(a) -> int:
+    from .bundle import make_bundle
+
+    paths = lambda names: [Path(n) for n in names or []]  # noqa: E731
+    index = make_bundle(
+        Path(a.config_json), paths(a.tables), paths(a.figures), Path(a.check), Path(a.check_report),
+        paths(a.manifests), paths(a.cells), Path(a.captions), Path(a.out_dir), Path(a.zip),
+        timeline_files=paths(a.timelines),
+    )  # fmt: skip
+    print(f"bundle: {index.resolve()}  (zip: {Path(a.zip).resolve()})")
+    return 0
+
+
+def cmd_bench(a) -> int:
+    from .bench import bench
+
+    cfg = _cfg(a)
+    tier = a.tier or cfg["tiers"][0]
+    loaders = a.loaders or ["torchvision", "opencv"]
+    with _measuring(a, "bench", 1, cfg):
+        r = bench(Path(Layout(a.results).manifest(tier)), loaders, a.batch_size, cfg["crop_size"], a.workers,
+                  a.seconds, a.rounds)  # fmt: skip
+    print(f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
+          f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:")  # fmt: skip
+    for lo, v in r["images_per_s"].items():
+        runs = ", ".join(f"{x:.0f}" for x in r["images_per_s_all"][lo])
+        print(f"  {lo:12s} {v:8.1f} images/s (median; rounds: {runs})")
+    if {"torchvision", "opencv"} <= set(loaders):
+        print(f"  opencv / torchvision = {r['images_per_s']['opencv'] / r['images_per_s']['torchvision']:.2f}x")
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=2))
+    return 0
+
+
+def cmd_ceiling(a) -> int:
+    from .ceiling import ceiling
+    from .config import cell_id
+
+    cfg = _cfg(a)
+    tier = cfg["tiers"][0]
+    cid = cell_id("synthetic", tier, 1, a.batch_size or cfg["batch_sizes"][-1], a.precision, "dp", 0)
+    spec = cell_spec(cfg, cid, in_grid=False)
+    if a.compile:
+        spec = dataclasses.replace(spec, compile=True)
+    with _measuring(a, "ceiling", 1, cfg):
+        r = ceiling(spec, Path(Layout(a.results).manifest(tier)), a.rounds, a.variant_steps,
+                    Path(Layout(a.results).ceiling), timeout_s=cfg["cell_timeout_s"], host=_host(a, cfg))  # fmt: skip
+    window = (f"{spec.window_steps} steps" if spec.window_steps else f"{spec.window_s:g} s" if spec.window_s
+              else f"adaptive (+-{100 * spec.window_precision:g}%, at most {spec.window_max_s:g} s)")  # fmt: skip
+    print(f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
+          f"channels_last={r['channels_last']}, compile={r['compile']}, cudnn.benchmark={r['cudnn_benchmark']}; "
+          f"window {window} after the cell's warm-up, {a.rounds} alternating rounds, each in a fresh process")  # fmt: skip
+    print(f"  placement (both loops): {json.dumps(r['placement'])}")
+    for s_, b_, n, ph in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"], r["steps"], r["synthetic_phases"]):
+        print(f"  synthetic cell {s_:9.1f} Samples/s   bare loop {b_:9.1f} Samples/s   ({n} steps each)  ratio "
+              f"{s_ / b_:.4f}   (cell setup {ph['setup_s']:.1f} s, first step {ph['first_step_s']:.1f} s, warm-up "
+              f"{ph['warmup_steps']} steps {ph['warmup_s']:.1f} s)")  # fmt: skip
+    print(f"  synthetic / bare loop (median of rounds) = {r['synthetic_over_bare']:.4f}")
+    for name, ms in (r.get("input_variants_ms_per_step") or {}).items():
+        print(f"  amp step, input {name:26s} {ms:8.2f} ms/step")
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=2))
+    return 0
+
+
+def cmd_engine_report(a) -> int:
+    from .enginereport import load, render, report
+
+    rep = report(load(Path(a.cells)), json.loads(Path(a.ceiling).read_text()) if a.ceiling else None)
+    print(render(rep))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rep, indent=2))
+    return 0
+
+
+def cmd_sweep(a) -> int:
+    from .sweep import render, sweep
+
+    cfg = _cfg(a)
+    tier = a.tier or cfg["tiers"][0]
+    with _measuring(a, "sweep", max(cfg["gpus"]), cfg):  # held across its cells (each cell's own lock: a no-op)
+        rows = sweep(cfg, a.variant, a.loaders, tier, a.batch_size or cfg["batch_sizes"][-1], a.precision,
+                     a.repeats, Path(Layout(a.results).manifest(tier)), Path(a.out or Layout(a.results).sweep), host=_host(a, cfg))  # fmt: skip
+    print(f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
+          f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)")  # fmt: skip
+    print(render(rows))
+    return 0
+
+
+def cmd_where(a) -> int:
+    from .layout import where
+
+    try:
+        print(where(a.name, a.arg, a.results))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return 0
