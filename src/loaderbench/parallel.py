@@ -52,8 +52,10 @@ def start(mode: str, gpus: int, timeout_s: float) -> Dist:
     if cuda:
         torch.cuda.set_device(device)
     timeout = datetime.timedelta(seconds=max(60.0, timeout_s))
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timeout,
-                            device_id=device if cuda else None)  # fmt: skip
+    # the cell runner's rendezvous file (runcell), else torchrun's environment (MASTER_ADDR, MASTER_PORT)
+    where = os.environ.get("LOADERBENCH_RENDEZVOUS")
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{where}" if where else "env://",
+                            rank=rank, world_size=world, timeout=timeout, device_id=device if cuda else None)  # fmt: skip
     ctrl = dist.new_group(backend="gloo", timeout=timeout) if cuda else dist.group.WORLD
     return Dist("ddp", rank, world, local, device, ctrl)
 

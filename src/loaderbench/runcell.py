@@ -12,7 +12,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -66,7 +65,11 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
     ranks = spec.gpus if spec.parallel == "ddp" else 1
     beats = [heartbeat_path(partial, r) for r in range(ranks)]
     stacks = [stacks_path(partial, r) for r in range(ranks)]
-    leftovers = [partial, *(partial.with_name(f"{partial.name}.rank{r}") for r in range(1, ranks)), *beats, *stacks]
+    # ddp's ranks meet through a file (torch's FileStore), not a TCP port picked here and bound later by rank 0:
+    # between the two, another process on the host could take the port
+    rendezvous = partial.with_name(f"{partial.name}.rendezvous").resolve()
+    leftovers = [partial, *(partial.with_name(f"{partial.name}.rank{r}") for r in range(1, ranks)), *beats, *stacks,
+                 rendezvous]  # fmt: skip
     for p in leftovers:
         p.unlink(missing_ok=True)
     cmd = [
@@ -96,12 +99,11 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
                 # FUSE simply absent here: skipped (the reason names the fix); a refused mount stays failed
                 absent = spec.tier_kind == "emulated" and _fuse_missing()
         # ddp: one process per GPU (rank), as torchrun would start them, under this runner's supervision
-        port = _free_port() if spec.parallel == "ddp" else None
         for rank in range(ranks if why is None else 0):
             env = dict(os.environ)
-            if port:
+            if spec.parallel == "ddp":
                 env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
-                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+                           LOADERBENCH_RENDEZVOUS=str(rendezvous))  # fmt: skip
                 # the ranks share the CPUs: split torch's intra-op threads among them as torchrun does (without it,
                 # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
                 env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
@@ -311,12 +313,6 @@ def _keep_off_launch_cores(spec: CellSpec, mount) -> None:
 
 def _has_gpu() -> bool:
     return Path("/dev/nvidiactl").exists()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def summary_line(record: dict) -> str:
