@@ -82,18 +82,33 @@ def write_config(tmp: Path, cfg: dict) -> Path:
     return path
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None,
-              **popen) -> subprocess.CompletedProcess:  # fmt: skip
-    """Run the real workflow (this repo's Snakefile and default profile) in `workdir`."""
+def _snakemake_command(workdir: Path, args: tuple[str, ...], env: dict | None) -> tuple[list[str], dict]:
+    """The command line and environment of the real workflow (this repo's Snakefile and default profile) in
+    `workdir`."""
     cmd = [
         sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
         "--cores", "2", *args,
     ]  # fmt: skip
-    env = {**(env or os.environ), "PYTHONUNBUFFERED": "1"}
+    return cmd, {**(env or os.environ), "PYTHONUNBUFFERED": "1"}
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None,
+              **popen) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run the real workflow (this repo's Snakefile and default profile) in `workdir`."""
+    cmd, env = _snakemake_command(workdir, args, env)
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env, **popen)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def start_snakemake(workdir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """Start the real workflow in `workdir` as `snakemake` runs it, without waiting for it: for a test that kills it.
+    It leads a session of its own, so that its process group (Snakemake, the cell runners, the training) can be
+    killed at once as a lost node would be; its output is discarded."""
+    cmd, env = _snakemake_command(workdir, args, env)
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -19,7 +19,7 @@ from loaderbench.config import cell_ids, validate_config
 from loaderbench.emulated import fuse_available, mount_entry
 from loaderbench.figures import FIGURES
 from loaderbench.records import validate_record
-from tests.conftest import REPO, snakemake, tiny_config, write_config
+from tests.conftest import snakemake, start_snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e
 FUSE_PROBLEM = fuse_available()
@@ -228,9 +228,7 @@ def _measuring_children(root: psutil.Process) -> list[psutil.Process]:
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_killed_mid_cell_then_rerun_finishes_with_every_cell_ok(tmp_path, how):
     cfg_path = write_config(tmp_path, tiny_config(tmp_path, window={"seconds": 4}))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "--cores", "2", "--configfile", str(cfg_path)]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = start_snakemake(tmp_path, "--configfile", str(cfg_path))
     root = psutil.Process(proc.pid)
     deadline = time.time() + 300
     while time.time() < deadline and not (_measuring_children(root) and list((tmp_path / "results/cells").glob("*.json"))):
@@ -351,9 +349,7 @@ def test_run_killed_while_the_emulated_tier_is_mounted_leaves_no_mount_after_the
     cfg = tiny_config(tmp_path, loaders=["torchvision"], precisions=["fp32"], window={"seconds": 4},
                       storage={"hdd": {"kind": "emulated", "path": str(tmp_path / "hdd"), "mount": str(mnt)}})  # fmt: skip
     cfg_path = write_config(tmp_path, cfg)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "--cores", "2", "--configfile", str(cfg_path)]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = start_snakemake(tmp_path, "--configfile", str(cfg_path))
     root = psutil.Process(proc.pid)
     deadline = time.time() + 300
     while time.time() < deadline and not (mount_entry(mnt) and _measuring_children(root)):
