@@ -16,30 +16,12 @@ import psutil
 import pytest
 
 from loaderbench.config import cell_ids, validate_config
-from loaderbench.emulated import fuse_available, mount_entry
+from loaderbench.emulated import mount_entry
 from loaderbench.figures import FIGURES
 from loaderbench.records import validate_record
-from tests.conftest import snakemake, start_snakemake, tiny_config, write_config
+from tests.conftest import needs_fuse, snakemake, start_snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e
-FUSE_PROBLEM = fuse_available()
-needs_fuse = pytest.mark.skipif(FUSE_PROBLEM is not None, reason=f"FUSE is not usable here: {FUSE_PROBLEM}")
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """One complete run of the tiny grid, shared by the tests that only read or re-plan it."""
-    work = tmp_path_factory.mktemp("run")
-    # disk-b is an emulated HDD: a real FUSE mount over tier-b, throttled to one head (CI installs fuse3)
-    disk_b = {"kind": "emulated", "path": str(work / "tier-b"), "mount": str(work / "mnt-b"),
-              "model": {"name": "test-hdd", "access_ms": 5, "bandwidth_mb_s": 100, "concurrency": 1}}
-    if FUSE_PROBLEM:  # without FUSE: a plain tier, so the tests that need no emulated tier still run
-        disk_b = str(work / "tier-b")
-    cfg = tiny_config(work, loaders=["torchvision", "opencv", "synthetic"],
-                      storage={"disk-a": str(work / "tier-a"), "disk-b": disk_b})  # fmt: skip
-    cfg_path = write_config(work, cfg)
-    snakemake(work, "--configfile", str(cfg_path))
-    return work, cfg_path
 
 
 def job_counts(dry_run_stdout: str) -> dict[str, int]:
