@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pandas as pd
@@ -19,77 +17,6 @@ from loaderbench.records import validate_record
 from tests.conftest import needs_fuse, snakemake, start_snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e
-
-
-def job_counts(dry_run_stdout: str) -> dict[str, int]:
-    """The 'Job stats' table of a dry run, as {rule: count}."""
-    lines = dry_run_stdout.split("Job stats:", 1)[1].splitlines()
-    counts = {}
-    for line in lines[3:]:
-        parts = line.split()
-        if len(parts) != 2 or parts[0] == "total":
-            break
-        counts[parts[0]] = int(parts[1])
-    return counts
-
-
-def test_a_finished_run_has_nothing_to_be_done(finished_run):
-    work, cfg_path = finished_run
-    assert "nothing to be done" in snakemake(work, "--configfile", str(cfg_path), "-n").stdout.lower()
-
-
-def test_deleting_one_cell_recomputes_exactly_that_cell(finished_run):
-    work, cfg_path = finished_run
-    cells = sorted((work / "results/cells").glob("*.json"))
-    victim = work / "results/cells/opencv_disk-b_g1_b4_amp_dp_r0.json"
-    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cells if p != victim}
-    victim.unlink()
-    plan = snakemake(work, "--configfile", str(cfg_path), "-n").stdout
-    assert job_counts(plan) == {"cell": 1, "aggregate": 1, "diagnose": 1, "figures": 1, "bundle": 1, "all": 1}
-    assert "results/cells/opencv_disk-b_g1_b4_amp_dp_r0.json" in plan
-    snakemake(work, "--configfile", str(cfg_path))
-    assert json.loads(victim.read_text())["status"] == "ok"
-    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
-
-
-def test_grid_edits_measure_only_new_cells_and_run_settings_measure_nothing(finished_run):
-    """Adding a loader or a batch size plans only the new cells; removing one, or changing how cells are run (the
-    time limit, the watchdog), plans no cell at all."""
-    import yaml
-
-    work, cfg_path = finished_run
-    cfg = yaml.safe_load(cfg_path.read_text())
-    old = set(cell_ids(validate_config(cfg, base_dir=work)))
-
-    def planned_cells(**edit):
-        path = work / "edited.yaml"
-        path.write_text(yaml.safe_dump({**cfg, **edit}))
-        plan = snakemake(work, "--configfile", str(path), "-n").stdout
-        new = set(cell_ids(validate_config({**cfg, **edit}, base_dir=work)))
-        return job_counts(plan).get("cell", 0) if "Job stats:" in plan else 0, new - old
-
-    n, new = planned_cells(loaders=[*cfg["loaders"], "dali-cpu"])
-    assert n == len(new) == 4  # dali-cpu on 2 tiers x 2 precisions
-    n, new = planned_cells(batch_sizes=[4, 8])
-    assert n == len(new) == 10
-    assert planned_cells(loaders=["torchvision", "synthetic"])[0] == 0
-    assert planned_cells(precisions=["fp32"])[0] == 0
-    assert planned_cells(cell_timeout_s=77, watchdog={"stall_s": 9})[0] == 0
-
-
-def test_rerun_of_a_single_configuration_by_its_cell_id(finished_run):
-    work, cfg_path = finished_run
-    cell = work / "results/cells/torchvision_disk-a_g1_b4_fp32_dp_r0.json"
-    old = json.loads(cell.read_text())["finished_at"]
-    plan = snakemake(work, "--configfile", str(cfg_path), "-n", "--forcerun", "results/cells/torchvision_disk-a_g1_b4_fp32_dp_r0.json").stdout
-    assert job_counts(plan)["cell"] == 1
-    out = subprocess.run(
-        [sys.executable, "-m", "loaderbench", "run-cell", "--config", str(cfg_path), "--cell", "torchvision_disk-a_g1_b4_fp32_dp_r0"],
-        cwd=work, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert "cell torchvision_disk-a_g1_b4_fp32_dp_r0: ok" in out.stderr
-    assert json.loads(cell.read_text())["finished_at"] > old
 
 
 def _measuring_children(root: psutil.Process) -> list[psutil.Process]:
@@ -189,23 +116,6 @@ def test_dp_and_ddp_cells_run_through_the_pipeline_on_the_cpu(tmp_path):
             assert len(ranks) == (2 if "_g2_" in cid else 1) and rec["spec"]["parallel"] in cid
     rec = json.loads((tmp_path / "results/cells/dali-mc_disk-a_g2_b4_fp32_ddp_r0.json").read_text())
     assert rec["metrics"]["loader_info"]["sharding"] == "shard 0 of 2" and rec["metrics"]["samples"] == 3 * 8
-
-
-def test_bad_config_fails_before_any_job_and_names_the_key(tmp_path):
-    cfg_path = write_config(tmp_path, tiny_config(tmp_path, loaders=["torchvision", "dali"], batch_sizes=[0]))
-    proc = snakemake(tmp_path, "--configfile", str(cfg_path), "-n", check=False)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
-    assert "config key 'batch_sizes[0]': 0 is less than the minimum of 1" in out
-    assert not (tmp_path / "results").exists()
-
-
-def test_missing_dataset_path_fails_at_plan_time_naming_the_key(tmp_path):
-    cfg = tiny_config(tmp_path, dataset={"source": "path", "path": str(tmp_path / "no-imagenet")})
-    cfg_path = write_config(tmp_path, cfg)
-    proc = snakemake(tmp_path, "--configfile", str(cfg_path), "-n", check=False)  # a dry run already says so
-    assert proc.returncode != 0
-    assert f"config key 'dataset.path': {tmp_path / 'no-imagenet'} does not exist" in proc.stdout + proc.stderr
 
 
 def _alive(pid: int) -> bool:
