@@ -3,58 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 
 import pandas as pd
-import psutil
 import pytest
 
 from loaderbench.config import cell_ids, validate_config
-from loaderbench.emulated import mount_entry
 from loaderbench.records import validate_record
-from tests.conftest import needs_fuse, snakemake, start_snakemake, tiny_config, write_config
+from tests.conftest import snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e
-
-
-def _measuring_children(root: psutil.Process) -> list[psutil.Process]:
-    try:
-        return [p for p in root.children(recursive=True) if "loaderbench.train" in " ".join(p.cmdline())]
-    except psutil.Error:
-        return []
-
-
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
-def test_killed_mid_cell_then_rerun_finishes_with_every_cell_ok(tmp_path, how):
-    cfg_path = write_config(tmp_path, tiny_config(tmp_path, window={"seconds": 4}))
-    proc = start_snakemake(tmp_path, "--configfile", str(cfg_path))
-    root = psutil.Process(proc.pid)
-    deadline = time.time() + 300
-    while time.time() < deadline and not (_measuring_children(root) and list((tmp_path / "results/cells").glob("*.json"))):
-        time.sleep(0.2)  # wait until one cell is done and the next one is measuring
-    assert _measuring_children(root), "no cell started"
-    time.sleep(2)  # mid-cell
-    if how == "SIGTERM":
-        proc.send_signal(signal.SIGTERM)  # what `kill` and a batch system's cancel send
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)  # the whole process group at once, as a lost node would
-    proc.wait(timeout=120)
-    done_before = len(list((tmp_path / "results/cells").glob("*.json")))
-    assert 1 <= done_before < 8
-    time.sleep(1)
-    assert not _measuring_children(root) if root.is_running() else True
-    args = ["--configfile", str(cfg_path)]
-    if how == "SIGKILL":  # a SIGKILLed Snakemake cannot release its lock; unlock is the documented recovery
-        snakemake(tmp_path, *args, "--unlock")
-    snakemake(tmp_path, *args)
-    cells = sorted((tmp_path / "results/cells").glob("*.json"))
-    assert len(cells) == 8
-    assert all(json.loads(p.read_text())["status"] == "ok" for p in cells)  # every file parses: none truncated
-    assert not list((tmp_path / "results/cells").glob(".*"))
-    table = pd.read_csv(tmp_path / "results/tables/cells.csv")
-    assert len(table) == 8 and set(table["Status"]) == {"ok"}
 
 
 def test_every_loader_runs_through_the_pipeline_on_the_cpu(tmp_path):
@@ -116,40 +73,3 @@ def test_dp_and_ddp_cells_run_through_the_pipeline_on_the_cpu(tmp_path):
             assert len(ranks) == (2 if "_g2_" in cid else 1) and rec["spec"]["parallel"] in cid
     rec = json.loads((tmp_path / "results/cells/dali-mc_disk-a_g2_b4_fp32_ddp_r0.json").read_text())
     assert rec["metrics"]["loader_info"]["sharding"] == "shard 0 of 2" and rec["metrics"]["samples"] == 3 * 8
-
-
-def _alive(pid: int) -> bool:
-    """A process that exists and is not a zombie (a killed child waits as a zombie until something reaps it; in a
-    container whose init does not reap promptly, that can take a while)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-@needs_fuse
-def test_run_killed_while_the_emulated_tier_is_mounted_leaves_no_mount_after_the_next_run(tmp_path):
-    mnt = tmp_path / "mnt-hdd"
-    cfg = tiny_config(tmp_path, loaders=["torchvision"], precisions=["fp32"], window={"seconds": 4},
-                      storage={"hdd": {"kind": "emulated", "path": str(tmp_path / "hdd"), "mount": str(mnt)}})  # fmt: skip
-    cfg_path = write_config(tmp_path, cfg)
-    proc = start_snakemake(tmp_path, "--configfile", str(cfg_path))
-    root = psutil.Process(proc.pid)
-    deadline = time.time() + 300
-    while time.time() < deadline and not (mount_entry(mnt) and _measuring_children(root)):
-        time.sleep(0.2)
-    assert mount_entry(mnt), "the cell never mounted the emulated tier"
-    owner = json.loads((tmp_path / "mnt-hdd.owner.json").read_text())
-    os.killpg(proc.pid, signal.SIGKILL)  # Snakemake, the cell runner and the training, at once
-    proc.wait(timeout=60)
-    deadline = time.time() + 30
-    while _alive(owner["owner_pid"]) and time.time() < deadline:
-        time.sleep(0.2)
-    # the FUSE server runs in its own session and outlives its owner: a stale mount, as after a lost run
-    assert mount_entry(mnt) is not None and not _alive(owner["owner_pid"])
-    snakemake(tmp_path, "--configfile", str(cfg_path), "--unlock")
-    snakemake(tmp_path, "--configfile", str(cfg_path))
-    assert mount_entry(mnt) is None and not (tmp_path / "mnt-hdd.owner.json").exists()
-    assert not _alive(owner["server_pid"])
-    rec = json.loads((tmp_path / "results/cells/torchvision_hdd_g1_b4_fp32_dp_r0.json").read_text())
-    assert rec["status"] == "ok" and rec["tier"]["emulated"]["seeks"] > 0
