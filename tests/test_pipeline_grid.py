@@ -16,9 +16,10 @@ from tests.conftest import cell_record, cells_table, snakemake
 
 pytestmark = pytest.mark.e2e
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-needs_chromium = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-                                    reason="Debian's chromium and chromium-driver are not installed (.ci/run installs "
-                                    "them)")  # fmt: skip
+needs_chromium = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    reason="Debian's chromium and chromium-driver are not installed (.ci/run installs them)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def index(finished_run) -> str:
     return (work / "results/bundle/index.html").read_text()
 
 
-def test_the_table_starts_with_the_columns_of_the_paper(table):
+def test_the_table_starts_with_the_nine_headline_columns_in_order(table):
     assert list(table.columns[:9]) == ["Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s",
                                        "Speed", "GPU Efficiency"]  # fmt: skip
 
