@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from loaderbench.dataset import DatasetParams, make_dataset
+from loaderbench.emulated import fuse_available
 
 REPO = Path(__file__).resolve().parents[1]
 
 # What a test may lack on a fresh machine (scripts/install-test-deps.sh installs them as root; CI requires them):
 # a skip whose reason names one is counted under it in the last line ("3 skipped (no FUSE)").
 NEEDS = (("fuse", "no FUSE"), ("chromium", "no Chromium"), ("slurm", "no Slurm"))
+FUSE_PROBLEM = fuse_available()
+needs_fuse = pytest.mark.skipif(FUSE_PROBLEM is not None, reason=f"FUSE is not usable here: {FUSE_PROBLEM}")
 
 
 def _skip_reason(report) -> str:
@@ -82,18 +87,63 @@ def write_config(tmp: Path, cfg: dict) -> Path:
     return path
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None,
-              **popen) -> subprocess.CompletedProcess:  # fmt: skip
-    """Run the real workflow (this repo's Snakefile and default profile) in `workdir`."""
+def _snakemake_command(workdir: Path, args: tuple[str, ...], env: dict | None) -> tuple[list[str], dict]:
+    """The command line and environment of the real workflow (this repo's Snakefile and default profile) in
+    `workdir`."""
     cmd = [
         sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
         "--cores", "2", *args,
     ]  # fmt: skip
-    env = {**(env or os.environ), "PYTHONUNBUFFERED": "1"}
+    return cmd, {**(env or os.environ), "PYTHONUNBUFFERED": "1"}
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None,
+              **popen) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run the real workflow (this repo's Snakefile and default profile) in `workdir`."""
+    cmd, env = _snakemake_command(workdir, args, env)
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env, **popen)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def start_snakemake(workdir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """Start the real workflow in `workdir` as `snakemake` runs it, without waiting for it: for a test that kills it.
+    It leads a session of its own, so that its process group (Snakemake, the cell runners, the training) can be
+    killed at once as a lost node would be; its output is discarded."""
+    cmd, env = _snakemake_command(workdir, args, env)
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+
+
+def cell_record(work: Path, cell_id: str) -> dict:
+    """The record of one cell of the run in `work`."""
+    return json.loads((work / "results/cells" / f"{cell_id}.json").read_text())
+
+
+def cells_table(work: Path) -> pd.DataFrame:
+    """The table of every cell of the run in `work` (results/tables/cells.csv)."""
+    return pd.read_csv(work / "results/tables/cells.csv")
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> tuple[Path, Path]:
+    """One complete run of the tiny grid with a third loader (synthetic), as (its folder, its config file): the
+    session runs it once for every test that reads or re-plans it. Such a test may re-measure a cell, but leaves every
+    record and table in place: the others read it in any order.
+
+    disk-b is an emulated HDD: a real FUSE mount over tier-b, throttled to one head (CI installs fuse3). Without FUSE it
+    is a plain tier, so that the tests that need no emulated tier still run."""
+    work = tmp_path_factory.mktemp("run")
+    disk_b = {"kind": "emulated", "path": str(work / "tier-b"), "mount": str(work / "mnt-b"),
+              "model": {"name": "test-hdd", "access_ms": 5, "bandwidth_mb_s": 100, "concurrency": 1}}  # fmt: skip
+    if FUSE_PROBLEM:
+        disk_b = str(work / "tier-b")
+    cfg = tiny_config(work, loaders=["torchvision", "opencv", "synthetic"],
+                      storage={"disk-a": str(work / "tier-a"), "disk-b": disk_b})  # fmt: skip
+    cfg_path = write_config(work, cfg)
+    snakemake(work, "--configfile", str(cfg_path))
+    return work, cfg_path
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,0 +1,161 @@
+"""One finished run of the tiny grid (the session's `finished_run`): its table, its cell records, the staged copies,
+the bundle (also as headless Chromium renders it) and Snakemake's report."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loaderbench.config import cell_ids, validate_config
+from loaderbench.figures import FIGURES
+from loaderbench.records import validate_record
+from tests.conftest import cell_record, cells_table, snakemake
+
+pytestmark = pytest.mark.e2e
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+needs_chromium = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    reason="Debian's chromium and chromium-driver are not installed (.ci/run installs them)",
+)
+
+
+@pytest.fixture(scope="module")
+def table(finished_run):
+    work, _ = finished_run
+    return cells_table(work)
+
+
+@pytest.fixture(scope="module")
+def index(finished_run) -> str:
+    """The bundle's index.html."""
+    work, _ = finished_run
+    return (work / "results/bundle/index.html").read_text()
+
+
+def test_the_table_starts_with_the_nine_headline_columns_in_order(table):
+    assert list(table.columns[:9]) == ["Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s",
+                                       "Speed", "GPU Efficiency"]  # fmt: skip
+
+
+def test_the_table_has_one_ok_row_with_a_positive_rate_for_each_of_the_10_cells(table):
+    assert len(table) == 10 and set(table["Status"]) == {"ok"} and (table["Samples/s"] > 0).all()
+
+
+def test_the_table_covers_every_loader_tier_and_precision_with_the_configured_steps(table):
+    assert set(table["Dataloader"]) == {"torchvision", "opencv", "synthetic"}
+    assert set(table["Disk"]) == {"disk-a", "disk-b"}
+    assert set(table["Precision"]) == {"fp32", "amp"} and (table["Steps"] == 3).all()
+
+
+def test_the_baseline_cell_has_speed_1(table):
+    base = table[(table["Dataloader"] == "torchvision") & (table["Disk"] == "disk-a") & (table["Precision"] == "fp32")]
+    assert float(base["Speed"].iloc[0]) == pytest.approx(1.0)
+
+
+def test_every_cell_of_the_config_has_a_valid_ok_record_naming_its_cell(finished_run):
+    work, cfg_path = finished_run
+    for cid in cell_ids(validate_config(yaml.safe_load(cfg_path.read_text()))):
+        rec = cell_record(work, cid)
+        validate_record(rec)
+        assert rec["status"] == "ok" and rec["cell_id"] == cid
+
+
+def test_staged_copies_live_inside_each_tier_in_the_folder_staging_owns(finished_run):
+    work, _ = finished_run
+    for tier in ("tier-a", "tier-b"):
+        assert len(list((work / tier / "loaderbench").rglob("*.JPEG"))) == 32
+
+
+def test_the_bundle_index_links_every_figure_as_png_and_svg_and_the_bundle_holds_them(finished_run, index):
+    work, _ = finished_run
+    for name in FIGURES:
+        for ext in ("png", "svg"):
+            assert f"figures/{name}.{ext}" in index
+            assert (work / "results/bundle/figures" / f"{name}.{ext}").stat().st_size > 1000
+
+
+def test_the_bundle_index_links_the_tables_provenance_config_and_dataset_check_and_the_bundle_holds_them(
+    finished_run, index
+):
+    work, _ = finished_run
+    for link in ("tables/cells.csv", "tables/repeats.csv", "provenance.json", "config.json", "dataset_check.txt"):
+        assert link in index and (work / "results/bundle" / link).is_file()
+
+
+def test_the_bundle_zip_holds_the_index_and_the_figures(finished_run):
+    work, _ = finished_run
+    with zipfile.ZipFile(work / "results/bundle.zip") as z:
+        names = set(z.namelist())
+    assert "bundle/index.html" in names and "bundle/figures/throughput.png" in names
+
+
+@pytest.fixture(scope="module")
+def rendered(finished_run, tmp_path_factory) -> dict:
+    """The bundle's index.html as headless Chromium loads it: its images, its links, the browser's severe log entries
+    and a screenshot."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    work, _ = finished_run
+    profile = tmp_path_factory.mktemp("chromium")
+    opts = Options()
+    opts.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1280,2000", f"--user-data-dir={profile / 'profile'}"):  # fmt: skip
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    try:
+        driver.get((work / "results/bundle/index.html").as_uri())
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
+        links = driver.execute_script("return Array.from(document.links).map(a => a.getAttribute('href'))")
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        shot = profile / "index.png"
+        driver.save_screenshot(str(shot))
+    finally:
+        driver.quit()
+    return {"images": images, "links": links, "errors": errors, "screenshot": shot}
+
+
+@needs_chromium
+def test_chromium_shows_every_figure_of_the_bundle_as_png(rendered):
+    assert {src for src, *_ in rendered["images"]} == {f"figures/{name}.png" for name in FIGURES}
+
+
+@needs_chromium
+def test_every_image_of_the_bundle_index_loads_in_chromium(rendered):
+    broken = [src for src, complete, width in rendered["images"] if not complete or width == 0]
+    assert not broken, f"images that did not load: {broken}"
+
+
+@needs_chromium
+def test_every_link_of_the_bundle_index_resolves_to_a_file_of_the_bundle(finished_run, rendered):
+    work, _ = finished_run
+    missing = [h for h in rendered["links"] if not (work / "results/bundle" / h.split("#")[0]).is_file()]
+    assert rendered["links"] and not missing, f"links that do not resolve: {missing}"
+
+
+@needs_chromium
+def test_chromium_logs_no_severe_error_on_the_bundle_index(rendered):
+    assert not rendered["errors"], rendered["errors"]
+
+
+@needs_chromium
+def test_the_bundle_index_renders_in_headless_chromium_as_a_full_page_not_a_blank_one(rendered):
+    from PIL import Image, ImageStat
+
+    with Image.open(rendered["screenshot"]) as im:  # a page-sized screenshot with text and figures
+        assert im.width >= 1000 and ImageStat.Stat(im.convert("L")).stddev[0] > 20
+
+
+def test_snakemake_report_has_the_figures(finished_run):
+    work, cfg_path = finished_run
+    snakemake(work, "--configfile", str(cfg_path), "--report", "results/report.html")
+    report = work / "results/report.html"
+    assert report.is_file() and report.stat().st_size > 10_000
