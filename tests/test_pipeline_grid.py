@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from loaderbench.config import cell_ids, validate_config
-from loaderbench.figures import FIGURES
+from loaderbench.figure_registry import FIGURES
 from loaderbench.records import validate_record
 from tests.conftest import cell_record, cells_table, snakemake
 
