@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -242,6 +243,33 @@ def test_a_signal_to_the_snakemake_pid_alone_stops_the_cell(tmp_path, how):
         assert f"ancestor pid {proc.pid} (" in log and "stopping this measurement" in log
     else:
         assert "loaderbench: " + how + ": stopping 1 measuring job(s)" in (tmp_path / "snakemake.out").read_text()
+
+
+def test_a_cell_outlives_the_shell_that_started_a_detached_run(tmp_path):
+    """`setsid nohup snakemake ... &` from a shell that then ends (a login shell, a remote call) is a run that goes
+    on: the runner watches its ancestors up to Snakemake, not the shell above it."""
+    cfg = tiny_config(tmp_path, storage={"disk-a": str(tmp_path / "tier-a")}, **{**ONE_CELL, "window": {"seconds": 12}})
+    cfg_path = write_config(tmp_path, cfg)
+    release = tmp_path / "shell-may-end"
+    cmd = shlex.join([PY, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores",
+                      "2", "--configfile", str(cfg_path)])  # fmt: skip
+    shell = subprocess.Popen(["bash", "-c", f"setsid nohup {cmd} > {shlex.quote(str(tmp_path / 'snakemake.out'))} "
+                              f"2>&1 & echo $! > {shlex.quote(str(tmp_path / 'pid'))}; "
+                              f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.2; done"],
+                             cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    deadline = time.time() + 300
+    while not list((tmp_path / "logs/cells").glob("*.log")) or " steps in " not in next(
+            (tmp_path / "logs/cells").glob("*.log")).read_text():  # fmt: skip
+        assert time.time() < deadline and shell.poll() is None, (tmp_path / "snakemake.out").read_text()
+        time.sleep(0.2)
+    release.touch()  # the shell ends while the cell is in its window
+    shell.wait(timeout=30)
+    snake = psutil.Process(int((tmp_path / "pid").read_text()))
+    snake.wait(timeout=300)
+    cid = next((tmp_path / "logs/cells").glob("*.log")).stem
+    rec = json.loads((tmp_path / f"results/cells/{cid}.json").read_text())
+    assert rec["status"] == "ok", rec["reason"]
+    assert "is gone" not in (tmp_path / f"logs/cells/{cid}.log").read_text()
 
 
 def test_two_pipelines_at_once_never_overlap_their_windows(tmp_path, own_lock_dir):

@@ -199,9 +199,11 @@ def measuring(holder: str, gpus: list[int], settings: HostSettings | None = None
 
 
 class _AncestorWatch(threading.Thread):
-    """Polls the ancestors this process had at start (pid and create time; pid 1 excluded) every `period_s`:
-    when one is gone (Snakemake killed with SIGKILL, a closed terminal), sends SIGTERM to this process, which the
-    cell runner turns into its cleanup (ranks killed, tier unmounted, lock released, no record)."""
+    """Polls the ancestors of the run that started this process every `period_s`: up to the nearest Snakemake (its
+    job shell and Snakemake itself), or the parent alone when no Snakemake started it. When one is gone (Snakemake
+    killed with SIGKILL), sends SIGTERM to this process, which the cell runner turns into its cleanup (ranks killed,
+    tier unmounted, lock released, no record). Processes above that run are not watched: the shell that started a
+    detached `setsid nohup snakemake ...` may end while the run goes on."""
 
     def __init__(self, period_s: float):
         super().__init__(name="loaderbench-ancestors", daemon=True)
@@ -211,12 +213,16 @@ class _AncestorWatch(threading.Thread):
         self.stop = threading.Event()
         self.gone: str | None = None
         self.ancestors = []
-        for p in psutil.Process().parents():
-            if p.pid > 1:
-                try:
-                    self.ancestors.append((p.pid, p.create_time(), " ".join(p.cmdline())[:120]))
-                except psutil.Error:
-                    pass
+        for p in (p for p in psutil.Process().parents() if p.pid > 1):  # the parent first
+            try:
+                argv = p.cmdline()
+                self.ancestors.append((p.pid, p.create_time(), " ".join(argv)[:120]))
+            except psutil.Error:
+                continue
+            if _is_snakemake(argv):
+                break
+        else:  # no Snakemake above: a measurement started by hand or by a test watches its parent only
+            self.ancestors = self.ancestors[:1]
 
     def run(self) -> None:
         import psutil
@@ -233,6 +239,13 @@ class _AncestorWatch(threading.Thread):
                     print(f"loaderbench: {self.gone}: stopping this measurement", file=sys.stderr, flush=True)
                     os.kill(os.getpid(), signal.SIGTERM)
                     return
+
+
+def _is_snakemake(argv: list[str]) -> bool:
+    """A Snakemake process: the `snakemake` script, `python -m snakemake` or `python .../snakemake/__main__.py`."""
+    head = argv[:3]
+    return (any(Path(a).name == "snakemake" for a in head[:2]) or "-m snakemake" in " ".join(head)
+            or any(a.endswith("snakemake/__main__.py") for a in head))  # fmt: skip
 
 
 @contextmanager
