@@ -118,7 +118,7 @@ def test_dp_and_ddp_records_share_one_schema_with_one_entry_per_rank(parallel):
             assert len(ranks) == (2 if "_g2_" in cid else 1) and rec["spec"]["parallel"] in cid
 
 
-def test_each_ddp_rank_of_dali_reads_its_own_shard(parallel):
+def test_a_2_rank_ddp_dali_cell_records_its_sharding_and_the_samples_of_both_ranks(parallel):
     work, _ = parallel
     rec = cell_record(work, "dali-mc_disk-a_g2_b4_fp32_ddp_r0")
     assert rec["metrics"]["loader_info"]["sharding"] == "shard 0 of 2" and rec["metrics"]["samples"] == 3 * 8
