@@ -14,7 +14,7 @@ import pandas as pd
 
 from .aggregate import seed_table_frame
 from .columns import read_table, to_labels
-from .figure_registry import EXTRA_FILES, FIGURES, FORMATS, load_captions
+from .figure_registry import EXTRA_FILES, FIGURE_FILES, FIGURES, load_captions
 from .records import warning_lines, warnings_of
 
 def _summarize_provenance(records: list[dict]) -> dict:
@@ -52,12 +52,12 @@ def make_bundle(
     and provenance copied beside it; the folder zipped to `zip_path`."""
     out_dir, zip_path = Path(out_dir), Path(zip_path)
     tables = _by_name(table_files, TABLES, "tables")
-    figures = _by_name(figure_files, (*(f"{n}.{x}" for n in FIGURES for x in FORMATS), *EXTRA_FILES), "figures")
+    figures = _by_name(figure_files, (*FIGURE_FILES, *EXTRA_FILES), "figures")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     for sub in ("figures", "tables", "cells"):
         (out_dir / sub).mkdir(parents=True)
-    for name in (f"{n}.{x}" for n in FIGURES for x in FORMATS):
+    for name in FIGURE_FILES:
         shutil.copyfile(figures[name], out_dir / "figures" / name)
     for name in EXTRA_FILES:  # the seed's table as HTML sits with the tables
         shutil.copyfile(figures[name], out_dir / "tables" / name)
@@ -90,7 +90,7 @@ def make_bundle(
     recs = json.loads(tables["recommendations.json"].read_text())
     (out_dir / "index.html").write_text(
         _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
-                    {f.name for f in (out_dir / "telemetry").glob("*.csv")})
+                    {Path(f).name for f in timeline_files})
     )
     tmp = zip_path.with_name(f".{zip_path.name}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:

@@ -46,6 +46,7 @@ REGISTRY = (
     Figure("tier_probe", "Storage", ("probe",)),
 )
 FIGURES = tuple(f.name for f in REGISTRY)  # the names, in the order they are drawn and shown
+FIGURE_FILES = tuple(f"{name}.{ext}" for name in FIGURES for ext in FORMATS)  # each figure as PNG and SVG
 EXTRA_FILES = tuple(x for f in REGISTRY for x in f.extra)
 
 

@@ -167,15 +167,16 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
 def _outcome(partial: Path, leftovers: list[Path], culprit: int | None, why: str | None, absent: bool) -> dict:
     """What the measuring processes reported (train.outcome), or, where they could not (killed, stalled, timed out,
     host busy, tier not prepared), the runner's own failed or skipped outcome with its reason."""
+    rank0 = json.loads(partial.read_text()) if partial.is_file() else None
     if culprit:
         # another rank failed first; what rank 0 then reported (a broken collective) is a consequence, not the cause
         own = leftovers[culprit]
         if own.is_file():
             return json.loads(own.read_text())
-        consequence = json.loads(partial.read_text())["reason"] if partial.is_file() else None
+        consequence = rank0["reason"] if rank0 else None
         return {"status": "failed", "reason": why, "detail": f"rank 0 then: {consequence}" if consequence else None}
-    if partial.is_file() and (why is None or json.loads(partial.read_text())["status"] != "ok"):
-        return json.loads(partial.read_text())
+    if rank0 and (why is None or rank0["status"] != "ok"):
+        return rank0
     if absent:
         return {"status": "skipped", "reason": why}
     return {"status": "failed", "reason": why or "measurement process wrote no record"}
