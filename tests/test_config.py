@@ -188,3 +188,46 @@ def test_cell_ids_round_trip_and_specs_carry_the_cell():
         cell_spec(cfg, "opencv_ram-disk_g4_b128_fp32_dp_r1")
     with pytest.raises(ConfigError, match="is not a cell id"):
         parse_cell_id("opencv-ram")
+
+
+def _study(**over):
+    raw = {
+        "storage": {"ram": "/dev/shm", "disk": "resources/tiers/disk"},
+        "loaders": ["torchvision"], "batch_sizes": [64], "workers": 2,
+        "parts": [
+            {"name": "every-loader", "loaders": ["torchvision", "synthetic"], "tiers": ["ram"], "repeats": 2},
+            {"name": "disk", "tiers": ["disk"], "batch_sizes": [32, 64], "workers": 4, "window": {"max_seconds": 5}},
+        ],
+    }
+    raw.update(over)
+    return validate_config(raw)
+
+
+def test_parts_are_a_union_of_sub_grids_with_their_own_settings():
+    cfg = _study()
+    ids = cell_ids(cfg)
+    # repeats outermost across the parts: both parts' first repeats before any second repeat
+    assert ids == ["torchvision_ram_g1_b64_fp32_dp_r0", "synthetic_ram_g1_b64_fp32_dp_r0",
+                   "torchvision_disk_g1_b32_fp32_dp_r0", "torchvision_disk_g1_b64_fp32_dp_r0",
+                   "torchvision_ram_g1_b64_fp32_dp_r1", "synthetic_ram_g1_b64_fp32_dp_r1"]
+    assert cfg["tiers"] == ["ram", "disk"]  # staged and probed: the parts' tiers
+    assert cell_spec(cfg, "torchvision_ram_g1_b64_fp32_dp_r1").workers == 2
+    disk = cell_spec(cfg, "torchvision_disk_g1_b32_fp32_dp_r0")
+    assert (disk.workers, disk.window_max_s) == (4, 5)
+    assert validate_config(cfg) == cfg  # a validated config validates to itself
+    with pytest.raises(ConfigError, match="not in this configuration's grid"):
+        cell_spec(cfg, "torchvision_disk_g1_b32_fp32_dp_r1")
+
+
+@pytest.mark.parametrize("parts, words", [
+    ([{"name": "a", "storage": {}}], ["parts[0]", "'storage' cannot differ between parts"]),
+    ([{"name": "a"}, {"name": "a"}], ["parts[1]", "used by an earlier part"]),
+    ([{"name": "a", "loaders": ["nope"]}], ["parts[0]", "unknown loader 'nope'"]),
+    ([{"name": "a", "workers": 2}, {"name": "b", "workers": 3}],
+     ["parts[1]' (b)", "torchvision_ram_g1_b64_fp32_dp_r0 is also in part 'a'", "workers"]),
+])
+def test_bad_parts_name_the_part_and_the_key(parts, words):
+    with pytest.raises(ConfigError) as e:
+        _study(parts=parts, tiers=["ram"])
+    for w in words:
+        assert w in str(e.value)

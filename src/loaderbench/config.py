@@ -117,9 +117,67 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
     if bad:
         i, c = bad[0]
         raise ConfigError(f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)")
+    _resolve_parts(raw or {}, cfg, base_dir)
     if check_paths:
         _check_paths(cfg, base_dir)
     return cfg
+
+
+# Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).
+AXES = ("loaders", "tiers", "gpus", "batch_sizes", "precisions", "parallel", "repeats")
+STUDY_KEYS = ("parts", "budget_minutes", "trim")
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def _resolve_parts(raw: dict, cfg: dict, base_dir: Path) -> None:
+    """cfg["parts"]: the study's sub-grids, each with its axes and the settings of its cells' specs. A config without
+    `parts` is one part, `grid`. A part takes what it does not set from the top level; the top-level `tiers` become
+    the parts' tiers (those staged and probed) and an auto cell_timeout_s the longest the parts need."""
+    given = raw.get("parts")
+    if given and all("settings" in p for p in given):  # already resolved: a validated config validated again
+        return
+    if not given:
+        cfg["parts"] = [_part("grid", cfg, "")]
+        return
+    settable = set(AXES) | {key.split(".")[0] for key in CONFIG_KEYS.values()} | {"name", "note"}
+    base = {k: v for k, v in raw.items() if k not in STUDY_KEYS}
+    parts, owner = [], {}
+    for i, p in enumerate(given):
+        where = f"config key 'parts[{i}]' ({p['name']})"
+        if p["name"] in (q["name"] for q in parts):
+            raise ConfigError(f"{where}: the name is used by an earlier part")
+        bad = sorted(set(p) - settable)
+        if bad:
+            raise ConfigError(f"{where}: {', '.join(map(repr, bad))} cannot differ between parts; a part sets "
+                              f"{', '.join(sorted(settable - {'name', 'note'}))}")  # fmt: skip
+        try:
+            pc = validate_config(_merge(base, {k: v for k, v in p.items() if k not in ("name", "note")}), base_dir)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        part = _part(p["name"], pc, p.get("note", ""))
+        part["cell_timeout_s"] = pc["cell_timeout_s"]
+        for cid in _part_cells(part):
+            other = owner.setdefault(cid, part)
+            if other is not part and other["settings"] != part["settings"]:
+                differ = sorted(k for k in part["settings"] if part["settings"][k] != other["settings"][k])
+                raise ConfigError(f"{where}: cell {cid} is also in part {other['name']!r} with other settings "
+                                  f"({', '.join(differ)}); a cell has one spec")  # fmt: skip
+        parts.append(part)
+    cfg["parts"] = parts
+    cfg["tiers"] = list(dict.fromkeys(t for part in parts for t in part["tiers"]))
+    if raw.get("cell_timeout_s", "auto") == "auto":
+        cfg["cell_timeout_s"] = max(part["cell_timeout_s"] for part in parts)
+
+
+def _part(name: str, cfg: dict, note: str) -> dict:
+    return {"name": name, "note": note, **{k: cfg[k] for k in AXES},
+            "settings": {f: _config_value(cfg, key) for f, key in CONFIG_KEYS.items()}}  # fmt: skip
 
 
 def auto_timeout(window: dict, compile_: bool) -> float:
@@ -368,26 +426,45 @@ def parse_cell_id(cid: str) -> dict:
 TIERLESS = ("synthetic",)
 
 
-def cell_ids(cfg: dict) -> list[str]:
-    """Every cell of the grid, in a stable order: repeats outermost, so that the repeats of one configuration are
-    measured apart (interleaved with the other configurations), not back to back - drift then shows as spread."""
+def _part_cells(part: dict) -> list[str]:
+    """A part's cells in a stable order, repeats outermost."""
     return [
         cell_id(lo, t, g, b, p, par, r)
         for r, lo, t, g, b, p, par in itertools.product(
-            range(cfg["repeats"]), cfg["loaders"], cfg["tiers"], cfg["gpus"], cfg["batch_sizes"], cfg["precisions"],
-            cfg["parallel"],
+            range(part["repeats"]), part["loaders"], part["tiers"], part["gpus"], part["batch_sizes"],
+            part["precisions"], part["parallel"],
         )
-        if lo not in TIERLESS or t == cfg["tiers"][0]
+        if lo not in TIERLESS or t == part["tiers"][0]
     ]
 
 
+def cell_parts(cfg: dict) -> dict[str, dict]:
+    """Every cell of the grid -> the first part that has it, in a stable order: repeats outermost (then the parts in
+    their order), so that the repeats of one configuration are measured apart (interleaved with the other
+    configurations), not back to back - drift then shows as spread."""
+    out: dict[str, dict] = {}
+    for r in range(max(part["repeats"] for part in cfg["parts"])):
+        for part in cfg["parts"]:
+            for cid in _part_cells(part):
+                if cid.endswith(f"_r{r}"):
+                    out.setdefault(cid, part)
+    return out
+
+
+def cell_ids(cfg: dict) -> list[str]:
+    """Every cell of the grid (of all its parts), in the order of `cell_parts`."""
+    return list(cell_parts(cfg))
+
+
 def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
-    """The spec of cell `cid` under `cfg` (in_grid=False: any cell of the config's settings, for benchmarks)."""
+    """The spec of cell `cid` under `cfg`, with its part's settings (in_grid=False: any cell of the config's top-level
+    settings, for benchmarks)."""
     d = parse_cell_id(cid)
-    if in_grid and cid not in set(cell_ids(cfg)):
+    part = cell_parts(cfg).get(cid) if in_grid else None
+    if in_grid and part is None:
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     tier = cfg["storage"][d["tier"]]
-    settings = {name: _config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
+    settings = part["settings"] if part else {name: _config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
     return CellSpec(**d, **settings, tier_path=tier["path"], dataset=cfg["dataset"]["name"],
                     seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
                     read_path=tier_read_path(tier), device_model=tier["model"])  # fmt: skip
