@@ -17,7 +17,7 @@ from loaderbench import placement
 from loaderbench.parallel import ReplicaThreads
 from loaderbench.runcell import phases
 from loaderbench.watchdog import Beat, Heartbeat, StallRule, describe, read
-from loaderbench.window import StopRule, relative_halfwidth
+from loaderbench.window import StopRule, relative_halfwidth, warm_up
 
 
 def ends(durations):
@@ -47,7 +47,7 @@ def test_bursty_or_drifting_steps_keep_the_window_open_until_its_maximum():
     slowing = ends([0.1 + 0.01 * i for i in range(60)])
     assert not rule.done(slowing) and slowing[-1] < 30
     assert StopRule(max_seconds=5, min_seconds=3).done(slowing)  # past the maximum: stop, not converged
-    assert relative_halfwidth(ends([0.1] * 19)) is None  # fewer than 2 steps per batch mean
+    assert relative_halfwidth(ends([0.1] * 4)) is None  # fewer than 5 steps: no 5 batch means
 
 
 def test_batches_of_whole_bursts_make_a_worker_fed_loader_converge():
@@ -58,7 +58,19 @@ def test_batches_of_whole_bursts_make_a_worker_fed_loader_converge():
     assert relative_halfwidth(bursty, burst=7) == pytest.approx(0.0, abs=1e-9)  # 6 batches of 2 whole bursts
     rule = StopRule(max_seconds=60, min_seconds=3, precision=0.02, burst=7)
     assert rule.done(bursty) and not StopRule(max_seconds=60, min_seconds=3, precision=0.02).done(bursty)
-    assert relative_halfwidth(bursty[:60], burst=7) is None  # fewer than 5 batches of 2 bursts
+    assert relative_halfwidth(bursty[:34], burst=7) is None  # 4 whole bursts: fewer than 5 batches of one
+
+
+def test_few_slow_steps_are_known_from_batches_of_one_step():
+    """A loader on an HDD: about a second a step. Five to nine steps make batches of one step each, so the window
+    stops once they agree, rather than running 20 steps (two per batch mean) at a second each."""
+    rng = random.Random(2)
+    slow = ends([1.1 * (1 + rng.uniform(-0.01, 0.01)) for _ in range(6)])
+    rule = StopRule(max_seconds=60, min_seconds=3, precision=0.02)
+    assert not rule.done(slow[:4])  # 4 steps: too few batch means
+    assert rule.done(slow) and relative_halfwidth(slow) < 0.02
+    erratic = ends([1.1, 0.4, 1.9, 0.8, 1.5, 0.6])
+    assert not rule.done(erratic)
 
 
 def test_fixed_windows_stop_at_their_steps_or_seconds():
@@ -204,3 +216,40 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
     assert rp["n"] == 3 and rp["median"] == 6000.0 and rp["spread"] == pytest.approx(180 / 6000)
     text = render(rep)
     assert "median 8.0 s" in text and "= 0.889" in text and "spread 3.00%" in text and "not_converged" in text
+
+
+class _Loader:
+    """Batches `ready` prepared ahead are there at once; each later one takes `make_s` to arrive (a loader slower
+    than the step: the consumer waits)."""
+
+    def __init__(self, ready: int, make_s: float):
+        self.ready, self.make_s, self.given = ready, make_s, 0
+
+    def __next__(self):
+        self.given += 1
+        if self.given > self.ready:
+            time.sleep(self.make_s)
+        return (self.given,)
+
+
+class _Beat:
+    def beat(self, d):
+        pass
+
+
+def test_the_warm_up_ends_once_the_loader_made_a_step_wait():
+    steps = []
+    step = lambda i: (steps.append(i), time.sleep(0.002))  # noqa: E731
+    # 5 batches prepared during start-up, then 30 ms each for a 2 ms step: the 6th step waits, the backlog is gone
+    durations, drained_at = warm_up(step, _Loader(5, 0.03), 40, lambda: None, _Beat(), min_steps=2)
+    assert drained_at == 6 and len(durations) == 6 and steps == list(range(1, 7))
+    # a loader that keeps up never makes a step wait: every warm-up step of the backlog bound runs
+    durations, drained_at = warm_up(step, _Loader(100, 0.0), 12, lambda: None, _Beat(), min_steps=2)
+    assert drained_at is None and len(durations) == 12
+    # never fewer than min_steps, and every rank must agree (ddp): one that is not drained keeps all going
+    durations, drained_at = warm_up(step, _Loader(0, 0.01), 40, lambda: None, _Beat(), min_steps=4)
+    assert drained_at == 4
+    votes = iter([False, False, True])
+    durations, drained_at = warm_up(step, _Loader(0, 0.01), 40, lambda: None, _Beat(), min_steps=2,
+                                    agree_drained=lambda done: done and next(votes))
+    assert drained_at == 4

@@ -34,6 +34,8 @@ def bare_loop(spec: CellSpec, classes: int, steps: int, warmup: int, device, ima
 
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = spec.cudnn_benchmark
+        if spec.cudnn_benchmark_limit is not None:
+            torch.backends.cudnn.benchmark_limit = spec.cudnn_benchmark_limit
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     _, step = training_step(spec, classes, device)
     _, dtype = dtypes(spec, device.type)
@@ -116,6 +118,7 @@ def ceiling(spec: CellSpec, manifest: Path, rounds: int, variant_steps: int, out
         "channels_last": spec.channels_last,
         "compile": spec.compile,
         "cudnn_benchmark": spec.cudnn_benchmark,
+        "cudnn_benchmark_limit": spec.cudnn_benchmark_limit,
         "placement": placements[0] if placements else None,
         "rounds": rounds,
         "window": {"seconds": spec.window_s, "steps": spec.window_steps, "max_seconds": spec.window_max_s},

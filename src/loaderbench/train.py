@@ -113,6 +113,8 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     torch.manual_seed(spec.seed)
     if kind == "cuda":
         torch.backends.cudnn.benchmark = spec.cudnn_benchmark
+        if spec.cudnn_benchmark_limit is not None:
+            torch.backends.cudnn.benchmark_limit = spec.cudnn_benchmark_limit
     place = placement.for_cell(spec.placement, spec.gpus, kind)
     workers = resolve_workers(spec, place)
     ddp = spec.parallel == "ddp"
@@ -176,7 +178,9 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         first["s"] = time.perf_counter() - t_setup
         pin()  # workers, DALI and replica threads exist now
 
-    warm = warm_up(step, batches, warmup, sync, heartbeat, on_first_step=after_first_step)
+    warm, drained_at = warm_up(step, batches, warmup, sync, heartbeat, on_first_step=after_first_step,
+                               min_steps=spec.warmup_steps,
+                               agree_drained=lambda done: not parallel.agree_max(dist, int(not done)))
     pin()  # again: threads started during the warm-up (a new epoch's pin-memory thread) go where they belong
     t_warm = time.perf_counter()
 
@@ -244,7 +248,9 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
                    "ci95_rel_halfwidth": win.halfwidth, "converged": win.converged,
                    "burst": rule.burst, "batch_s": batch_durations(win.step_end, burst=rule.burst),
                    "trace": trace(win.step_end)},  # fmt: skip
-        "warmup_steps": warmup,
+        "warmup_steps": len(warm),
+        "warmup_steps_max": warmup,  # the backlog bound; fewer ran when the loader's backlog was found used up
+        "warmup_drained_at": drained_at,
         "warmup_step_ms": summary.summarize_ms(warm[1:]),
         "warmup_steps_s": [round(d, 5) for d in warm],
         "startup_s": since_process_start,  # process start to here: interpreter, imports (torch), spec and manifest
@@ -255,6 +261,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
                   "channels_last": first_input.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
         "compiled": spec.compile,
         "cudnn_benchmark": spec.cudnn_benchmark if kind == "cuda" else None,
+        "cudnn_benchmark_limit": torch.backends.cudnn.benchmark_limit if kind == "cuda" else None,
         "placement": {**place.to_dict(), **placed} if place else {"off": f"placement {spec.placement} on {kind}"},
         "marks": marks,
         "parallel": {

@@ -1,12 +1,12 @@
 """The timed part of a cell: warm-up, then a window that stops once its steady-state rate is known.
 
-Warm-up runs untimed steps: at least `warmup_steps`, and never fewer than the loader's prefetch depth + 2, so the
-window cannot drain a start-up backlog. Then the device is synchronised, the clock starts, and steps run until the
+Warm-up runs untimed steps: at least `warmup_steps`, then until the loader makes a step wait (its start-up backlog
+is used up: `warm_up`), at most the loader's prefetch depth + 2, so the window cannot drain a start-up backlog. Then the device is synchronised, the clock starts, and steps run until the
 stop rule says so; the device is synchronised again and the clock stops. Samples/s = steps x global batch / Time(s).
 
 The adaptive rule (`window.max_seconds`): the step end times are cut into 10 equal batches of consecutive steps
-(batch means; for a worker-fed loader each batch is a whole number of its bursts, see `relative_halfwidth`, and there
-may be as few as 5); the window stops
+(batch means; for a worker-fed loader each batch is a whole number of its bursts, and with few, slow steps there may be
+as few as 5 batches of one step or burst each: see `batch_durations`); the window stops
 at the first step, after `min_seconds`, at which the 95% confidence interval of the mean batch duration is within
 `precision` (relative half-width; 0.02 = +-2%) - or at `max_seconds`, then saying it never got there.
 """
@@ -49,7 +49,7 @@ class StopRule:
             return t >= self.seconds
         if t >= self.max_seconds:
             return True
-        if t < self.min_seconds or n < 2 * MIN_BATCHES:
+        if t < self.min_seconds or n < MIN_BATCHES:
             return False
         hw = relative_halfwidth(step_end, burst=self.burst)
         return hw is not None and hw <= self.precision
@@ -66,18 +66,17 @@ def batch_durations(step_end: list[float], batches: int = BATCHES, burst: int = 
     """Durations of the window's batches of consecutive steps, the raw material of the batch means; [] with too few
     steps.
 
-    `burst`: a loader whose workers each deliver a whole batch delivers them in bursts of `burst` (= workers)
-    batches, then waits a worker's batch time - on an H200, 31 torchvision workers at batch 256 gave 0.4 s and 3 s
-    alternating. A batch of steps that is a whole number of bursts spans whole periods, so the batch means do not
-    swing with the phase. With long bursts fewer batches (down to 5) are made rather than none."""
-    n = len(step_end)
+    Each batch is a whole number of `burst`s: a loader whose workers each deliver a whole batch delivers them in
+    bursts of `burst` (= workers) batches, then waits a worker's batch time - on an H200, 31 torchvision workers at
+    batch 256 gave 0.4 s and 3 s alternating. A batch of steps that spans whole bursts does not swing with the phase.
+    Up to `batches` batches are made, as few as MIN_BATCHES (of one burst, or one step, each): slow steps (a loader
+    on an HDD takes seconds a step) are known from few of them."""
     unit = max(1, burst)
-    k = min(batches, n // (2 * unit)) if unit > 1 else batches
+    bursts = len(step_end) // unit
+    k = min(batches, bursts)
     if k < MIN_BATCHES:
         return []
-    b = (n // k) // unit * unit  # steps per batch: whole bursts
-    if b < 2:
-        return []
+    b = (bursts // k) * unit  # steps per batch: whole bursts
     ends = [step_end[(j + 1) * b - 1] for j in range(k)]
     return [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, k)]
 
@@ -110,12 +109,32 @@ class WindowResult:
     extra: dict = field(default_factory=dict)
 
 
-def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None) -> list[float]:
-    """Run `steps` untimed steps (at least one); returns their host durations."""
+# The loader made a warm-up step wait (its queue was empty) when the wait took this share of the step and this long.
+DRAIN_SHARE, DRAIN_MIN_S = 0.2, 0.002
+
+
+def drained(wait_s: float, step_s: float) -> bool:
+    """Whether a step's wait for its batch says the loader's start-up backlog is used up (see `warm_up`)."""
+    return wait_s >= DRAIN_MIN_S and wait_s >= DRAIN_SHARE * step_s
+
+
+def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None, min_steps: int | None = None,
+            agree_drained=None) -> tuple[list[float], int | None]:  # fmt: skip
+    """Run untimed steps (at least one); returns their host durations and the step after which the backlog was
+    found used up (None: all `steps` ran).
+
+    `steps` is the upper bound: the loader's prefetch backlog + 2, which a window must never drain. With `min_steps`
+    the warm-up ends earlier, after the first step past `min_steps` on which the loader made the step wait (see
+    `drained`): a batch that was not ready means nothing prepared ahead is left, and from then on batches arrive as
+    fast as the loader makes them - its steady state. A worker-fed loader then starts the window at a burst's
+    start. On a slow tier (an HDD) this saves most of the warm-up: the backlog would take minutes there.
+    `agree_drained(bool) -> bool` makes every rank of a ddp cell end at the same step (all of them drained)."""
     durations = []
+    stopped = None
     for i in range(max(1, steps)):
         t = time.perf_counter()
         batch = next(batches)
+        wait = time.perf_counter() - t
         step(*batch)
         if i == 0:
             sync()  # the first step carries autotuning and lazy initialisation: keep it out of the next ones
@@ -124,8 +143,15 @@ def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None) -> l
         d = time.perf_counter() - t
         durations.append(d)
         heartbeat.beat(d)
+        if min_steps is not None and i >= max(1, min_steps - 1) and i + 1 < steps:
+            done = drained(wait, d)
+            if agree_drained is not None:
+                done = agree_drained(done)
+            if done:
+                stopped = i + 1
+                break
     sync()
-    return durations
+    return durations, stopped
 
 
 def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_stop, cuda_timer, label: str,

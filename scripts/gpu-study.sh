@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The study of config/h200x2-study.yaml on a bare GPU host (issue 14), in the few calls a lease allows. Verbs:
+#   stash DIR...          copy carried bundle parts (.bundles/cN) to /tmp/parts, where the next calls find them
+#   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all 4 parts are
+#                         there, dali.0-3 (DALI) into /tmp/site; libfuse/fusermount3 from .bundles/c3/fuse
+#   prep OUT              host facts, then the dataset made, checked and staged (scripts/gpu-host-prep.sh)
+#   probe OUT             the first-step probe: cuDNN autotuning on/off/limited, fresh processes (first_step_probe.py)
+#   ceiling OUT           `loaderbench ceiling`: the synthetic cell against a pinned bare loop, alternating rounds
+#   start DEST MINUTES    the pipeline, detached, stopped by SIGINT after MINUTES; then the tables and bundle of
+#                         whatever was measured (budget_minutes=0 + trim keeps only measured cells), reports, DONE
+#   wait DEST SECONDS     poll until DEST/DONE or SECONDS passed; print the progress
+#   pack DEST OUT         results into OUT (tarball under 16 MiB) and the reports beside it
+# Environment: CONFIG (default config/h200x2-study.yaml); LOADERBENCH_GIT_COMMIT names the code in every record.
+set -u
+cd "$(dirname "$0")/.."
+C=${CONFIG:-config/h200x2-study.yaml}
+export PYTHONPATH=$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+if [ -x /tmp/fuse/fusermount3 ]; then export PATH=/tmp/fuse:$PATH FUSE_LIBRARY_PATH=/tmp/fuse/libfuse3.so.3; fi
+SMK=(python3 -m snakemake --cores "$(nproc)" --configfile "$C")
+verb=$1; shift
+case $verb in
+stash)
+  mkdir -p /tmp/parts
+  for d in "$@"; do cp -r "$d"/. /tmp/parts/; done
+  ls -la /tmp/parts ;;
+setup)
+  mkdir -p /tmp/site /tmp/fuse
+  if [ -f /tmp/parts/smk.0 ] && [ ! -f /tmp/site/.smk ]; then
+    xz -dc /tmp/parts/smk.0 | tar -x -C /tmp && touch /tmp/site/.smk
+  fi
+  if [ -d /tmp/parts/fuse ] && ! command -v fusermount3 >/dev/null; then cp /tmp/parts/fuse/* /tmp/fuse/; fi
+  if ls /tmp/parts/dali.0 /tmp/parts/dali.1 /tmp/parts/dali.2 /tmp/parts/dali.3 >/dev/null 2>&1 && [ ! -f /tmp/site/.dali ]; then
+    cat /tmp/parts/dali.0 /tmp/parts/dali.1 /tmp/parts/dali.2 /tmp/parts/dali.3 | xz -dc | tar -x -C /tmp && touch /tmp/site/.dali
+  fi
+  python3 -c 'import snakemake, jsonschema; print("snakemake", snakemake.__version__)'
+  python3 -c 'import nvidia.dali; print("dali", nvidia.dali.__version__)' 2>&1 | tail -1 ;;
+prep)
+  out=$1; mkdir -p "$out"
+  { date -u +%FT%TZ; nvidia-smi; nvidia-smi topo -m; nproc; free -g; df -h . /dev/shm
+    python3 -c 'import sys, torch, torchvision, cv2; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__, "opencv", cv2.__version__)'
+    env | grep -E '^(NCCL|TORCH|NVSHMEM)_'; } > "$out/host.txt" 2>&1
+  t0=$SECONDS
+  scripts/gpu-host-prep.sh "$C" && echo "prep $((SECONDS - t0)) s" | tee "$out/prep.txt" ;;
+probe)
+  out=$1; mkdir -p "$out"
+  for args in "--benchmark 1" "--benchmark 0" "--benchmark 1 --limit 1" "--benchmark 1 --limit 3" "--benchmark 1" \
+              "--benchmark 0" "--benchmark 1 --precision fp32 --batch 128" "--benchmark 0 --precision fp32 --batch 128"; do
+    # shellcheck disable=SC2086
+    timeout 120 python3 scripts/first_step_probe.py $args 2>> "$out/probe.log" | tee -a "$out/probe.jsonl"
+  done ;;
+ceiling)
+  out=$1; mkdir -p "$out"
+  timeout 300 python3 -m loaderbench ceiling --config "$C" --batch-size 256 --precision amp --rounds 2 \
+    --variant-steps 0 --json "$out/ceiling.json" 2>&1 | tee "$out/ceiling.log" | grep -v "^  \[" ;;
+start)
+  dest=$1; minutes=$2; mkdir -p "$dest"
+  setsid nohup bash -c '
+    dest=$1; minutes=$2; shift 2
+    step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
+    step plan; python3 -m loaderbench plan --config "$C" > "$dest/plan-before.txt" 2>&1
+    step pipeline for at most $minutes min; t0=$SECONDS
+    timeout -s INT -k 30 "${minutes}m" "$@" > "$dest/snakemake.log" 2>&1; rc=$?
+    step "pipeline rc=$rc after $((SECONDS - t0)) s"
+    if [ $rc -ne 0 ]; then
+      sleep 5; step tables and bundle of the measured cells
+      "$@" --config budget_minutes=0.001 > "$dest/snakemake-close.log" 2>&1
+    fi
+    step reports
+    python3 -m loaderbench plan --config "$C" > "$dest/plan-after.txt" 2>&1
+    python3 -m loaderbench engine-report --cells results/cells --json "$dest/engine-report.json" > "$dest/engine-report.txt" 2>&1
+    step done; touch "$dest/DONE"' _ "$dest" "$minutes" "${SMK[@]}" > "$dest/driver.log" 2>&1 < /dev/null &
+  echo "started; poll with: scripts/gpu-study.sh wait $dest SECONDS" ;;
+wait)
+  dest=$1; until_s=$((SECONDS + $2))
+  while [ ! -f "$dest/DONE" ] && [ $SECONDS -lt $until_s ]; do sleep 10; done
+  cat "$dest/steps.log" 2>/dev/null
+  echo "records: $(ls results/cells 2>/dev/null | wc -l)"; grep -h -E "^\[.*\] (Finished|Error)" "$dest/snakemake.log" 2>/dev/null | tail -3
+  ls results/cells 2>/dev/null | tail -3
+  [ -f "$dest/DONE" ] && echo DONE ;;
+pack)
+  dest=$1; out=$2; mkdir -p "$out"
+  tar -czf "$out/study.tgz" results/cells results/telemetry results/tables results/bundle results/tierprobe* \
+    results/check* logs "$dest" 2>/dev/null
+  cp "$dest"/*.txt "$out"/ 2>/dev/null; ls -la "$out" ;;
+*) echo "unknown verb $verb" >&2; exit 2 ;;
+esac
