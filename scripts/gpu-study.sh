@@ -13,7 +13,7 @@
 # Environment: CONFIG (default config/h200x2-study.yaml); LOADERBENCH_GIT_COMMIT names the code in every record.
 set -u
 cd "$(dirname "$0")/.."
-C=${CONFIG:-config/h200x2-study.yaml}
+export C=${CONFIG:-config/h200x2-study.yaml}
 export PYTHONPATH=$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 if [ -x /tmp/fuse/fusermount3 ]; then export PATH=/tmp/fuse:$PATH FUSE_LIBRARY_PATH=/tmp/fuse/libfuse3.so.3; fi
 SMK=(python3 -m snakemake --cores "$(nproc)" --configfile "$C")
@@ -57,11 +57,24 @@ start)
   setsid nohup bash -c '
     dest=$1; minutes=$2; shift 2
     step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
+    deadline=$((SECONDS + 60 * minutes))
     step plan; python3 -m loaderbench plan --config "$C" > "$dest/plan-before.txt" 2>&1
-    step pipeline for at most $minutes min; t0=$SECONDS
-    timeout -s INT -k 30 "${minutes}m" "$@" > "$dest/snakemake.log" 2>&1; rc=$?
-    step "pipeline rc=$rc after $((SECONDS - t0)) s"
-    if [ $rc -ne 0 ]; then
+    # the parts in their order (their priority), each as its own Snakemake run of its cells, so that the deadline
+    # cuts the least important cells; then the whole workflow (tables, figures, bundle)
+    rc=0
+    for part in $(python3 -c "from loaderbench.config import load_config; print(*[p[\"name\"] for p in load_config(\"$C\")[\"parts\"]])"); do
+      left=$((deadline - SECONDS)); [ $left -gt 20 ] || { rc=124; break; }
+      mapfile -t targets < <(python3 -m loaderbench cells --config "$C" --part "$part" --paths)
+      step "part $part: ${#targets[@]} cells, $left s left"
+      timeout -s INT -k 30 "$left" "$@" "${targets[@]}" >> "$dest/snakemake.log" 2>&1 || { rc=$?; break; }
+    done
+    left=$((deadline - SECONDS))
+    if [ $rc -eq 0 ] && [ $left -gt 20 ]; then
+      step "the rest of the workflow, $left s left"
+      timeout -s INT -k 30 "$left" "$@" >> "$dest/snakemake.log" 2>&1; rc=$?
+    fi
+    step "pipeline rc=$rc"
+    if [ $rc -ne 0 ] || [ ! -f results/bundle/index.html ]; then
       sleep 5; step tables and bundle of the measured cells
       "$@" --config budget_minutes=0.001 > "$dest/snakemake-close.log" 2>&1
     fi

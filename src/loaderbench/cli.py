@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("cells", help="list the cell ids of a config")
     s.add_argument("--config", required=True)
     s.add_argument("--status", action="store_true", help="also show each cell's status in --results")
+    s.add_argument("--part", help="only the cells of this part of the config (its `parts`)")
+    s.add_argument("--paths", action="store_true", help="print each cell's record path (Snakemake targets) instead")
     s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=commands.cmd_cells)
 

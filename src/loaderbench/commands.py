@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import ConfigError, cell_ids, cell_spec, load_config
+from .config import ConfigError, cell_ids, cell_parts, cell_spec, load_config
 from .layout import RESULTS, Layout
 from .stage import StagingError
 
@@ -133,9 +133,16 @@ def cmd_cells(a) -> int:
     from .records import load_records
 
     cfg = _cfg(a)
-    for cid in cell_ids(cfg):
+    parts = cell_parts(cfg)
+    if a.part and a.part not in {p["name"] for p in cfg["parts"]}:
+        raise ConfigError(f"no part {a.part!r} in {a.config} (parts: {', '.join(p['name'] for p in cfg['parts'])})")
+    for cid, part in parts.items():
+        if a.part and part["name"] != a.part:
+            continue
         path = Path(Layout(a.results).cell(cid))
-        if a.status:
+        if a.paths:
+            print(path)
+        elif a.status:
             status = "missing"
             if path.is_file():
                 records, moved = load_records([path])
