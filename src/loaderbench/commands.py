@@ -56,12 +56,17 @@ def cmd_fuse_check(a) -> int:
 
 
 def cmd_make_dataset(a) -> int:
+    import time
+
     from .dataset import DatasetParams, make_dataset
 
+    t0 = time.monotonic()
     stats = make_dataset(
         DatasetParams(images=a.images, classes=a.classes, seed=a.seed, quality=a.quality), Path(a.out), jobs=a.jobs
     )
-    print(f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB", file=sys.stderr)
+    # the duration is read back by `loaderbench plan` (plan.GENERATED_LOG_RE) to predict the next generation here
+    print(f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB, in "
+          f"{time.monotonic() - t0:.1f} s", file=sys.stderr)  # fmt: skip
     return 0
 
 
