@@ -151,6 +151,19 @@ def cmd_cells(a) -> int:
     return 0
 
 
+def cmd_plan(a) -> int:
+    from .plan import host_of_records, make_plan
+
+    cfg = _cfg(a)
+    host = host_of_records(a.host_from) if a.host_from else None
+    plan = make_plan(cfg, a.records or [Layout(a.results).cells], host=host,
+                     host_dirs=[a.host_from] if a.host_from else [], results=a.results)  # fmt: skip
+    print(plan.render(cells=a.cells))
+    if a.json:
+        Path(a.json).write_text(json.dumps(plan.to_dict(), indent=2))
+    return 2 if plan.refused else 0
+
+
 def cmd_aggregate(a) -> int:
     from .aggregate import aggregate
 
