@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "budget verdict (exit 2 when over budget_minutes without trim)")  # fmt: skip
     s.add_argument("--config", required=True)
     s.add_argument("--results", default=RESULTS.root,
-                   help="results folder: its staging manifests, check and probes say what is done (default %(default)s)")
+                   help="results folder: its staging manifests, check and probes say what is done "
+                   "(default %(default)s)")
     s.add_argument("--records", nargs="+", metavar="DIR",
                    help=f"folders of cell records: measured cells and calibration (default {RESULTS.cells})")
     s.add_argument("--host-from", metavar="DIR",
