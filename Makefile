@@ -7,7 +7,7 @@ CORES  ?= $(shell nproc)
 CONFIG ?= config/quickstart.yaml
 SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 
-.PHONY: quickstart test bench ceiling engine-report report rerun respread cells lint clean
+.PHONY: quickstart test plan bench ceiling engine-report report rerun respread cells lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ quickstart: $(STAMP)
 test: lint
 	-scripts/install-test-deps.sh
 	$(BIN)/python -m pytest -q -ra
+
+## plan: the cells of CONFIG per part, their predicted device time, the fixed costs, the total and the budget
+## verdict (HOST_FROM=<records folder>: predict for the host those records came from)
+plan: $(STAMP)
+	$(BIN)/loaderbench plan --config $(CONFIG) $(if $(HOST_FROM),--host-from $(HOST_FROM))
 
 ## bench: loader-only throughput (images/s, no model) of torchvision and opencv on the same staged files
 bench: $(STAMP)

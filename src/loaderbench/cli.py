@@ -101,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=commands.cmd_cells)
 
+    s = sub.add_parser("plan", help="the study's cells, predicted device time per part, fixed costs, total and "
+                       "budget verdict (exit 2 when over budget_minutes without trim)")  # fmt: skip
+    s.add_argument("--config", required=True)
+    s.add_argument("--results", default=RESULTS.root,
+                   help="results folder: its staging manifests, check and probes say what is done "
+                   "(default %(default)s)")
+    s.add_argument("--records", nargs="+", metavar="DIR",
+                   help=f"folders of cell records: measured cells and calibration (default {RESULTS.cells})")
+    s.add_argument("--host-from", metavar="DIR",
+                   help="plan for the host these records came from (and calibrate on them), not this machine")
+    s.add_argument("--json", metavar="FILE", help="also write the plan as JSON here")
+    s.add_argument("--cells", action="store_true", help="list every cell with its predicted seconds and basis")
+    s.set_defaults(func=commands.cmd_plan)
+
     s = sub.add_parser("aggregate", help="cell records -> results tables")
     s.add_argument("--cells", nargs="+", required=True)
     s.add_argument("--baseline", required=True, help="baseline cell as JSON")

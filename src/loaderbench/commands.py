@@ -56,12 +56,17 @@ def cmd_fuse_check(a) -> int:
 
 
 def cmd_make_dataset(a) -> int:
+    import time
+
     from .dataset import DatasetParams, make_dataset
 
+    t0 = time.monotonic()
     stats = make_dataset(
         DatasetParams(images=a.images, classes=a.classes, seed=a.seed, quality=a.quality), Path(a.out), jobs=a.jobs
     )
-    print(f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB", file=sys.stderr)
+    # the duration is read back by `loaderbench plan` (plan.GENERATED_LOG_RE) to predict the next generation here
+    print(f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB, in "
+          f"{time.monotonic() - t0:.1f} s", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -151,6 +156,19 @@ def cmd_cells(a) -> int:
         else:
             print(cid)
     return 0
+
+
+def cmd_plan(a) -> int:
+    from .plan import host_of_records, make_plan
+
+    cfg = _cfg(a)
+    host = host_of_records(a.host_from) if a.host_from else None
+    plan = make_plan(cfg, a.records or [Layout(a.results).cells], host=host,
+                     host_dirs=[a.host_from] if a.host_from else [], results=a.results)  # fmt: skip
+    print(plan.render(cells=a.cells))
+    if a.json:
+        Path(a.json).write_text(json.dumps(plan.to_dict(), indent=2))
+    return 2 if plan.refused else 0
 
 
 def cmd_aggregate(a) -> int:

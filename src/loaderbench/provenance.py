@@ -136,6 +136,17 @@ def runtime() -> dict:
     }
 
 
+def host(gpu_models: list[str] | None = None) -> dict:
+    """This machine as a record's provenance names it; `gpu_models` default: NVML's."""
+    return {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "gpu_models": gpus_by_nvml()[0] if gpu_models is None else gpu_models,
+    }
+
+
 def collect(tier_path: str | None = None, runtime_info: dict | None = None) -> dict:
     """Provenance of this environment, read without importing the libraries (versions from their metadata, GPUs
     from NVML): the cell runner takes it outside the measuring process. `runtime_info` (from `runtime()` in the
@@ -156,13 +167,7 @@ def collect(tier_path: str | None = None, runtime_info: dict | None = None) -> d
             "cudnn": rt.get("cudnn"),
             "driver": driver,
         },
-        "host": {
-            "hostname": socket.gethostname(),
-            "os": platform.platform(),
-            "cpu_model": cpu_model(),
-            "cpus_usable": len(os.sched_getaffinity(0)),
-            "gpu_models": rt.get("gpu_models") or gpu_models,
-        },
+        "host": host(rt.get("gpu_models") or gpu_models),
         "tier": {"path": tier_path, **filesystem_of(tier_path)} if tier_path else None,
         "git": git_commit(),
         "container": container(),

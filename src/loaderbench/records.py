@@ -24,11 +24,17 @@ def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason
         "reason": reason,
         **({"detail": detail} if detail is not None else {}),
         "spec": spec.to_dict(),
-        "spec_hash": stable_hash(spec.to_dict()),
+        "spec_hash": spec_hash(spec),
         "metrics": metrics,
         "finished_at": time.time(),
         **parts,
     }
+
+
+def spec_hash(spec: CellSpec) -> str:
+    """The hash a record keeps of its cell's spec: a record whose spec_hash is the current spec's measured this cell
+    as it is configured now (Snakemake's spec param decides the same)."""
+    return stable_hash(spec.to_dict())
 
 
 # Every warning a record can carry: a stable code (what reports and the bundle match on) -> the label its text

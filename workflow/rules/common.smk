@@ -44,6 +44,13 @@ if not workflow.configfiles:
 # Paths are checked here too (a missing dataset, a tier path that is a file), so `snakemake -n` reports them.
 CFG = validate_config(config, base_dir=Path.cwd(), check_paths=True)
 CELLS = cell_ids(CFG)
+# With budget_minutes the cells are the plan's kept ones (`loaderbench plan` prints the same plan); a study over its
+# budget (without trim, or beyond what trim may leave out) stops here with the plan's figures. Without a budget the
+# records are not read here.
+if CFG["budget_minutes"] is not None:
+    from loaderbench.plan import workflow_cells
+
+    CELLS = workflow_cells(CFG, R)
 TIERS = CFG["tiers"]
 DATASET = CFG["dataset"]
 GENERATED = DATASET["source"] == "generated"

@@ -18,6 +18,19 @@ LOADERS: dict[str, str] = {
     "synthetic": "loaderbench.loaders.synthetic",
 }
 
+# What a loader prepares ahead of the step (its start-up backlog, which the warm-up drains; loaderbench.plan predicts
+# the warm-up from it without importing the loader): "workers" = DataLoader workers x prefetch_factor batches (and the
+# workers deliver in bursts of one batch each), "dali" = the pipeline's prefetch queue depth, None = nothing.
+BACKLOG: dict[str, str | None] = {
+    "torchvision": "workers",
+    "opencv": "workers",
+    "dali-sc": "dali",
+    "dali-mc": "dali",
+    "dali-cpu": "dali",
+    "nvjpeg": "workers",
+    "synthetic": None,
+}
+
 
 def get_loader(name: str):
     """The loader module registered under `name`."""

@@ -1,0 +1,653 @@
+"""A study's cost before it runs: its cells per part, the device time each is predicted to take, the fixed costs
+(dataset, staging, tier probes, the tables and figures) and the total, held against the config's `budget_minutes`.
+The one owner of the cost model: `loaderbench plan` prints it, the workflow builds only the cells it keeps.
+
+A cell is predicted as overhead (process start, setup, teardown) + warm-up + window, on one of three bases, the
+first that applies:
+
+- record: an ok record of the same host (provenance gpu_models and cpus_usable) and the same configuration (the
+  cell's spec but for its repeat, seed and the paths it reads): that record's wall time (the median of several).
+- host records: records of the same host, of other configurations: the host's median overhead (the neighbour's own
+  when it ran the same loader), and the rate (samples/s) and first step of the closest measured configuration -
+  same loader, GPUs, batch, precision and parallel mode, relaxing the tier first, then the parallel mode, precision,
+  batch, GPUs and last the loader - which give the warm-up and, with the window rule, the window.
+- rules: the constants below, calibrated on the records in docs/results (H200 hosts, a 2-core CPU host). The rate
+  is unknown, so an adaptive window is predicted at its maximum - except on an emulated tier that is I/O-bound,
+  whose rate its device model gives (whole-file reads of the dataset's mean file size).
+
+Every cell also costs Snakemake's job (JOB_S). A cell measured already (an ok, skipped or failed record whose
+spec_hash is its current spec's, so Snakemake keeps it) costs nothing from now on, and is always kept.
+
+Budget: with `budget_minutes` set and the total over it, the plan is refused (`loaderbench plan` exits 2 and the
+workflow does not start), or with `trim: true` cells are left out in `leave_out_order` until the prediction fits.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .config import TIERLESS, CellSpec, ConfigError, cell_parts, cell_spec, parse_cell_id
+from .layout import DATASETS, LOGS, Layout
+from .loaders import BACKLOG
+from .records import CorruptRecord, read_record, spec_hash
+from .window import MIN_BATCHES
+
+# The rules (no record of the host). A host is "gpu" when it has a GPU, else "cpu".
+# Process start, imports, setup, teardown and the record (a cell's wall - window - warm-up): 8-12 s on the H200
+# hosts (docs/results/2026-11-30-h200x2: 9-10 s), 4-6 s on the 2-core CPU host (docs/results/2026-11-29-cpu2).
+CELL_OVERHEAD_S = {"gpu": 12.0, "cpu": 5.0}
+# The first warm-up step: CUDA context, cuDNN autotuning, the workers' start (H200: 14-23 s, 26-32 s with 30
+# DataLoader workers; CPU: under 1 s).
+FIRST_STEP_S = {"gpu": 20.0, "cpu": 1.0}
+# The rate assumed for warm-up steps when no record gives one: below the slowest loader measured at batch 256 on an
+# H200 (torchvision, 1450 samples/s) and at batch 16-64 on the CPU host (67 samples/s from the HDD, else 130-250).
+ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}
+JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spawn, bookkeeping: 0.9 s on the H200 host)
+# Dataset generation and the check, per image and CPU core (the H200 host: 8192 images in 12 s and 2 s on 30 CPUs).
+GENERATE_CORE_S_PER_IMAGE = 0.045
+CHECK_CORE_S_PER_IMAGE = 0.008
+STAGE_MB_S = 300.0  # copying onto a tier (700 MB into /dev/shm took 1 s on the H200 host; disks are slower)
+MEAN_FILE_BYTES = 110e3  # a generated ImageNet-like JPEG, when no staging manifest, check or dataset.json says
+# Snakemake's start and the jobs after the cells: aggregate, diagnose, figures, bundle (10 s on the H200 host).
+WORKFLOW_S = {"gpu": 15.0, "cpu": 40.0}
+# `loaderbench make-dataset`'s last line, which its log keeps (commands.cmd_make_dataset)
+GENERATED_LOG_RE = re.compile(r"wrote (\d+) images to .* in ([0-9.]+) s")
+# Spec fields that do not change what a cell costs: a record with the rest equal is the same configuration.
+NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset")
+# The closest measured configuration: these spec fields relaxed last to first (the tier first, the loader last; of
+# other loaders, one fed the same way - loaders.BACKLOG - first).
+NEIGHBOUR_FIELDS = ("loader", "feed", "gpus", "batch_size", "precision", "parallel", "tier")
+
+
+@dataclass(frozen=True)
+class Host:
+    """The machine a plan is for, as records name it: its GPU models and usable CPUs."""
+
+    gpu_models: tuple[str, ...]
+    cpus_usable: int
+    source: str = "this machine"
+
+    @property
+    def kind(self) -> str:
+        return "gpu" if self.gpu_models else "cpu"
+
+    def matches(self, record: dict) -> bool:
+        """The record's host is this one: the same GPU models, and its usable CPUs within one per GPU of ours - the
+        cells of one H200 host say 31 (1 GPU) or 30 (2 GPUs): the affinity a cell's runner reads can lose a core
+        per GPU to the cell's placement."""
+        h = (record.get("provenance") or {}).get("host") or {}
+        cpus = h.get("cpus_usable")
+        return tuple(h.get("gpu_models") or ()) == self.gpu_models and cpus is not None and \
+            abs(cpus - self.cpus_usable) <= len(self.gpu_models)  # fmt: skip
+
+    def label(self) -> str:
+        gpus = Counter(self.gpu_models)
+        what = ", ".join(f"{n} x {m}" for m, n in gpus.items()) if gpus else "no GPU"
+        return f"{what}, {self.cpus_usable} usable CPUs ({self.source})"
+
+
+def this_host() -> Host:
+    """This machine, read as a cell's provenance reads it."""
+    from .provenance import host
+
+    h = host()
+    return Host(tuple(h["gpu_models"]), h["cpus_usable"])
+
+
+def read_records(dirs) -> tuple[list[dict], list[str]]:
+    """The readable cell records directly in `dirs` (not their corrupt/ or superseded/), and the unreadable ones'
+    paths (left where they are: the workflow sets them aside)."""
+    records, unreadable = [], []
+    for d in dirs:
+        for p in sorted(Path(d).glob("*.json")):
+            try:
+                records.append(read_record(p))
+            except CorruptRecord:
+                unreadable.append(str(p))
+    return records, unreadable
+
+
+def host_of_records(directory: str | Path) -> Host:
+    """The host most of the records in `directory` came from (`--host-from`: plan for that machine)."""
+    records, _ = read_records([directory])
+    hosts = [h for h in ((r.get("provenance") or {}).get("host") for r in records) if h and h.get("cpus_usable")]
+    if not hosts:
+        raise ConfigError(f"--host-from {directory}: no cell record with its host's provenance there "
+                          "(point it at a folder of <cell>.json records, e.g. results/cells or a bundle's cells/)")  # fmt: skip
+    gpus = Counter(tuple(h.get("gpu_models") or ()) for h in hosts).most_common(1)[0][0]
+    cpus = max(h["cpus_usable"] for h in hosts if tuple(h.get("gpu_models") or ()) == gpus)  # see Host.matches
+    return Host(gpus, cpus, f"the host of the records in {directory}")
+
+
+@dataclass
+class CellPlan:
+    cell: str
+    part: str
+    seconds: float  # from now on: 0 for a measured cell
+    basis: str  # measured, record, host records, rules
+    detail: str
+    measured: bool = False
+    left_out: bool = False
+
+
+@dataclass
+class PartPlan:
+    name: str
+    note: str
+    cells: int
+    measured: int
+    to_run: int  # kept and not measured
+    left_out: list[str]
+    seconds: float  # the kept cells still to run
+    bases: dict[str, int]  # basis -> cells still to run on it
+
+
+@dataclass
+class FixedCost:
+    name: str
+    seconds: float
+    basis: str  # done, log, host records, rules
+    detail: str
+
+
+@dataclass
+class Plan:
+    study: str
+    host: Host
+    parts: list[PartPlan]
+    cells: list[CellPlan]  # in run order
+    fixed: list[FixedCost]
+    budget_s: float | None
+    trim: bool
+    full_s: float  # the whole grid, before any trimming
+    total_s: float  # what is kept
+    calibration: dict = field(default_factory=dict)  # records read, of this host, measured, unreadable
+
+    @property
+    def kept(self) -> list[str]:
+        return [c.cell for c in self.cells if not c.left_out]
+
+    @property
+    def left_out(self) -> list[str]:
+        return [c.cell for c in self.cells if c.left_out]
+
+    @property
+    def over_budget(self) -> bool:
+        return self.budget_s is not None and self.total_s > self.budget_s
+
+    @property
+    def refused(self) -> bool:
+        """Over budget: without trim, or with trim when even the cells that may go do not make it fit."""
+        return self.over_budget
+
+    def verdict(self) -> str:
+        if self.budget_s is None:
+            return "budget: none (config key budget_minutes not set)"
+        budget = f"budget {duration(self.budget_s)} (budget_minutes: {self.budget_s / 60:g})"
+        if self.left_out and not self.over_budget:
+            return (f"{budget}: the whole study ({duration(self.full_s)}) is over it; trimmed (trim: true): "
+                    f"{len(self.left_out)} cell(s) left out, {duration(self.total_s)} kept, "
+                    f"{duration(self.budget_s - self.total_s)} to spare")  # fmt: skip
+        if not self.over_budget:
+            return f"{budget}: fits, {duration(self.budget_s - self.total_s)} to spare"
+        over = f"{budget}: REFUSED, {duration(self.total_s)} is over it by {duration(self.total_s - self.budget_s)}"
+        if self.trim:
+            return (f"{over} even with every cell that may go left out ({len(self.left_out)}; measured cells and the "
+                    "baseline's stay): raise budget_minutes or make the parts smaller")  # fmt: skip
+        return f"{over}; raise budget_minutes, make the grid smaller, or set trim: true to leave out the last cells"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["host"] = {**asdict(self.host), "kind": self.host.kind}
+        d.update(kept=self.kept, left_out=self.left_out, over_budget=self.over_budget, refused=self.refused,
+                 verdict=self.verdict())  # fmt: skip
+        return d
+
+    def render(self, cells: bool = False) -> str:
+        cal = self.calibration
+        lines = [
+            f"plan of study {self.study}: {len(self.cells)} cells in {len(self.parts)} part(s), for "
+            f"{self.host.label()}",
+            f"records: {cal.get('read', 0)} read, {cal.get('same_host', 0)} of this host; "
+            f"{cal.get('measured', 0)} of this study's cells measured already (cost nothing from now on)"
+            + (f"; {len(cal['unreadable'])} unreadable, ignored" if cal.get("unreadable") else ""),
+            "",
+        ]
+        rows = [("part", "cells", "measured", "to run", "left out", "predicted", "basis", "note")]
+        for p in self.parts:
+            basis = ", ".join(f"{n} {b}" for b, n in p.bases.items()) or "-"
+            rows.append((p.name, p.cells, p.measured, p.to_run, len(p.left_out), duration(p.seconds), basis, p.note))
+        lines += _table(rows)
+        for p in self.parts:
+            if p.left_out:
+                lines.append(f"  left out of {p.name}: {', '.join(p.left_out)}")
+        lines += ["", "fixed costs:"]
+        lines += _table([("", "predicted", "basis", "")] + [("  " + f.name, duration(f.seconds), f.basis, f.detail)
+                                                            for f in self.fixed])  # fmt: skip
+        cells_s = sum(p.seconds for p in self.parts)
+        fixed_s = sum(f.seconds for f in self.fixed)
+        lines += ["", f"total: {duration(self.total_s)} of device time (cells {duration(cells_s)}, "
+                      f"fixed {duration(fixed_s)})", self.verdict()]  # fmt: skip
+        if cells:
+            lines += ["", "cells (run order):"]
+            rows = [("cell", "part", "predicted", "basis", "")]
+            for c in self.cells:
+                mark = "left out" if c.left_out else ("measured" if c.measured else c.basis)
+                rows.append((c.cell, c.part, duration(c.seconds), mark, c.detail))
+            lines += _table(rows)
+        return "\n".join(lines)
+
+
+def duration(seconds: float) -> str:
+    s = round(seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+def _table(rows) -> list[str]:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    right = [all(isinstance(r[i], (int, float)) or _numberish(r[i]) for r in rows[1:]) for i in range(len(widths))]
+    out = []
+    for r in rows:
+        cells = [str(v).rjust(w) if right[i] else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths))]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def _numberish(v) -> bool:
+    return bool(re.fullmatch(r"[0-9.]+( s)?|\d+m \d+s|\d+h \d+m", str(v)))
+
+
+# ---- what the records say
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """The cost figures of one ok record."""
+
+    spec: dict
+    wall_s: float
+    window_s: float | None
+    warmup_s: float | None
+    first_step_s: float | None
+    samples_per_s: float | None
+    adaptive: bool
+
+    @property
+    def overhead_s(self) -> float | None:
+        if self.window_s is None or self.warmup_s is None:
+            return None
+        return max(0.0, self.wall_s - self.window_s - self.warmup_s)
+
+    def key(self, field_name: str):
+        return _key(self.spec, field_name)
+
+
+def _key(spec: dict, field_name: str):
+    if field_name == "feed":
+        return BACKLOG.get(spec.get("loader"))
+    return spec.get(field_name, "dp" if field_name == "parallel" else None)  # records before ddp were dp
+
+
+def _measured(record: dict) -> _Measured | None:
+    if record.get("status") != "ok" or not record.get("wall_s"):
+        return None
+    m = record.get("metrics") or {}
+    phases = record.get("phases_s") or {}
+    window = m.get("time_s", phases.get("window"))
+    warmup = m.get("warmup_s", phases.get("warmup"))
+    first = m.get("first_step_s")
+    if first is None and warmup is not None and m.get("step_ms") and m.get("warmup_steps"):
+        first = max(0.0, warmup - (m["warmup_steps"] - 1) * m["step_ms"] / 1e3)  # a record from before first_step_s
+    mode = (m.get("window") or {}).get("mode")
+    return _Measured(record["spec"], float(record["wall_s"]), window, warmup, first, m.get("samples_per_s"),
+                     mode == "adaptive" or (mode is None and record["spec"].get("window_max_s") is not None))  # fmt: skip
+
+
+def _same_configuration(a: dict, b: dict) -> bool:
+    return all(a.get(k) == b.get(k) for k in set(a) | set(b) if k not in NOT_COST)
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+# ---- the cell model
+
+
+def _workers(spec: CellSpec, host: Host) -> int:
+    """A worker-fed loader's DataLoader workers as train.resolve_workers gives them on `host`."""
+    if spec.workers != "auto":
+        return int(spec.workers)
+    workers = max(1, host.cpus_usable - 1)
+    return max(1, workers // spec.gpus) if spec.parallel == "ddp" else workers
+
+
+def _backlog(spec: CellSpec, host: Host) -> tuple[int, int]:
+    """(batches the loader prepares ahead, its burst: batches delivered at once) - see loaders.BACKLOG."""
+    kind = BACKLOG.get(spec.loader)
+    if kind == "workers":
+        w = _workers(spec, host)
+        return w * spec.prefetch_factor, max(1, w)
+    if kind == "dali":
+        return spec.dali_prefetch, 1
+    return 0, 1
+
+
+def _io_rate(spec: CellSpec, host: Host, mean_bytes: float) -> float | None:
+    """Samples/s an emulated tier's device model allows (whole-file reads); None for any other tier."""
+    if not spec.device_model or spec.loader in TIERLESS:
+        return None
+    from .emulated.model import DeviceModel, predict
+
+    readers = _workers(spec, host) if BACKLOG.get(spec.loader) == "workers" else max(1, host.cpus_usable - 1)
+    return predict(DeviceModel.from_dict(spec.device_model), mean_bytes, readers)["files_per_s"]
+
+
+def _runs_here(spec: CellSpec, host: Host) -> str | None:
+    """Why the cell is skipped on `host` (train.py: more GPUs than there are; dp with gpus > 1 on a CPU), else None."""
+    have = len(host.gpu_models)
+    if host.kind == "gpu" and spec.gpus > have:
+        return f"skipped there: {spec.gpus} GPUs wanted, {have} present"
+    if host.kind == "cpu" and spec.gpus > 1 and spec.parallel == "dp":
+        return "skipped there: dp over several GPUs needs GPUs"
+    return None
+
+
+def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, step_s: float,
+                  window_hint: float | None, io_bound: bool) -> tuple[float, str]:  # fmt: skip
+    """overhead + warm-up + window + Snakemake's job, and how the window was predicted."""
+    backlog, burst = _backlog(spec, host)
+    warm_steps = max(spec.warmup_steps, backlog + 2)
+    warmup = first + (warm_steps - 1) * step_s
+    if spec.window_steps:
+        window, how = spec.window_steps * step_s, f"{spec.window_steps} steps"
+    elif spec.window_s:
+        window, how = spec.window_s, "fixed"
+    else:
+        # the adaptive rule needs 2 x MIN_BATCHES batches of whole bursts and min_seconds before it may stop; at
+        # max_seconds the step in flight still finishes
+        longest = spec.window_max_s + step_s
+        shortest = min(longest, max(spec.window_min_s, 2 * MIN_BATCHES * burst * step_s))
+        if window_hint is not None:
+            window, how = min(longest, max(shortest, window_hint)), "as measured"
+        elif io_bound:
+            window, how = shortest, "I/O-bound: known after its first batches"
+        else:
+            window, how = longest, "at its maximum (rate unknown)"
+    detail = f"overhead {overhead:.1f} + warm-up {warm_steps} steps {warmup:.1f} + window {window:.1f} s ({how})"
+    return overhead + warmup + window + JOB_S, detail
+
+
+def _predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float) -> tuple[float, str, str]:
+    """(seconds, basis, detail) of one cell still to run on `host`, whose ok records are `mine`."""
+    same = [m for m in mine if _same_configuration(m.spec, spec.to_dict())]
+    if same:
+        wall = _median(m.wall_s for m in same)
+        return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(same)} record(s) of this configuration"
+    skip = _runs_here(spec, host)
+    if skip:
+        over = _median(m.overhead_s for m in mine) or CELL_OVERHEAD_S[host.kind]
+        return over + JOB_S, "host records" if mine else "rules", skip
+    io = _io_rate(spec, host, mean_bytes)
+    gb = spec.batch_size * spec.gpus
+    rated = [m for m in mine if m.samples_per_s]
+    if rated:
+        want = {f: _key(spec.to_dict(), f) for f in NEIGHBOUR_FIELDS}
+        nearest = min(tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) for m in rated)
+        near = [m for m in rated if tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) == nearest]
+        rate = _median(m.samples_per_s for m in near)
+        io_bound = io is not None and io < rate  # the neighbour read a faster tier than this emulated one
+        rate = io if io_bound else rate
+        same_loader = not nearest[0]
+        # the neighbour's own overhead, first step and window when it ran this loader, else the host's
+        overhead = _median(m.overhead_s for m in (near if same_loader else mine))
+        first = _median(m.first_step_s for m in (near if same_loader else mine))
+        hint = _median(m.window_s for m in near if m.adaptive) if same_loader and not io_bound else None
+        seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind] if overhead is None else overhead,
+                                        FIRST_STEP_S[host.kind] if first is None else first, gb / rate, hint,
+                                        io_bound)  # fmt: skip
+        relaxed = [f for f, differs in zip(NEIGHBOUR_FIELDS, nearest) if differs and f != "feed"]
+        like = (f"{len(near)} record(s) of this configuration (other settings)" if not relaxed else
+                f"{len(near)} record(s) of another {', '.join(relaxed)}" + (f" ({near[0].key('loader')})"
+                                                                           if nearest[0] else ""))  # fmt: skip
+        return seconds, "host records", f"{rate:.0f} samples/s from {like}; {detail}"
+    assumed = ASSUMED_SAMPLES_PER_S[host.kind]
+    io_bound = io is not None and io < assumed
+    rate = io if io_bound else assumed
+    seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind], FIRST_STEP_S[host.kind], gb / rate,
+                                    None, io_bound)  # fmt: skip
+    why = f"{rate:.0f} samples/s the device model allows" if io_bound else f"{rate:.0f} samples/s assumed"
+    return seconds, "rules", f"{why}; {detail}"
+
+
+# ---- fixed costs
+
+
+def _dataset_size(cfg: dict, results: Layout) -> tuple[int | None, float, str]:
+    """(images, mean file bytes, where from): a staging manifest, the check, the generated dataset's stats, the
+    config (a generated dataset's image count) or a walk of a real source."""
+    for tier in cfg["tiers"]:
+        m = _json(results.manifest(tier))
+        if m and m.get("dataset") == cfg["dataset"]["name"] and m.get("counts", {}).get("files"):
+            c = m["counts"]
+            return c["files"], c["bytes"] / c["files"], results.manifest(tier)
+    ds = cfg["dataset"]
+    check = _json(results.check)
+    if check and check.get("files"):
+        sizes = [f["size"] for f in check["files"] if f.get("size")]
+        if sizes:
+            return len(check["files"]), sum(sizes) / len(sizes), results.check
+    if ds["source"] == "generated":
+        stats = _json(Path(DATASETS, ds["name"], "dataset.json"))
+        if stats and stats.get("files"):
+            return stats["files"], stats["total_bytes"] / stats["files"], f"{DATASETS}/{ds['name']}/dataset.json"
+        return ds["images"], MEAN_FILE_BYTES, "config (mean file size assumed)"
+    n, size = 0, 0
+    for p in Path(ds["path"]).rglob("*"):
+        if p.is_file():
+            n, size = n + 1, size + p.stat().st_size
+    return n, (size / n if n else MEAN_FILE_BYTES), ds["path"]
+
+
+def _json(path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _measured_probe(tier: str, kind: str, dirs) -> tuple[float, str] | None:
+    """Seconds an earlier probe of `tier` took, from a results folder beside a records folder (probe/<tier>.json) or
+    a bundle's tables/tier_probe.csv."""
+    for d in dirs:
+        base = Path(d).parent
+        p = _json(base / "probe" / f"{tier}.json")
+        if p and p.get("kind") == kind and p.get("runs"):
+            return sum(r["seconds"] for r in p["runs"]), str(base / "probe" / f"{tier}.json")
+        table = base / "tables" / "tier_probe.csv"
+        if table.is_file():
+            with table.open() as f:
+                rows = [r for r in csv.DictReader(f) if r.get("Tier") == tier and r.get("Kind") == kind]
+            try:
+                seconds = sum(float(r["Files"]) / float(r["Files/s"]) for r in rows)
+            except (KeyError, ValueError, ZeroDivisionError):
+                continue
+            if rows:
+                return seconds, str(table)
+    return None
+
+
+def _fixed_costs(cfg: dict, host: Host, results: Layout, host_dirs) -> list[FixedCost]:
+    out = []
+    ds = cfg["dataset"]
+    images, mean_bytes, size_from = _dataset_size(cfg, results)
+    cores = max(1, host.cpus_usable)
+    if ds["source"] == "generated":
+        if Path(DATASETS, ds["name"], "dataset.json").is_file():
+            out.append(FixedCost(f"generate dataset ({ds['images']} images)", 0.0, "done", f"{DATASETS}/{ds['name']}"))
+        else:
+            logged = GENERATED_LOG_RE.search(_text(Path(LOGS, "make_dataset.log")))
+            if logged:
+                s = float(logged[2]) * ds["images"] / int(logged[1])
+                out.append(FixedCost(f"generate dataset ({ds['images']} images)", s, "log",
+                                     f"{logged[2]} s for {logged[1]} images in {LOGS}/make_dataset.log"))  # fmt: skip
+            else:
+                s = ds["images"] * GENERATE_CORE_S_PER_IMAGE / cores
+                out.append(FixedCost(f"generate dataset ({ds['images']} images)", s, "rules",
+                                     f"{GENERATE_CORE_S_PER_IMAGE} CPU-s per image on {cores} CPUs"))  # fmt: skip
+    check = _json(results.check)
+    if check and check.get("files"):
+        out.append(FixedCost("check dataset", 0.0, "done", results.check))
+    else:
+        s = (images or 0) * CHECK_CORE_S_PER_IMAGE / cores
+        out.append(FixedCost("check dataset", s, "rules", f"{CHECK_CORE_S_PER_IMAGE} CPU-s per image on {cores} CPUs"))
+    mb = (images or 0) * mean_bytes / 1e6
+    for tier in cfg["tiers"]:
+        m = _json(results.manifest(tier))
+        if m and m.get("dataset") == ds["name"]:
+            out.append(FixedCost(f"stage {tier}", 0.0, "done", results.manifest(tier)))
+        else:
+            out.append(FixedCost(f"stage {tier}", mb / STAGE_MB_S, "rules",
+                                 f"{mb:.0f} MB ({images} files, mean {mean_bytes / 1e3:.0f} KB from {size_from}) "
+                                 f"at {STAGE_MB_S:g} MB/s"))  # fmt: skip
+    probe = cfg["probe"]
+    for tier in cfg["tiers"]:
+        t = cfg["storage"][tier]
+        name = f"probe {tier} (readers {', '.join(map(str, probe['readers']))})"
+        if _json(results.probe(tier)):
+            out.append(FixedCost(name, 0.0, "done", results.probe(tier)))
+            continue
+        earlier = _measured_probe(tier, t["kind"], host_dirs)
+        if earlier:
+            out.append(FixedCost(name, earlier[0], "host records", f"as measured: {earlier[1]}"))
+            continue
+        files = min(images or 0, probe["max_files"]) if probe["max_files"] else (images or 0)
+        if t["kind"] == "emulated" and files:
+            from .emulated.model import DeviceModel, predict
+
+            model = DeviceModel.from_dict(t["model"])
+            s = sum(min(probe["max_seconds"], files / predict(model, mean_bytes, r)["files_per_s"])
+                    for r in probe["readers"])  # fmt: skip
+            out.append(FixedCost(name, s, "rules", f"{files} files at the {model.name} model's rate, at most "
+                                                   f"{probe['max_seconds']:g} s per reader count"))  # fmt: skip
+        else:
+            s = len(probe["readers"]) * probe["max_seconds"]
+            out.append(FixedCost(name, s, "rules", f"at most {probe['max_seconds']:g} s per reader count"))
+    out.append(FixedCost("workflow: start, aggregate, figures, bundle", WORKFLOW_S[host.kind], "rules", ""))
+    return out
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+# ---- the plan
+
+
+def leave_out_order(cfg: dict, owner: dict[str, dict] | None = None) -> list[str]:
+    """The order in which `trim` leaves cells out: the last part first (the parts' order is their priority), and
+    within a part its cells in reverse run order. A part runs its repeats outermost, so its repeats > 0 go first
+    (the highest first) - one measurement of each of its configurations stays longest - and among the repeat-0
+    cells the last of its axes' product first: list each axis's values most important first."""
+    owner = owner or cell_parts(cfg)
+    order = []
+    for part in reversed(cfg["parts"]):
+        order += [c for c in reversed(list(owner)) if owner[c] is part]
+    return order
+
+
+def _baseline_cells(cfg: dict, cells) -> set[str]:
+    """The baseline configuration's repeat-0 cell(s): every Speed is relative to it, so trimming never drops it."""
+    b = cfg["baseline"]
+    out = set()
+    for cid in cells:
+        d = parse_cell_id(cid)
+        if d["repeat"] == 0 and all(d[k] == b[k] for k in ("loader", "tier", "gpus", "batch_size", "precision")) and \
+                d["parallel"] == b.get("parallel", "dp"):  # fmt: skip
+            out.add(cid)
+    return out
+
+
+def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), results: str | Path = "results") -> Plan:
+    """The plan of validated config `cfg` for `host` (default: this machine). `records_dirs`: the results' cell
+    records (a record there whose spec_hash is the cell's current spec's means the cell is measured) and, those of
+    `host`, calibration; `host_dirs`: more records for calibration only (`--host-from`). `results`: the results
+    folder whose staging manifests, check and probes say what is done (paths relative to the project, as
+    Snakemake's)."""
+    host = host or this_host()
+    layout = Layout(str(results))
+    records, unreadable = read_records(records_dirs)
+    extra, unreadable_extra = read_records(d for d in host_dirs if Path(d).resolve() not in
+                                           {Path(r).resolve() for r in records_dirs})  # fmt: skip
+    mine = [m for r in records + extra if host.matches(r) and (m := _measured(r))]
+    done = {r["cell_id"]: r for r in records if r.get("status") in ("ok", "skipped", "failed")}
+    owner = cell_parts(cfg)
+    images_bytes = _dataset_size(cfg, layout)[1]
+    cells = []
+    for cid, part in owner.items():
+        spec = cell_spec(cfg, cid)
+        rec = done.get(cid)
+        if rec and rec.get("spec_hash") == spec_hash(spec):
+            cells.append(CellPlan(cid, part["name"], 0.0, "measured", f"{rec['status']} record kept", measured=True))
+            continue
+        seconds, basis, detail = _predict(spec, host, mine, images_bytes)
+        cells.append(CellPlan(cid, part["name"], seconds, basis, detail))
+    fixed = _fixed_costs(cfg, host, layout, [*records_dirs, *host_dirs])
+    fixed_s = sum(f.seconds for f in fixed)
+    full_s = fixed_s + sum(c.seconds for c in cells)
+    budget_s = cfg["budget_minutes"] * 60 if cfg.get("budget_minutes") is not None else None
+    total_s = full_s
+    if budget_s is not None and total_s > budget_s and cfg.get("trim"):
+        by_id = {c.cell: c for c in cells}
+        keep = _baseline_cells(cfg, by_id)
+        for cid in leave_out_order(cfg, owner):
+            if total_s <= budget_s:
+                break
+            c = by_id[cid]
+            if c.measured or cid in keep:
+                continue
+            c.left_out = True
+            total_s -= c.seconds
+    parts = []
+    for part in cfg["parts"]:
+        mine_cells = [c for c in cells if c.part == part["name"]]
+        running = [c for c in mine_cells if not c.left_out and not c.measured]
+        parts.append(PartPlan(part["name"], part.get("note", ""), len(mine_cells), sum(c.measured for c in mine_cells),
+                              len(running), [c.cell for c in mine_cells if c.left_out],
+                              sum(c.seconds for c in running), dict(Counter(c.basis for c in running))))  # fmt: skip
+    calibration = {"read": len(records) + len(extra), "same_host": len(mine),
+                   "measured": sum(c.measured for c in cells), "unreadable": unreadable + unreadable_extra}  # fmt: skip
+    return Plan(cfg["name"], host, parts, cells, fixed, budget_s, bool(cfg.get("trim")), full_s, total_s, calibration)
+
+
+class PlanRefused(ConfigError):
+    """The study is predicted over its budget_minutes (and trimming, if asked, cannot make it fit)."""
+
+
+def workflow_cells(cfg: dict, results: Layout) -> list[str]:
+    """The cells the workflow builds under `budget_minutes`: the plan's kept cells (this machine, the results' own
+    records); PlanRefused with the plan's figures when it is over budget."""
+    import sys
+
+    plan = make_plan(cfg, [results.cells], results=results.root)
+    if plan.refused:
+        raise PlanRefused(f"the study is over its budget; `loaderbench plan --config ...` prints this too:\n"
+                          f"{plan.render()}")  # fmt: skip
+    print(f"loaderbench: {plan.verdict()}", file=sys.stderr)
+    return plan.kept

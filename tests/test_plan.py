@@ -1,0 +1,248 @@
+"""`loaderbench plan`: predicted device time from rules, from the same host's records (the same configuration, the
+nearest one), an emulated tier's I/O bound, budget refusal and trimming, and the workflow building only the kept
+cells. Records are real ones (docs/results) or written by records.make_record."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loaderbench import cli
+from loaderbench.config import cell_ids, cell_spec, load_config, validate_config
+from loaderbench.loaders import BACKLOG, LOADERS
+from loaderbench.plan import (
+    ASSUMED_SAMPLES_PER_S,
+    CELL_OVERHEAD_S,
+    FIRST_STEP_S,
+    JOB_S,
+    Host,
+    host_of_records,
+    make_plan,
+    this_host,
+)
+from loaderbench.records import make_record
+from loaderbench.util import atomic_write_json
+from tests.conftest import REPO, snakemake, tiny_config, write_config
+
+H200X2 = REPO / "docs/results/2026-11-30-h200x2/engine/bundle/cells"
+ENGINE = REPO / "config/h200x2-engine.yaml"
+CPU2 = Host((), 2, "a 2-core CPU host")
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """An empty project folder as the working directory (the plan reads results/ and resources/ relative to it)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def h200_records(tmp_path) -> Path:
+    """The 12 cell records of the 2 x H200 engine run and its tier probe table, copied as its bundle has them."""
+    out = tmp_path / "bundle/cells"
+    shutil.copytree(H200X2, out)
+    (out.parent / "tables").mkdir()
+    shutil.copy(H200X2.parent / "tables/tier_probe.csv", out.parent / "tables")
+    return out
+
+
+def _record(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_every_loader_says_what_it_prefetches():
+    assert set(BACKLOG) == set(LOADERS)
+
+
+def test_rules_predict_overhead_first_step_warmup_and_window(project):
+    cfg = validate_config(tiny_config(project), base_dir=project)  # fixed window of 3 steps, 1 worker, prefetch 1
+    plan = make_plan(cfg, [project / "results/cells"], host=CPU2)
+    step = 4 / ASSUMED_SAMPLES_PER_S["cpu"]  # batch 4 on 1 GPU
+    warm_steps = max(1, 1 * 1 + 2)  # warmup_steps 1, backlog workers x prefetch_factor + 2
+    expected = CELL_OVERHEAD_S["cpu"] + FIRST_STEP_S["cpu"] + (warm_steps - 1) * step + 3 * step + JOB_S
+    assert {c.basis for c in plan.cells} == {"rules"}
+    assert [c.seconds for c in plan.cells] == pytest.approx([expected] * 8)
+    assert plan.parts[0].name == "grid" and plan.parts[0].to_run == 8
+    assert plan.total_s == pytest.approx(8 * expected + sum(f.seconds for f in plan.fixed))
+    names = [f.name for f in plan.fixed]
+    assert names[:2] == ["generate dataset (32 images)", "check dataset"]
+    assert {"stage disk-a", "stage disk-b"} <= set(names) and any(n.startswith("probe disk-a") for n in names)
+
+
+def test_dataset_generation_is_predicted_from_the_last_generations_log(project):
+    (project / "logs").mkdir()
+    (project / "logs/make_dataset.log").write_text("make-dataset: 16/16\nwrote 16 images to resources/datasets/x/train: "
+                                                   "mean 85.2 KB, in 2.0 s\n")  # fmt: skip
+    cfg = validate_config(tiny_config(project), base_dir=project)  # 32 images
+    generate = make_plan(cfg, [], host=CPU2).fixed[0]
+    assert (generate.basis, generate.seconds) == ("log", pytest.approx(4.0))
+
+
+def test_an_adaptive_window_of_unknown_rate_is_predicted_at_its_maximum(project):
+    cfg = validate_config(tiny_config(project, window={"max_seconds": 8}), base_dir=project)
+    cell = make_plan(cfg, [], host=CPU2).cells[0]
+    assert "window 8.0 s (at its maximum (rate unknown))" in cell.detail
+
+
+def test_an_emulated_tier_is_predicted_at_its_device_models_rate(project):
+    slow = {"name": "slow-hdd", "access_ms": 20, "bandwidth_mb_s": 100, "concurrency": 1}
+    storage = {"disk-a": str(project / "tier-a"),
+               "hdd": {"kind": "emulated", "path": str(project / "hdd"), "model": slow, "mount": str(project / "mnt")}}  # fmt: skip
+    cfg = validate_config(tiny_config(project, storage=storage, loaders=["torchvision"], precisions=["fp32"],
+                                      batch_sizes=[16], window={"max_seconds": 8}), base_dir=project)  # fmt: skip
+    plan = make_plan(cfg, [], host=CPU2)
+    by_tier = {c.cell.split("_")[1]: c for c in plan.cells}
+    files_per_s = 1 / (20e-3 + 110e3 / 100e6)  # no dataset yet: 110 KB per generated file
+    step = 16 / files_per_s
+    assert files_per_s < ASSUMED_SAMPLES_PER_S["cpu"]
+    hdd = by_tier["hdd"]
+    assert hdd.basis == "rules" and f"{files_per_s:.0f} samples/s the device model allows" in hdd.detail
+    window = max(3.0, 10 * step)  # min_seconds, or 10 steps of one worker's bursts: then the rate is known
+    assert f"window {window:.1f} s (I/O-bound" in hdd.detail
+    assert hdd.seconds == pytest.approx(CELL_OVERHEAD_S["cpu"] + FIRST_STEP_S["cpu"] + 2 * step + window + JOB_S)
+    assert "at its maximum" in by_tier["disk-a"].detail  # a plain tier's rate is unknown
+    probe = next(f for f in plan.fixed if f.name.startswith("probe hdd"))
+    assert probe.seconds == pytest.approx(2 * min(20.0, 32 / files_per_s))  # 32 files, readers 1 and 8, one head
+
+
+def test_same_host_records_of_the_same_configuration_give_its_wall_time(project, h200_records):
+    cfg = load_config(ENGINE)
+    host = host_of_records(h200_records)
+    assert host.gpu_models == ("NVIDIA H200", "NVIDIA H200") and host.cpus_usable == 31
+    plan = make_plan(cfg, [project / "results/cells"], host=host, host_dirs=[h200_records])
+    assert {c.basis for c in plan.cells} == {"record"}
+    for c in plan.cells:
+        assert c.seconds == pytest.approx(_record(h200_records / f"{c.cell}.json")["wall_s"] + JOB_S)
+    probe = next(f for f in plan.fixed if f.name.startswith("probe ram"))  # the bundle's tier_probe.csv
+    assert probe.basis == "host records" and probe.seconds == pytest.approx(2000 / 5.793e4 + 2000 / 3.31e4)
+
+
+def test_records_in_the_results_measured_the_cells_and_cost_nothing_more(project, h200_records):
+    cfg = load_config(ENGINE)
+    plan = make_plan(cfg, [h200_records], host=CPU2)  # the records' spec_hash is the config's cells' own
+    assert all(c.measured and c.seconds == 0 for c in plan.cells)
+    assert plan.parts[0].measured == 12 and plan.parts[0].to_run == 0
+    assert plan.total_s == pytest.approx(sum(f.seconds for f in plan.fixed))
+
+
+def test_the_nearest_measured_configuration_gives_rate_first_step_and_window(project, h200_records):
+    raw = yaml.safe_load(ENGINE.read_text())
+    raw["batch_sizes"] = [128]
+    cfg = validate_config(raw, base_dir=REPO)
+    plan = make_plan(cfg, [], host=host_of_records(h200_records), host_dirs=[h200_records])
+    cell = next(c for c in plan.cells if c.cell == "synthetic_ram_g1_b128_amp_dp_r0")
+    near = _record(h200_records / "synthetic_ram_g1_b256_amp_dp_r0.json")
+    m = near["metrics"]
+    assert cell.basis == "host records" and "another batch_size" in cell.detail
+    overhead = near["wall_s"] - m["time_s"] - m["warmup_s"]
+    step = 128 / m["samples_per_s"]
+    window = min(15 + step, m["time_s"])  # as the neighbour's adaptive window ran, within this cell's bounds
+    assert cell.seconds == pytest.approx(overhead + m["first_step_s"] + 9 * step + window + JOB_S)
+
+
+def test_another_hosts_records_are_ignored_unless_planning_for_that_host(project, h200_records, capsys):
+    config = project / "engine-b128.yaml"
+    raw = yaml.safe_load(ENGINE.read_text())
+    raw["batch_sizes"] = [128]
+    config.write_text(yaml.safe_dump(raw))
+    here = this_host()
+    if here.matches(_record(next(h200_records.glob("*.json")))):
+        pytest.skip("this machine is the host of the H200 records")
+    assert cli.main(["plan", "--config", str(config), "--records", str(h200_records), "--cells"]) == 0
+    out = capsys.readouterr().out
+    assert "records: 12 read, 0 of this host" in out
+    assert re.search(r"^grid +12 +0 +12 +0 +\S+ \S+ +12 rules", out, re.M)
+    assert cli.main(["plan", "--config", str(config), "--host-from", str(h200_records)]) == 0
+    out = capsys.readouterr().out
+    assert "for 2 x NVIDIA H200, 31 usable CPUs (the host of the records in" in out
+    assert "12 host records" in out
+
+
+def _study(tmp: Path, **over) -> dict:
+    """Two parts: `main`, the baseline configuration; `extra`, two loaders x two tiers x 2 repeats."""
+    return tiny_config(tmp, precisions=["fp32"], parts=[
+        {"name": "main", "note": "the baseline", "loaders": ["torchvision"], "tiers": ["disk-a"]},
+        {"name": "extra", "loaders": ["torchvision", "opencv"], "repeats": 2},
+    ], **over)  # fmt: skip
+
+
+def _measure(results: Path, cfg: dict, cid: str, host: dict) -> None:
+    """A record of `cid` as the cell runner writes one (ok, wall, phases, the host's provenance)."""
+    rec = make_record(cell_spec(cfg, cid), "ok", metrics={"samples_per_s": 50.0, "time_s": 0.3, "warmup_s": 0.5},
+                      wall_s=6.0, provenance={"host": host}, phases_s={"wall": 6.0})  # fmt: skip
+    atomic_write_json(results / "cells" / f"{cid}.json", rec)
+
+
+def test_over_budget_without_trim_is_refused_with_the_figures(project, capsys):
+    cfg = _study(project, budget_minutes=0.5)
+    path = write_config(project, cfg)
+    assert cli.main(["plan", "--config", str(path), "--json", str(project / "plan.json")]) == 2
+    out = capsys.readouterr().out
+    assert "REFUSED" in out and "set trim: true" in out
+    assert re.search(r"^main +1 +0 +1 +0 ", out, re.M) and re.search(r"^extra +7 +0 +7 +0 ", out, re.M)
+    saved = json.loads((project / "plan.json").read_text())
+    assert saved["refused"] and saved["left_out"] == [] and saved["budget_s"] == 30
+
+
+def test_trim_leaves_out_the_last_parts_last_cells_first_and_keeps_measured_ones(project, capsys):
+    raw = _study(project)
+    cfg = validate_config(raw, base_dir=project)
+    ids = cell_ids(cfg)
+    assert ids == ["torchvision_disk-a_g1_b4_fp32_dp_r0", "torchvision_disk-b_g1_b4_fp32_dp_r0",
+                   "opencv_disk-a_g1_b4_fp32_dp_r0", "opencv_disk-b_g1_b4_fp32_dp_r0",
+                   "torchvision_disk-a_g1_b4_fp32_dp_r1", "torchvision_disk-b_g1_b4_fp32_dp_r1",
+                   "opencv_disk-a_g1_b4_fp32_dp_r1", "opencv_disk-b_g1_b4_fp32_dp_r1"]  # fmt: skip
+    results = project / "results"
+    # measured here, on another host (its record costs nothing and stays, whatever its host)
+    _measure(results, cfg, "opencv_disk-b_g1_b4_fp32_dp_r1", {"gpu_models": ["X"], "cpus_usable": 64})
+    full = make_plan(cfg, [results / "cells"], host=CPU2)
+    cell_s = full.cells[0].seconds  # every cell still to run costs the same here (rules, same shape)
+    fixed_s = sum(f.seconds for f in full.fixed)
+    raw.update(budget_minutes=(fixed_s + 3.5 * cell_s) / 60, trim=True)
+    plan = make_plan(validate_config(raw, base_dir=project), [results / "cells"], host=CPU2)
+    # leave-out order: extra's repeat 1 backwards (its measured cell stays), then extra's repeat 0 backwards
+    assert [c for c in reversed(ids) if c in plan.left_out] == [
+        "opencv_disk-a_g1_b4_fp32_dp_r1", "torchvision_disk-b_g1_b4_fp32_dp_r1",
+        "torchvision_disk-a_g1_b4_fp32_dp_r1", "opencv_disk-b_g1_b4_fp32_dp_r0"]  # fmt: skip
+    assert plan.kept == ["torchvision_disk-a_g1_b4_fp32_dp_r0", "torchvision_disk-b_g1_b4_fp32_dp_r0",
+                         "opencv_disk-a_g1_b4_fp32_dp_r0", "opencv_disk-b_g1_b4_fp32_dp_r1"]  # fmt: skip
+    assert not plan.refused and plan.total_s <= plan.budget_s and plan.total_s == pytest.approx(fixed_s + 3 * cell_s)
+    extra = plan.parts[1]
+    assert (extra.cells, extra.measured, extra.to_run, len(extra.left_out)) == (7, 1, 2, 4)
+    path = write_config(project, raw)
+    assert cli.main(["plan", "--config", str(path), "--cells"]) == 0  # this machine: another prediction, same rule
+    out = capsys.readouterr().out
+    assert "trimmed (trim: true)" in out and "left out of extra: " in out
+
+
+def test_trim_never_leaves_out_the_baseline_and_refuses_what_cannot_fit(project, capsys):
+    path = write_config(project, _study(project, budget_minutes=0.01, trim=True))
+    assert cli.main(["plan", "--config", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert "REFUSED" in out and "even with every cell that may go left out (7" in out
+    assert re.search(r"^main +1 +0 +1 +0 ", out, re.M)  # the baseline cell stays
+
+
+@pytest.mark.e2e
+def test_the_workflow_builds_only_the_kept_cells_and_refuses_over_budget(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    raw = _study(work)
+    monkeypatch.chdir(work)  # the plan as the workflow makes it: in the run's folder, for this machine
+    full = make_plan(validate_config(raw, base_dir=work), [work / "results/cells"])
+    raw.update(budget_minutes=(sum(f.seconds for f in full.fixed) + 4.5 * full.cells[0].seconds) / 60, trim=True)
+    kept = make_plan(validate_config(raw, base_dir=work), [work / "results/cells"]).kept
+    assert len(kept) == 4
+    dry = snakemake(work, "-n", "--configfile", str(write_config(work, raw)))
+    planned = re.findall(r"wildcards: cell=(\S+)", dry.stdout)
+    assert sorted(planned) == sorted(kept)
+    assert "trimmed (trim: true): 4 cell(s) left out" in dry.stderr
+    raw["trim"] = False
+    refused = snakemake(work, "-n", "--configfile", str(write_config(work, raw)), check=False)
+    assert refused.returncode != 0
+    assert "over its budget" in refused.stdout + refused.stderr and "REFUSED" in refused.stdout + refused.stderr
