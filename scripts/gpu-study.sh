@@ -76,7 +76,7 @@ start)
     step "pipeline rc=$rc"
     if [ $rc -ne 0 ] || [ ! -f results/bundle/index.html ]; then
       sleep 5; step tables and bundle of the measured cells
-      "$@" --config budget_minutes=0.001 > "$dest/snakemake-close.log" 2>&1
+      "$@" --config budget_minutes=0 trim=true > "$dest/snakemake-close.log" 2>&1
     fi
     step reports
     python3 -m loaderbench plan --config "$C" > "$dest/plan-after.txt" 2>&1

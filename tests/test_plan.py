@@ -25,7 +25,7 @@ from loaderbench.plan import (
     make_plan,
     this_host,
 )
-from loaderbench.records import make_record
+from loaderbench.records import make_record, spec_hash
 from loaderbench.util import atomic_write_json
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 
@@ -43,9 +43,16 @@ def project(tmp_path, monkeypatch):
 
 @pytest.fixture
 def h200_records(tmp_path) -> Path:
-    """The 12 cell records of the 2 x H200 engine run and its tier probe table, copied as its bundle has them."""
+    """The 12 cell records of the 2 x H200 engine run and its tier probe table, copied as its bundle has them. Their
+    spec_hash is brought to the config's current spec: the cell spec has gained fields (cudnn_benchmark_limit)
+    since they were measured, which changes every hash."""
     out = tmp_path / "bundle/cells"
     shutil.copytree(H200X2, out)
+    cfg = load_config(ENGINE)
+    for f in out.glob("*.json"):
+        rec = json.loads(f.read_text())
+        rec["spec_hash"] = spec_hash(cell_spec(cfg, rec["cell_id"]))
+        f.write_text(json.dumps(rec))
     (out.parent / "tables").mkdir()
     shutil.copy(H200X2.parent / "tables/tier_probe.csv", out.parent / "tables")
     return out
@@ -246,3 +253,18 @@ def test_the_workflow_builds_only_the_kept_cells_and_refuses_over_budget(tmp_pat
     refused = snakemake(work, "-n", "--configfile", str(write_config(work, raw)), check=False)
     assert refused.returncode != 0
     assert "over its budget" in refused.stdout + refused.stderr and "REFUSED" in refused.stdout + refused.stderr
+
+
+def test_budget_zero_with_trim_closes_a_study_on_its_measured_cells(project, h200_records):
+    """A study stopped at its deadline: budget_minutes 0 with trim measures nothing more and keeps what is measured,
+    the baseline too when it was not measured - and is not refused."""
+    raw = yaml.safe_load(ENGINE.read_text())
+    raw.update(budget_minutes=0, trim=True)
+    cfg = validate_config(raw, base_dir=REPO)
+    measured = sorted(p.stem for p in h200_records.glob("*.json"))[:5]
+    for p in h200_records.glob("*.json"):
+        if p.stem not in measured:
+            p.unlink()
+    plan = make_plan(cfg, [h200_records], host=CPU2)
+    assert sorted(plan.kept) == measured and len(plan.left_out) == 7
+    assert not plan.refused and "closing the study" in plan.verdict()

@@ -182,14 +182,22 @@ class Plan:
         return self.budget_s is not None and self.total_s > self.budget_s
 
     @property
+    def closing(self) -> bool:
+        """budget_minutes 0 with trim: no cell is measured any more, the measured ones are tabulated."""
+        return self.budget_s == 0 and self.trim
+
+    @property
     def refused(self) -> bool:
         """Over budget: without trim, or with trim when even the cells that may go do not make it fit."""
-        return self.over_budget
+        return self.over_budget and not self.closing
 
     def verdict(self) -> str:
         if self.budget_s is None:
             return "budget: none (config key budget_minutes not set)"
         budget = f"budget {duration(self.budget_s)} (budget_minutes: {self.budget_s / 60:g})"
+        if self.closing:
+            return (f"{budget} with trim: closing the study - {len(self.kept)} measured cell(s) tabulated, "
+                    f"{len(self.left_out)} not measured left out")  # fmt: skip
         if self.left_out and not self.over_budget:
             return (f"{budget}: the whole study ({duration(self.full_s)}) is over it; trimmed (trim: true): "
                     f"{len(self.left_out)} cell(s) left out, {duration(self.total_s)} kept, "
@@ -613,7 +621,13 @@ def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), r
     full_s = fixed_s + sum(c.seconds for c in cells)
     budget_s = cfg["budget_minutes"] * 60 if cfg.get("budget_minutes") is not None else None
     total_s = full_s
-    if budget_s is not None and total_s > budget_s and cfg.get("trim"):
+    closing = budget_s == 0 and cfg.get("trim")
+    if closing:  # budget 0: measure nothing more, tabulate what is measured (a study stopped at its deadline)
+        for c in cells:
+            if not c.measured:
+                c.left_out = True
+        total_s = fixed_s
+    elif budget_s is not None and total_s > budget_s and cfg.get("trim"):
         by_id = {c.cell: c for c in cells}
         keep = _baseline_cells(cfg, by_id)
         for cid in leave_out_order(cfg, owner):
