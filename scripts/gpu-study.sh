@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 export C=${CONFIG:-config/h200x2-study.yaml}
 export PYTHONPATH=$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 if [ -x /tmp/fuse/fusermount3 ]; then export PATH=/tmp/fuse:$PATH FUSE_LIBRARY_PATH=/tmp/fuse/libfuse3.so.3; fi
-SMK=(python3 -m snakemake --cores "$(nproc)" --configfile "$C")
+SMK=(python3 -m snakemake --cores "$(nproc)")  # --configfile last: it takes every word after it
 verb=$1; shift
 case $verb in
 stash)
@@ -66,17 +66,17 @@ start)
       left=$((deadline - SECONDS)); [ $left -gt 20 ] || { rc=124; break; }
       mapfile -t targets < <(python3 -m loaderbench cells --config "$C" --part "$part" --paths)
       step "part $part: ${#targets[@]} cells, $left s left"
-      timeout -s INT -k 30 "$left" "$@" "${targets[@]}" >> "$dest/snakemake.log" 2>&1 || { rc=$?; break; }
+      timeout -s INT -k 30 "$left" "$@" "${targets[@]}" --configfile "$C" >> "$dest/snakemake.log" 2>&1 || { rc=$?; break; }
     done
     left=$((deadline - SECONDS))
     if [ $rc -eq 0 ] && [ $left -gt 20 ]; then
       step "the rest of the workflow, $left s left"
-      timeout -s INT -k 30 "$left" "$@" >> "$dest/snakemake.log" 2>&1; rc=$?
+      timeout -s INT -k 30 "$left" "$@" --configfile "$C" >> "$dest/snakemake.log" 2>&1; rc=$?
     fi
     step "pipeline rc=$rc"
     if [ $rc -ne 0 ] || [ ! -f results/bundle/index.html ]; then
       sleep 5; step tables and bundle of the measured cells
-      "$@" --config budget_minutes=0 trim=true > "$dest/snakemake-close.log" 2>&1
+      "$@" --configfile "$C" --config budget_minutes=0 > "$dest/snakemake-close.log" 2>&1  # the config has trim: true
     fi
     step reports
     python3 -m loaderbench plan --config "$C" > "$dest/plan-after.txt" 2>&1
