@@ -9,6 +9,7 @@ import statistics
 import numpy as np
 
 from .records import warning
+from .window import MIN_BATCHES
 
 # A warm-up step (after the first, which carries autotuning) this much slower than a window step: the warm-up was
 # disturbed, or the window measured something the warm-up did not (a drained backlog, a cache that filled).
@@ -51,7 +52,9 @@ def warnings_for(*, final_loss: float, backlog: int, steps: int, ratio: float | 
         out.append(warning("unsteady", f"the second half of the window ran at {ratio:.2f}x the first half's rate"))
     if converged is False:
         known = (f"is known to +-{100 * halfwidth:.1f}%" if halfwidth is not None
-                 else f"has no interval ({steps} steps, fewer than 20)")  # fmt: skip
+                 else f"has no interval ({steps} steps, fewer than {MIN_BATCHES * max(1, rule.burst)}"
+                      + (f": {MIN_BATCHES} batch means of whole bursts of {rule.burst} steps, one per loader worker"
+                         if rule.burst > 1 else "") + ")")  # fmt: skip
         out.append(warning(
             "not_converged", f"after the window's maximum of {rule.max_seconds:g} s the rate {known}, not "
             f"+-{100 * rule.precision:g}%; raise window.max_seconds or read the spread of repeats",
