@@ -3,6 +3,8 @@ deleted cell, only the new cells of a grid edit, one cell forced by its record; 
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 
@@ -95,6 +97,29 @@ def test_removing_a_precision_plans_no_cell(planned_cells):
 
 def test_changing_the_time_limit_and_the_watchdog_plans_no_cell(planned_cells):
     assert planned_cells(cell_timeout_s=77, watchdog={"stall_s": 9})[0] == 0
+
+
+def test_records_carried_to_a_fresh_project_are_not_measured_again(finished_run, tmp_path):
+    """Resuming a study on another machine: a fresh project (no dataset, no staging, no Snakemake metadata) with the
+    finished run's records and timelines in results/. Staging makes the dataset again, so every record is older than
+    its tier's manifest; `loaderbench adopt` marks those that measured the same spec on the same data as current, and
+    Snakemake then measures only the missing cell - and a cell whose record names other data."""
+    work, cfg_path = finished_run
+    for kept in ("cells", "telemetry"):  # a cell's outputs: its record and its timeline
+        shutil.copytree(work / "results" / kept, tmp_path / "results" / kept)
+    (tmp_path / "results/cells/opencv_disk-a_g1_b4_fp32_dp_r0.json").unlink()
+    other = tmp_path / "results/cells/torchvision_disk-a_g1_b4_amp_dp_r0.json"
+    rec = json.loads(other.read_text())
+    other.write_text(json.dumps({**rec, "manifest_sha256": "0" * 64}))
+    assert job_counts(snakemake(tmp_path, "--configfile", str(cfg_path), "-n").stdout)["cell"] == 10  # all, before
+    snakemake(tmp_path, "--configfile", str(cfg_path), "--until", "stage")
+    out = subprocess.run([sys.executable, "-m", "loaderbench", "adopt", "--config", str(cfg_path)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "9 records in results/cells: 8 adopted" in out.stdout and "1 other data or not staged" in out.stdout
+    plan = snakemake(tmp_path, "--configfile", str(cfg_path), "-n").stdout
+    assert job_counts(plan)["cell"] == 2
+    assert "cells/opencv_disk-a_g1_b4_fp32_dp_r0.json" in plan and "cells/torchvision_disk-a_g1_b4_amp_dp_r0.json" in plan
 
 
 def test_forcing_one_cells_record_plans_exactly_one_cell_job(finished_run):

@@ -202,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="records folder (default <results>/sweep)")
     _side_measurement(s, commands.cmd_sweep)
 
+    s = sub.add_parser("adopt", help="after staging on a fresh host: mark carried cell records that measured the "
+                       "current spec on the same data as up to date, so Snakemake measures only the missing cells")
+    s.add_argument("--config", required=True)
+    s.add_argument("--results", default=RESULTS.root)
+    s.set_defaults(func=commands.cmd_adopt)
+
     s = sub.add_parser("where", help="print where a run keeps a file (the results layout), e.g. `where cell ID`")
     s.add_argument("name", help="bundle, bundle_zip, table, cell, manifest, report, cells, ... (layout.Layout)")
     s.add_argument("arg", nargs="?", help="the cell id, tier or table file name, for those that take one")

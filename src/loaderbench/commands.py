@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
-from .config import ConfigError, cell_ids, cell_parts, cell_spec, load_config
+from .config import ConfigError, cell_ids, cell_parts, cell_spec, load_config, parse_cell_id
 from .layout import RESULTS, Layout
 from .stage import StagingError
 
@@ -314,6 +315,46 @@ def cmd_sweep(a) -> int:
     print(f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
           f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)")  # fmt: skip
     print(render(rows))
+    return 0
+
+
+def cmd_adopt(a) -> int:
+    """Resuming a study on another host: its records (results/cells/) and timelines (results/telemetry/) were carried
+    here and the dataset staged again (`snakemake --until stage`). The new manifests are newer than the records, so
+    Snakemake would measure every cell again. A record whose spec_hash is its cell's current spec and whose
+    manifest_sha256 is its tier's current manifest measured this very configuration on this very data: it and its
+    timeline get the current time, and Snakemake leaves them be. Every other record is left as it is (and
+    re-measured)."""
+    from .records import load_records, spec_hash
+
+    cfg = _cfg(a)
+    layout = Layout(a.results)
+    grid = set(cell_ids(cfg))
+    data = {}
+    for tier in cfg["tiers"]:
+        try:
+            data[tier] = json.loads(Path(layout.manifest(tier)).read_text()).get("sha256")
+        except (OSError, ValueError):
+            data[tier] = None
+    paths = sorted(Path(layout.cells).glob("*.json"))
+    counts = {"adopted": 0, "not in this grid": 0, "another spec": 0, "other data or not staged": 0}
+    for rec in load_records(paths)[0]:
+        cid = rec["cell_id"]
+        if cid not in grid:
+            why = "not in this grid"
+        elif rec.get("spec_hash") != spec_hash(cell_spec(cfg, cid)):
+            why = "another spec"
+        elif not rec.get("manifest_sha256") or rec["manifest_sha256"] != data.get(parse_cell_id(cid)["tier"]):
+            why = "other data or not staged"
+        else:
+            why = "adopted"
+            for f in (Path(layout.cell(cid)), Path(layout.timeline(cid))):
+                if f.is_file():
+                    os.utime(f)
+        counts[why] += 1
+        if why != "adopted":
+            print(f"  {cid}: {why} (measured again)", file=sys.stderr)
+    print(f"{len(paths)} records in {layout.cells}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     return 0
 
 
