@@ -109,7 +109,7 @@ def test_an_emulated_tier_is_predicted_at_its_device_models_rate(project):
     assert files_per_s < ASSUMED_SAMPLES_PER_S["cpu"]
     hdd = by_tier["hdd"]
     assert hdd.basis == "rules" and f"{files_per_s:.0f} samples/s the device model allows" in hdd.detail
-    window = max(3.0, 10 * step)  # min_seconds, or 10 steps of one worker's bursts: then the rate is known
+    window = max(3.0, 5 * step)  # min_seconds, or 5 steps of one worker's bursts (5 batch means): the rate is known
     assert f"window {window:.1f} s (I/O-bound" in hdd.detail
     assert hdd.seconds == pytest.approx(CELL_OVERHEAD_S["cpu"] + FIRST_STEP_S["cpu"] + 2 * step + window + JOB_S)
     assert "at its maximum" in by_tier["disk-a"].detail  # a plain tier's rate is unknown

@@ -43,8 +43,14 @@ from .window import MIN_BATCHES
 # hosts (docs/results/2026-11-30-h200x2: 9-10 s), 4-6 s on the 2-core CPU host (docs/results/2026-11-29-cpu2).
 CELL_OVERHEAD_S = {"gpu": 12.0, "cpu": 5.0}
 # The first warm-up step: CUDA context, cuDNN autotuning, the workers' start (H200: 14-23 s, 26-32 s with 30
-# DataLoader workers; CPU: under 1 s).
+# DataLoader workers; CPU: under 1 s). Without autotuning (cudnn_benchmark: false) cuDNN only plans: 3.4-6.6 s on the
+# 2 x H200 host, 15.6 s for torchvision's 31 workers at 2 GPUs (docs/results/2026-11-30-h200x2/study).
 FIRST_STEP_S = {"gpu": 20.0, "cpu": 1.0}
+FIRST_STEP_UNTUNED_S = 5.0
+
+
+def _first_step_s(spec: CellSpec, host: Host) -> float:
+    return FIRST_STEP_UNTUNED_S if host.kind == "gpu" and not spec.cudnn_benchmark else FIRST_STEP_S[host.kind]
 # The rate assumed for warm-up steps when no record gives one: below the slowest loader measured at batch 256 on an
 # H200 (torchvision, 1450 samples/s) and at batch 16-64 on the CPU host (67 samples/s from the HDD, else 130-250).
 ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}
@@ -385,10 +391,10 @@ def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, ste
     elif spec.window_s:
         window, how = spec.window_s, "fixed"
     else:
-        # the adaptive rule needs 2 x MIN_BATCHES batches of whole bursts and min_seconds before it may stop; at
+        # the adaptive rule needs MIN_BATCHES batch means of whole bursts and min_seconds before it may stop; at
         # max_seconds the step in flight still finishes
         longest = spec.window_max_s + step_s
-        shortest = min(longest, max(spec.window_min_s, 2 * MIN_BATCHES * burst * step_s))
+        shortest = min(longest, max(spec.window_min_s, MIN_BATCHES * burst * step_s))
         if window_hint is not None:
             window, how = min(longest, max(shortest, window_hint)), "as measured"
         elif io_bound:
@@ -425,7 +431,7 @@ def _predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: floa
         first = _median(m.first_step_s for m in (near if same_loader else mine))
         hint = _median(m.window_s for m in near if m.adaptive) if same_loader and not io_bound else None
         seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind] if overhead is None else overhead,
-                                        FIRST_STEP_S[host.kind] if first is None else first, gb / rate, hint,
+                                        _first_step_s(spec, host) if first is None else first, gb / rate, hint,
                                         io_bound)  # fmt: skip
         relaxed = [f for f, differs in zip(NEIGHBOUR_FIELDS, nearest) if differs and f != "feed"]
         like = (f"{len(near)} record(s) of this configuration (other settings)" if not relaxed else
@@ -435,7 +441,7 @@ def _predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: floa
     assumed = ASSUMED_SAMPLES_PER_S[host.kind]
     io_bound = io is not None and io < assumed
     rate = io if io_bound else assumed
-    seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind], FIRST_STEP_S[host.kind], gb / rate,
+    seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind], _first_step_s(spec, host), gb / rate,
                                     None, io_bound)  # fmt: skip
     why = f"{rate:.0f} samples/s the device model allows" if io_bound else f"{rate:.0f} samples/s assumed"
     return seconds, "rules", f"{why}; {detail}"
