@@ -3,7 +3,8 @@
 #   stash DIR...          copy carried bundle parts (.bundles/cN) to /tmp/parts, where the next calls find them
 #   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all 4 parts are
 #                         there, dali.0-3 (DALI) into /tmp/site; libfuse/fusermount3 from .bundles/c3/fuse
-#   prep OUT              host facts, then the dataset made, checked and staged (scripts/gpu-host-prep.sh)
+#   prep OUT              host facts, then the dataset made, checked and staged (scripts/gpu-host-prep.sh); records
+#                         carried from an earlier lease are adopted (`loaderbench adopt`): only missing cells run
 #   probe OUT             the first-step probe: cuDNN autotuning on/off/limited, fresh processes (first_step_probe.py)
 #   ceiling OUT           `loaderbench ceiling`: the synthetic cell against a pinned bare loop, alternating rounds
 #   start DEST MINUTES    the pipeline, detached, stopped by SIGINT after MINUTES; then the tables and bundle of
@@ -40,7 +41,9 @@ prep)
     python3 -c 'import sys, torch, torchvision, cv2; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__, "opencv", cv2.__version__)'
     env | grep -E '^(NCCL|TORCH|NVSHMEM)_'; } > "$out/host.txt" 2>&1
   t0=$SECONDS
-  scripts/gpu-host-prep.sh "$C" && echo "prep $((SECONDS - t0)) s" | tee "$out/prep.txt" ;;
+  scripts/gpu-host-prep.sh "$C" && echo "prep $((SECONDS - t0)) s" | tee "$out/prep.txt"
+  # records carried from an earlier lease (results/cells, results/telemetry): keep those of the same spec and data
+  if ls results/cells/*.json >/dev/null 2>&1; then python3 -m loaderbench adopt --config "$C" | tee -a "$out/prep.txt"; fi ;;
 probe)
   out=$1; mkdir -p "$out"
   for args in "--benchmark 1" "--benchmark 0" "--benchmark 1 --limit 1" "--benchmark 1 --limit 3" "--benchmark 1" \
