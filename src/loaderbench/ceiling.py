@@ -30,12 +30,10 @@ def bare_loop(spec: CellSpec, classes: int, steps: int, warmup: int, device, ima
     """Samples/s of the plain loop over one device-resident batch (the synthetic loader's tensors)."""
     import torch
 
-    from .train import dtypes, training_step
+    from .train import configure_cudnn, dtypes, training_step
 
     if device.type == "cuda":
-        torch.backends.cudnn.benchmark = spec.cudnn_benchmark
-        if spec.cudnn_benchmark_limit is not None:
-            torch.backends.cudnn.benchmark_limit = spec.cudnn_benchmark_limit
+        configure_cudnn(spec)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     _, step = training_step(spec, classes, device)
     _, dtype = dtypes(spec, device.type)

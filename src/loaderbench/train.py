@@ -43,6 +43,15 @@ def resolve_workers(spec: CellSpec, place: placement.Placement | None = None) ->
     return int(spec.workers)
 
 
+def configure_cudnn(spec: CellSpec) -> None:
+    """cuDNN as the cell asks: autotuning on or off, and how many algorithms it tries (the cell and the bare loop)."""
+    import torch
+
+    torch.backends.cudnn.benchmark = spec.cudnn_benchmark
+    if spec.cudnn_benchmark_limit is not None:
+        torch.backends.cudnn.benchmark_limit = spec.cudnn_benchmark_limit
+
+
 def dtypes(spec: CellSpec, kind: str):
     """(autocast dtype, dtype the loaders deliver) for this cell on device type `kind`."""
     import torch
@@ -112,9 +121,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     amp_dtype, input_dtype = dtypes(spec, kind)
     torch.manual_seed(spec.seed)
     if kind == "cuda":
-        torch.backends.cudnn.benchmark = spec.cudnn_benchmark
-        if spec.cudnn_benchmark_limit is not None:
-            torch.backends.cudnn.benchmark_limit = spec.cudnn_benchmark_limit
+        configure_cudnn(spec)
     place = placement.for_cell(spec.placement, spec.gpus, kind)
     workers = resolve_workers(spec, place)
     ddp = spec.parallel == "ddp"
