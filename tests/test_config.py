@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loaderbench.config import ConfigError, cell_ids, cell_spec, load_config, parse_cell_id, validate_config
+from loaderbench.config import (
+    ConfigError, cell_ids, cell_part, cell_parts, cell_spec, load_config, parse_cell_id, validate_config,
+)
 from tests.conftest import REPO
 
 
@@ -215,6 +217,8 @@ def test_parts_are_a_union_of_sub_grids_with_their_own_settings():
     disk = cell_spec(cfg, "torchvision_disk_g1_b32_fp32_dp_r0")
     assert (disk.workers, disk.window_max_s) == (4, 5)
     assert validate_config(cfg) == cfg  # a validated config validates to itself
+    assert all(cell_part(cfg, cid) is part for cid, part in cell_parts(cfg).items())
+    assert cell_part(cfg, "synthetic_disk_g1_b64_fp32_dp_r0") is None  # no part measures synthetic on the disk
     with pytest.raises(ConfigError, match="not in this configuration's grid"):
         cell_spec(cfg, "torchvision_disk_g1_b32_fp32_dp_r1")
 

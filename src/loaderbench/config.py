@@ -427,6 +427,11 @@ def parse_cell_id(cid: str) -> dict:
 TIERLESS = ("synthetic",)
 
 
+def _on_tier(part: dict, loader: str, tier: str) -> bool:
+    """A tierless loader is measured on its part's first tier only."""
+    return loader not in TIERLESS or tier == part["tiers"][0]
+
+
 def _part_cells(part: dict) -> list[str]:
     """A part's cells in a stable order, repeats outermost."""
     return [
@@ -435,8 +440,21 @@ def _part_cells(part: dict) -> list[str]:
             range(part["repeats"]), part["loaders"], part["tiers"], part["gpus"], part["batch_sizes"],
             part["precisions"], part["parallel"],
         )
-        if lo not in TIERLESS or t == part["tiers"][0]
+        if _on_tier(part, lo, t)
     ]
+
+
+def cell_part(cfg: dict, cid: str) -> dict | None:
+    """The part that owns cell `cid` - the first that has it, as in `cell_parts` - without listing the grid (a cell
+    job asks for its own spec); None when no part has it."""
+    d = parse_cell_id(cid)
+    for part in cfg["parts"]:
+        if (d["loader"] in part["loaders"] and d["tier"] in part["tiers"] and d["gpus"] in part["gpus"]
+                and d["batch_size"] in part["batch_sizes"] and d["precision"] in part["precisions"]
+                and d["parallel"] in part["parallel"] and d["repeat"] < part["repeats"]
+                and _on_tier(part, d["loader"], d["tier"])):  # fmt: skip
+            return part
+    return None
 
 
 def cell_parts(cfg: dict) -> dict[str, dict]:
@@ -461,7 +479,7 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     """The spec of cell `cid` under `cfg`, with its part's settings (in_grid=False: any cell of the config's top-level
     settings, for benchmarks)."""
     d = parse_cell_id(cid)
-    part = cell_parts(cfg).get(cid) if in_grid else None
+    part = cell_part(cfg, cid) if in_grid else None
     if in_grid and part is None:
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     tier = cfg["storage"][d["tier"]]
