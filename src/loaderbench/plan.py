@@ -342,11 +342,13 @@ def _median(values) -> float | None:
 
 
 def _workers(spec: CellSpec, host: Host) -> int:
-    """A worker-fed loader's DataLoader workers as train.resolve_workers gives them on `host`."""
-    if spec.workers != "auto":
-        return int(spec.workers)
-    workers = max(1, host.cpus_usable - 1)
-    return max(1, workers // spec.gpus) if spec.parallel == "ddp" else workers
+    """A worker-fed loader's DataLoader workers on `host`, as the cell will resolve them (its placement there)."""
+    from .placement import for_cell
+    from .train import resolve_workers
+
+    place = for_cell(spec.placement, spec.gpus, "cuda" if host.kind == "gpu" else "cpu",
+                     cpus=frozenset(range(host.cpus_usable)))  # fmt: skip
+    return resolve_workers(spec, place, ranks=spec.gpus if spec.parallel == "ddp" else 1, usable=host.cpus_usable)
 
 
 def _backlog(spec: CellSpec, host: Host) -> tuple[int, int]:

@@ -36,11 +36,14 @@ def available_devices() -> tuple[str, int]:
     return "cpu", 1
 
 
-def resolve_workers(spec: CellSpec, place: placement.Placement | None = None) -> int:
-    """`auto`: the CPUs left once the launching threads have theirs (every usable CPU but one when unpinned)."""
-    if spec.workers == "auto":
-        return len(place.others) if place else max(1, len(os.sched_getaffinity(0)) - 1)
-    return int(spec.workers)
+def resolve_workers(spec: CellSpec, place: placement.Placement | None = None, ranks: int = 1,
+                    usable: int | None = None) -> int:  # fmt: skip
+    """`auto`: the CPUs left once the launching threads have theirs (every usable CPU but one when unpinned), shared
+    among a ddp cell's `ranks`. `usable`: the usable CPUs (default this process's; `loaderbench plan` gives a host's)."""
+    if spec.workers != "auto":
+        return int(spec.workers)
+    free = len(place.others) if place else max(1, (len(os.sched_getaffinity(0)) if usable is None else usable) - 1)
+    return max(1, free // ranks) if free else 0
 
 
 def configure_cudnn(spec: CellSpec) -> None:
@@ -123,10 +126,8 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     if kind == "cuda":
         configure_cudnn(spec)
     place = placement.for_cell(spec.placement, spec.gpus, kind)
-    workers = resolve_workers(spec, place)
     ddp = spec.parallel == "ddp"
-    if ddp and workers and spec.workers == "auto":
-        workers = max(1, workers // dist.world)  # the CPUs are shared by the ranks
+    workers = resolve_workers(spec, place, ranks=dist.world if ddp else 1)
     # dp: one process gets the global batch (DataParallel splits it); ddp: each rank loads its own share
     global_batch = spec.batch_size * spec.gpus
     ctx = LoaderContext(
