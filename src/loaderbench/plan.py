@@ -47,10 +47,6 @@ CELL_OVERHEAD_S = {"gpu": 12.0, "cpu": 5.0}
 # 2 x H200 host, 15.6 s for torchvision's 31 workers at 2 GPUs (docs/results/2026-11-30-h200x2/study).
 FIRST_STEP_S = {"gpu": 20.0, "cpu": 1.0}
 FIRST_STEP_UNTUNED_S = 5.0
-
-
-def _first_step_s(spec: CellSpec, host: Host) -> float:
-    return FIRST_STEP_UNTUNED_S if host.kind == "gpu" and not spec.cudnn_benchmark else FIRST_STEP_S[host.kind]
 # The rate assumed for warm-up steps when no record gives one: below the slowest loader measured at batch 256 on an
 # H200 (torchvision, 1450 samples/s) and at batch 16-64 on the CPU host (67 samples/s from the HDD, else 130-250).
 ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}
@@ -380,6 +376,11 @@ def _runs_here(spec: CellSpec, host: Host) -> str | None:
     if host.kind == "cpu" and spec.gpus > 1 and spec.parallel == "dp":
         return "skipped there: dp over several GPUs needs GPUs"
     return None
+
+
+def _first_step_s(spec: CellSpec, host: Host) -> float:
+    """The rules' first step: cuDNN's autotuning is most of it on a GPU."""
+    return FIRST_STEP_UNTUNED_S if host.kind == "gpu" and not spec.cudnn_benchmark else FIRST_STEP_S[host.kind]
 
 
 def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, step_s: float,

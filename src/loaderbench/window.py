@@ -1,8 +1,9 @@
 """The timed part of a cell: warm-up, then a window that stops once its steady-state rate is known.
 
 Warm-up runs untimed steps: at least `warmup_steps`, then until the loader makes a step wait (its start-up backlog
-is used up: `warm_up`), at most the loader's prefetch depth + 2, so the window cannot drain a start-up backlog. Then the device is synchronised, the clock starts, and steps run until the
-stop rule says so; the device is synchronised again and the clock stops. Samples/s = steps x global batch / Time(s).
+is used up: `warm_up`), at most the loader's prefetch depth + 2, so the window cannot drain a start-up backlog. Then
+the device is synchronised, the clock starts, and steps run until the stop rule says so; the device is synchronised
+again and the clock stops. Samples/s = steps x global batch / Time(s).
 
 The adaptive rule (`window.max_seconds`): the step end times are cut into 10 equal batches of consecutive steps
 (batch means; for a worker-fed loader each batch is a whole number of its bursts, and with few, slow steps there may be
