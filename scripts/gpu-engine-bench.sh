@@ -12,9 +12,7 @@ export PYTHONUNBUFFERED=1
 C=${ENGINE_CONFIG:-config/h200x2-engine.yaml}; B=${ENGINE_BATCH:-256}
 step() { echo "== $(date +%T) $*" | tee -a "$DEST/steps.log"; }
 step host
-{ nvidia-smi; nvidia-smi topo -m; nproc; free -g; python3 -c 'import sys, torch, torchvision, nvidia.dali, snakemake;
-print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version());
-print("torchvision", torchvision.__version__, "dali", nvidia.dali.__version__, "snakemake", snakemake.__version__)'; env | grep -E '^(NCCL|TORCH|NVSHMEM)_' ; } > "$DEST/host.txt" 2>&1
+scripts/host-facts.sh > "$DEST/host.txt" 2>&1
 step dp probe
 python3 scripts/dp_probe.py --stock-steps 2 > "$DEST/dp_probe.json" 2> "$DEST/dp_probe.log"
 step pipeline

@@ -37,9 +37,7 @@ setup)
   python3 -c 'import nvidia.dali; print("dali", nvidia.dali.__version__)' 2>&1 | tail -1 ;;
 prep)
   out=$1; mkdir -p "$out"
-  { date -u +%FT%TZ; nvidia-smi; nvidia-smi topo -m; nproc; free -g; df -h . /dev/shm
-    python3 -c 'import sys, torch, torchvision, cv2; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__, "opencv", cv2.__version__)'
-    env | grep -E '^(NCCL|TORCH|NVSHMEM)_'; } > "$out/host.txt" 2>&1
+  scripts/host-facts.sh > "$out/host.txt" 2>&1
   t0=$SECONDS
   scripts/gpu-host-prep.sh "$C" && echo "prep $((SECONDS - t0)) s" | tee "$out/prep.txt"
   # records carried from an earlier lease (results/cells, results/telemetry): keep those of the same spec and data
