@@ -61,6 +61,8 @@ def test_every_cell_of_the_config_has_a_valid_ok_record_naming_its_cell(finished
         rec = cell_record(work, cid)
         validate_record(rec)
         assert rec["status"] == "ok" and rec["cell_id"] == cid
+        # forked by the run's warm-start server (host.warm_start, on by default), not started as a new Python
+        assert [s["warm"] for s in rec["process_start"]] == [True], rec["process_start"]
 
 
 def test_staged_copies_live_inside_each_tier_in_the_folder_staging_owns(finished_run):

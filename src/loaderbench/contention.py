@@ -2,7 +2,8 @@
 
 A light sampler thread in the cell runner (1 Hz, independent of `telemetry_hz`, so it runs with telemetry off too)
 records per sample the host's busy CPU time (/proc/stat) and the CPU time of the cell's process tree (the runner,
-its ranks, their loader workers, an emulated tier's FUSE server: every descendant of the runner), and, on a GPU host,
+its ranks, their loader workers, an emulated tier's FUSE server: every descendant of the runner, and the ranks the
+warm-start server forked for it with their workers), and, on a GPU host,
 NVML's compute and graphics processes on the cell's GPUs. `summarize()` keeps the window (the training process's
 `marks.window_start` .. `window_end`): foreign CPU = (host busy - the tree's CPU time) / window seconds, in cores,
 with both counters interpolated to the window's edges; foreign GPU processes = those whose pid is not in the tree.
@@ -69,6 +70,7 @@ class Sampler(BackgroundSampler):
         self.gpus = gpus
         self.period = 1.0 / hz
         self.root = root or os.getpid()
+        self.roots: list[int] = []  # more trees measured as the cell's own (its warm-started processes)
         self.gpu_note = None
         self._cpu: dict[int, float] = {}  # pid -> last CPU seconds (a process that exited keeps its last value)
         self._procs: dict = {}
@@ -84,6 +86,12 @@ class Sampler(BackgroundSampler):
             members = [root, *root.children(recursive=True)]
         except psutil.Error:
             members = []
+        for pid in list(self.roots):
+            try:
+                other = self._procs.get(pid) or self._procs.setdefault(pid, psutil.Process(pid))
+                members += [other, *other.children(recursive=True)]
+            except psutil.Error:
+                pass
         pids = set()
         for p in members:
             p = self._procs.setdefault(p.pid, p)

@@ -15,7 +15,7 @@ STATUSES = ("ok", "skipped", "failed")
 def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason: str | None = None,
                 detail: str | None = None, **parts) -> dict:  # fmt: skip
     """The cell record, built here only (the cell runner calls it once, with everything it collected: `parts` are
-    started_at, wall_s, tier, telemetry, contention, provenance, phases_s, stacks, manifest_sha256)."""
+    started_at, wall_s, tier, telemetry, contention, provenance, phases_s, process_start, stacks, manifest_sha256)."""
     assert status in STATUSES
     return {
         "schema_version": SCHEMA_VERSION,

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from . import contention as _contention
-from . import hostlock, placement, telemetry
+from . import hostlock, placement, telemetry, warmstart
 from .config import TIERLESS, CellSpec, auto_timeout, staged_root
 from .provenance import collect
 from .records import make_record, warning, warning_lines
@@ -72,11 +72,8 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
                  rendezvous]  # fmt: skip
     for p in leftovers:
         p.unlink(missing_ok=True)
-    cmd = [
-        sys.executable, "-m", "loaderbench.train",
-        "--spec", json.dumps(spec.to_dict()), "--manifest", str(manifest), "--out", str(partial),
-        "--timeout-s", str(timeout_s),
-    ]  # fmt: skip
+    args = ["--spec", json.dumps(spec.to_dict()), "--manifest", str(manifest), "--out", str(partial),
+            "--timeout-s", str(timeout_s)]  # fmt: skip
     started = time.time()
     label = f"[{position}] " if position else ""
     print(f"{label}cell {spec.cell_id}: starting ({spec.loader} on {spec.tier} ({spec.tier_kind}, {spec.cache}), "
@@ -85,7 +82,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
     manifest_data = json.loads(Path(manifest).read_text())
     tier = {"name": spec.tier, "kind": spec.tier_kind, "cache": spec.cache, "path": spec.tier_path,
             "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
-    procs = []
+    procs, process_start = [], []
     mount = sampler = samples = None
     rc, why, culprit, stack_dump, absent = None, busy, None, {}, False
     spawned = exited = None
@@ -108,7 +105,12 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
                 # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
                 env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
             spawned = spawned or time.time()
-            procs.append(subprocess.Popen(cmd, preexec_fn=_die_with_parent, env=env))
+            proc, how = warmstart.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp" else ""))
+            if proc is not None and contention is not None:
+                contention.roots.append(proc.pid)  # not the runner's child, but measured as its own
+            procs.append(proc or subprocess.Popen([sys.executable, "-m", "loaderbench.train", *args],
+                                                  preexec_fn=_die_with_parent, env=env))  # fmt: skip
+            process_start.append({"rank": rank, "pid": procs[-1].pid, "warm": proc is not None, "how": how})
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
         _keep_off_launch_cores(spec, mount)
@@ -126,6 +128,11 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
             mount.unmount()
             tier["emulated"] = mount.final_stats
         contention_samples = contention.stop() if contention else None
+    if any(getattr(p, "server_gone", False) for p in procs):
+        # the warm-start server died, and the measuring process with it: it dies with Snakemake, so the run is
+        # ending - let the ancestor watch say so (it checks twice a second), else stop as interrupted all the same
+        time.sleep(2)
+        raise SystemExit(f"cell {spec.cell_id}: interrupted (the warm-start server is gone); no record written")
     if rc in (-signal.SIGTERM, -signal.SIGINT):
         # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
         # so the next run measures this cell again.
@@ -155,7 +162,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
         spec, result["status"], metrics=result.get("metrics"), reason=result.get("reason"), detail=result.get("detail"),
         started_at=started, wall_s=ended - started, manifest_sha256=manifest_data.get("sha256"), tier=tier,
         telemetry=telemetry_summary, provenance=provenance, phases_s=phases(started, spawned, marks, exited, ended),
-        **parts,
+        process_start=process_start, **parts,
     )  # fmt: skip
     atomic_write_json(out, record)
     for p in leftovers:

@@ -106,6 +106,11 @@ onstart:
     from loaderbench.hostlock import stop_measurements_on_signals
 
     stop_measurements_on_signals()
+    if HOST["warm_start"] and not USE_CONTAINER:
+        # the fork server the cells start their measuring processes from (dies with this Snakemake)
+        from loaderbench.warmstart import start_server
+
+        start_server()
 
 
 if USE_CONTAINER:

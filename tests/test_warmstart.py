@@ -1,0 +1,125 @@
+"""Warm starts (`loaderbench.warmstart`): measuring processes forked by a server that has imported torch - the same
+record as a plain start, a fallback that says why, and no process left behind when its runner is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import psutil
+import pytest
+
+from loaderbench import warmstart
+from loaderbench.check import check_dataset
+from loaderbench.config import cell_spec, validate_config
+from loaderbench.records import validate_record
+from loaderbench.runcell import run_cell
+from loaderbench.stage import stage
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory, small_dataset):
+    tmp = tmp_path_factory.mktemp("warm")
+    check_dataset(small_dataset, tmp / "check.json", tmp / "q", jobs=2)
+    (tmp / "tier").mkdir()
+    stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
+    cfg = validate_config({
+        "dataset": {"name": "ds"}, "storage": {"disk": str(tmp / "tier")}, "gpus": [1, 2], "batch_sizes": [4],
+        "precisions": ["fp32"], "window": {"steps": 3}, "warmup_steps": 1, "crop_size": 32, "workers": 1,
+        "prefetch_factor": 1,
+    })  # fmt: skip
+    return tmp, cfg
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A real server, started as the workflow's `onstart` starts it (here a child of the test process)."""
+    sock = tmp_path_factory.mktemp("sock") / "s.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(sock), " " * 240],
+                            stdin=subprocess.DEVNULL)  # fmt: skip
+    yield sock, proc
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def forked_by(server_proc) -> list[psutil.Process]:
+    try:
+        return [p for p in psutil.Process(server_proc.pid).children() if p.status() != psutil.STATUS_ZOMBIE]
+    except psutil.Error:
+        return []
+
+
+def test_a_warm_started_cell_gives_the_same_record_and_says_how_it_started(staged, tmp_path, server, monkeypatch):
+    tmp, cfg = staged
+    sock, proc = server
+    monkeypatch.setenv(warmstart.ENV_SOCKET, str(sock))
+    spec = cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0")
+    warm = run_cell(spec, tmp / "disk.json", tmp_path / "warm.json")
+    monkeypatch.delenv(warmstart.ENV_SOCKET)
+    plain = run_cell(spec, tmp / "disk.json", tmp_path / "plain.json")
+    for rec in (warm, plain):
+        validate_record(rec)
+        assert rec["status"] == "ok" and rec["metrics"]["steps"] == 3 and rec["metrics"]["final_loss"] > 0
+    assert warm["process_start"][0]["warm"] and "forked by the warm-start server" in warm["process_start"][0]["how"]
+    assert not plain["process_start"][0]["warm"] and "unset" in plain["process_start"][0]["how"]
+    assert warm["spec_hash"] == plain["spec_hash"] and warm["metrics"]["input"] == plain["metrics"]["input"]
+    # the measured process was a fresh child of the server, not of this process
+    assert warm["process_start"][0]["pid"] not in (os.getpid(), proc.pid)
+    assert proc.poll() is None, "the server must outlive a cell"
+
+
+def test_ddp_ranks_are_forked_with_their_own_environment(staged, tmp_path, server, monkeypatch):
+    tmp, cfg = staged
+    monkeypatch.setenv(warmstart.ENV_SOCKET, str(server[0]))
+    spec = cell_spec(cfg, "opencv_disk_g2_b4_fp32_ddp_r0", in_grid=False)
+    rec = run_cell(spec, tmp / "disk.json", tmp_path / "ddp.json")
+    assert rec["status"] == "ok", rec["reason"]
+    assert [s["warm"] for s in rec["process_start"]] == [True, True]
+    ranks = rec["metrics"]["parallel"]["per_rank"]
+    assert [r["rank"] for r in ranks] == [0, 1]  # each rank read its RANK from the environment it was given
+
+
+def test_a_server_for_other_code_or_none_at_all_is_not_used_and_the_record_says_why(staged, tmp_path, server,
+                                                                                    monkeypatch):  # fmt: skip
+    tmp, cfg = staged
+    spec = cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0")
+    monkeypatch.setenv(warmstart.ENV_SOCKET, str(server[0]))
+    # an import path the server was not started with: a forked process would not run what a started one would
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "") + os.pathsep + str(tmp_path / "elsewhere"))
+    rec = run_cell(spec, tmp / "disk.json", tmp_path / "a.json")
+    assert rec["status"] == "ok" and not rec["process_start"][0]["warm"]
+    assert "differs from the runner's" in rec["process_start"][0]["how"]
+    monkeypatch.setenv(warmstart.ENV_SOCKET, str(tmp_path / "gone.sock"))
+    rec = run_cell(spec, tmp / "disk.json", tmp_path / "b.json")
+    assert rec["status"] == "ok" and "not usable" in rec["process_start"][0]["how"]
+
+
+def test_a_warm_process_dies_with_its_runner_killed_by_sigkill(staged, tmp_path, server):
+    """The runner (a `loaderbench run-cell` job) SIGKILLed mid-window: nothing of its cell may keep measuring."""
+    tmp, cfg = staged
+    sock, proc = server
+    spec = replace(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0"), window_steps=None, window_s=300.0)
+    script = ("import json, sys; from pathlib import Path; from loaderbench.config import CellSpec; "
+              "from loaderbench.runcell import run_cell; "
+              "run_cell(CellSpec.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]))")  # fmt: skip
+    runner = subprocess.Popen([sys.executable, "-c", script, json.dumps(spec.to_dict()), str(tmp / "disk.json"),
+                               str(tmp_path / "c.json")], env={**os.environ, warmstart.ENV_SOCKET: str(sock)})  # fmt: skip
+    deadline = time.time() + 120
+    while time.time() < deadline and not forked_by(proc):
+        time.sleep(0.2)
+    children = forked_by(proc)
+    assert children, "the server forked no measuring process"
+    assert "loaderbench.train" in " ".join(children[0].cmdline()) and spec.cell_id in " ".join(children[0].cmdline())
+    family = [*children, *children[0].children(recursive=True)]
+    time.sleep(3)
+    runner.kill()
+    runner.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in family):
+        time.sleep(0.2)
+    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert proc.poll() is None and not (tmp_path / "c.json").exists()
+
