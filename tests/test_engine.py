@@ -206,7 +206,11 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
         rec("dali-cpu_ram_g1_b256_amp_ddp_r2", 5940.0, 9.0, converged=False),
         {"cell_id": "torchvision_ram_g2_b256_amp_dp_r0", "status": "failed", "reason": "x"},
     ]  # fmt: skip
+    for r in records[:4]:
+        r["process_start"] = [{"rank": 0, "pid": 1, "warm": True, "how": "forked"}]
+    records[4]["process_start"] = [{"rank": 0, "pid": 2, "warm": False, "how": "no warm-start server"}]
     rep = report(records)
+    assert rep["process_starts"] == {"warm": 4, "plain": {"no warm-start server": 1}}
     assert rep["ok"] == 5 and rep["status"] == {"ok": 5, "failed": 1}
     assert rep["overhead_s"] == {"median": 8.0, "min": 6.0, "max": 10.0}
     assert rep["adaptive"] == {"cells": 5, "converged": 4, "ci95_median": 0.01}
@@ -216,6 +220,7 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
     assert rp["n"] == 3 and rp["median"] == 6000.0 and rp["spread"] == pytest.approx(180 / 6000)
     text = render(rep)
     assert "median 8.0 s" in text and "= 0.889" in text and "spread 3.00%" in text and "not_converged" in text
+    assert "4 forked warm, 1 started plainly" in text and "1 plain: no warm-start server" in text
 
 
 class _Loader:

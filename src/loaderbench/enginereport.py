@@ -57,6 +57,10 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
          "ratio": sps / median[(*k[:5], "ddp")]}
         for k, sps in sorted(median.items()) if k[5] == "dp" and (*k[:5], "ddp") in median
     ]  # fmt: skip
+    starts = [s for r in records for s in r.get("process_start") or []]
+    if starts:  # warm (forked by the run's warm-start server) or plain, and why plain
+        out["process_starts"] = {"warm": sum(bool(s["warm"]) for s in starts),
+                                 "plain": dict(_count(s["how"] for s in starts if not s["warm"]))}  # fmt: skip
     warned = defaultdict(int)
     for r in ok:
         for w in warnings_of(r["metrics"]):
@@ -83,6 +87,10 @@ def render(rep: dict) -> str:
                      f"{o['max']:.1f}); median window {rep['window_median_s']:.1f} s; {rep['wall_total_s'] / 60:.1f} "
                      "min of cell wall time in all")  # fmt: skip
         lines.append("  median per phase: " + ", ".join(f"{p} {v:.2f} s" for p, v in rep["phase_median_s"].items()))
+    if "process_starts" in rep:
+        p = rep["process_starts"]
+        lines.append(f"measuring processes: {p['warm']} forked warm, {sum(p['plain'].values())} started plainly"
+                     + "".join(f"\n  {n} plain: {how}" for how, n in sorted(p["plain"].items())))  # fmt: skip
     if "adaptive" in rep:
         a = rep["adaptive"]
         ci = f"+-{100 * a['ci95_median']:.2f}%" if a["ci95_median"] is not None else "unknown (too few steps)"
