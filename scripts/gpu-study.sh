@@ -2,7 +2,9 @@
 # The study of config/h200x2-study.yaml on a bare GPU host (issue 14), in the few calls a lease allows. Verbs:
 #   stash DIR...          copy carried bundle parts (.bundles/cN) to /tmp/parts, where the next calls find them
 #   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all 4 parts are
-#                         there, dali.0-3 (DALI) into /tmp/site; libfuse/fusermount3 from .bundles/c3/fuse
+#                         there, dali.0-3 (DALI) into /tmp/site; libfuse/fusermount3 from the parts' fuse/ folder.
+#                         .bundles/c0 (smk.0, fuse/, dali.0) and c1-c3 (dali.1-3) are 52 MB each: one part and the
+#                         working tree (13 MB) must fit a call's 64 MiB
 #   prep OUT              host facts, then the dataset made, checked and staged (scripts/gpu-host-prep.sh); records
 #                         carried from an earlier lease are adopted (`loaderbench adopt`): only missing cells run
 #   probe OUT             the first-step probe: cuDNN autotuning on/off/limited, fresh processes (first_step_probe.py)
