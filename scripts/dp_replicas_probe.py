@@ -8,7 +8,7 @@ autocast + GradScaler under amp) wrapped in loaderbench's DataParallel, on synth
 the synthetic loader hands it over. Two variants of the same wrapper from the same initial weights and the same
 batches: `fresh` (torch's replicate on every step) and `cached`. Checks that their losses and weights after
 --check-steps steps agree, then times --steps steps of each, alternating rounds. Prints one JSON line.
-    python3 scripts/dp_replicas_probe.py --batch 256 --precision amp
+    python3 scripts/dp_replicas_probe.py --batch 256 --precision amp --profile dp-profile.txt
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--check-steps", type=int, default=3)
+    ap.add_argument("--profile", help="write torch.profiler tables of 5 fresh-replica steps to this file")
     a = ap.parse_args()
     gpus = torch.cuda.device_count()
     if gpus < 2:
@@ -151,6 +152,17 @@ def main() -> None:
                 run["step"](x, y)
             torch.cuda.synchronize()
             times[name].append(1000 * (time.perf_counter() - t) / a.steps)
+    if a.profile:  # where a fresh-replica step's host and device time go
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                runs["fresh"]["step"](x, y)
+            torch.cuda.synchronize()
+        table = prof.key_averages()
+        with open(a.profile, "w") as f:
+            f.write("by host time (self):\n" + table.table(sort_by="self_cpu_time_total", row_limit=30) + "\n")
+            f.write("by device time:\n" + table.table(sort_by="cuda_time_total", row_limit=30) + "\n")
     print(json.dumps({
         "batch_per_gpu": a.batch, "precision": a.precision, "gpus": 2,
         "losses": {n: [round(v, 5) for v in r["losses"]] for n, r in runs.items()},
