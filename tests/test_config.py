@@ -22,6 +22,7 @@ def test_defaults_are_filled_and_paths_resolved(tmp_path):
     assert cfg["storage"]["ssd"] == {"kind": "path", "path": str(tmp_path / "rel/ssd"), "cache": "cold", "model": None,
                                      "mount": None}  # fmt: skip
     assert cfg["telemetry_hz"] == 10
+    assert cfg["cold_step"] == "auto"
     assert cfg["dataset"]["name"].startswith("generated-256x4-")
 
 
@@ -74,6 +75,7 @@ def test_a_fixed_window_replaces_the_adaptive_default():
         ({"window": {"seconds": 5, "max_seconds": 9}}, "'window'", "not seconds and max_seconds"),
         ({"window": {"min_seconds": 9, "max_seconds": 5}}, "'window.min_seconds'", "exceeds"),
         ({"placement": "cores"}, "'placement'", "is not one of"),
+        ({"cold_step": "yes"}, "'cold_step'", "is not one of"),
         ({"dataset": {"source": "path"}}, "'dataset.path'", "required"),
         ({"dataset": {"images": 2, "classes": 3}}, "'dataset.classes'", "exceed"),
         ({"storage": {"Bad Name": "/tmp"}}, "'storage'", "does not match"),
@@ -216,6 +218,8 @@ def test_parts_are_a_union_of_sub_grids_with_their_own_settings():
     assert cell_spec(cfg, "torchvision_ram_g1_b64_fp32_dp_r1").workers == 2
     disk = cell_spec(cfg, "torchvision_disk_g1_b32_fp32_dp_r0")
     assert (disk.workers, disk.window_max_s) == (4, 5)
+    assert disk.cold_step == "auto"  # the top level's settings reach every part's cells
+    assert cell_spec(_study(cold_step=False), "torchvision_disk_g1_b32_fp32_dp_r0").cold_step is False
     assert validate_config(cfg) == cfg  # a validated config validates to itself
     assert all(cell_part(cfg, cid) is part for cid, part in cell_parts(cfg).items())
     assert cell_part(cfg, "synthetic_disk_g1_b64_fp32_dp_r0") is None  # no part measures synthetic on the disk

@@ -390,6 +390,7 @@ class CellSpec:
     device_model: dict | None = _fixed(default=None)  # an emulated tier's device model
     telemetry_hz: float = _from_config("telemetry_hz", default=10.0)  # resource sampling through the cell; 0: off
     cudnn_benchmark_limit: int | None = _from_config("cudnn_benchmark_limit", default=None)  # None: torch's default
+    cold_step: str | bool = _from_config("cold_step", default="auto")  # a step on a random batch in setup (train)
 
     @property
     def data_root(self) -> Path:

@@ -61,7 +61,9 @@ WORKFLOW_S = {"gpu": 15.0, "cpu": 40.0}
 # `loaderbench make-dataset`'s last line, which its log keeps (commands.cmd_make_dataset)
 GENERATED_LOG_RE = re.compile(r"wrote (\d+) images to .* in ([0-9.]+) s")
 # Spec fields that do not change what a cell costs: a record with the rest equal is the same configuration.
-NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset")
+# cold_step moves the device's cold start from the first warm-up step into setup, overlapped with the loader's
+# start-up: a cell costs about what it did without it, or less (and records from before it have no cold_step).
+NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset", "cold_step")
 # The closest measured configuration: these spec fields relaxed last to first (the tier first, the loader last; of
 # other loaders, one fed the same way - loaders.BACKLOG - first).
 NEIGHBOUR_FIELDS = ("loader", "feed", "gpus", "batch_size", "precision", "parallel", "tier")

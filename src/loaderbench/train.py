@@ -98,6 +98,33 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
     return model, step
 
 
+def cold_batch(ctx, classes: int):
+    """A batch as the loader built from `ctx` delivers it - shape, dtype, memory format, devices - of random numbers,
+    for the cold step: the global batch on the first GPU (dp), a rank's batch on its GPU (ddp), or, from a loader that
+    hands DataParallel its batch pre-scattered (dali-mc under dp), one part per GPU on that GPU with the labels
+    together on the first. Labels are int64 class indices."""
+    import torch
+
+    gen = torch.Generator().manual_seed(ctx.seed)  # not the global generator the model and the augmentations draw from
+
+    def images(n, device):
+        x = torch.randn(n, 3, ctx.crop_size, ctx.crop_size, generator=gen)
+        return x.to(device, ctx.dtype, memory_format=ctx.memory_format)
+
+    parts = ctx.gpus if ctx.info.get("prescattered") else 1
+    n = ctx.batch_size // parts
+    labels = torch.randint(0, max(classes, 1), (n * parts,), generator=gen).to(ctx.device)
+    if parts > 1:
+        return [images(n, torch.device(ctx.device.type, i)) for i in range(parts)], labels
+    return images(n, ctx.device), labels
+
+
+def cold_step_on(spec: CellSpec, kind: str) -> bool:
+    """`cold_step`: true, false, or auto - on a GPU (its first step pays lazy kernel loading and library handles),
+    not on the CPU (nothing to hide there: the step would only add time)."""
+    return spec.cold_step is True or (spec.cold_step == "auto" and kind == "cuda")
+
+
 def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str], heartbeat: Heartbeat | None = None,
             timeout_s: float = 600.0) -> dict | None:  # fmt: skip
     """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure."""
@@ -173,6 +200,20 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
             keep[tid] = place.launch[i % len(place.launch)]
         placed["threads"] = placement.pin_process_tree(os.getpid(), place.others, keep)
         placed["launch"] = {str(t): c for t, c in keep.items()}
+
+    cold_step_s = None
+    if cold_step_on(spec, kind):
+        # The device's cold start (lazy kernel loading, cuDNN/cuBLAS handles; torch.compile's compilation) on a batch
+        # of random numbers while the loader, built and started, fills its backlog - instead of after its first
+        # batch, serially. Part of setup: not in the warm-up's steps, not in the window. Every rank of a ddp cell
+        # runs it (the setting and the device type are the same on every rank), so their steps still pair up.
+        marks["cold_step_start"] = time.time()
+        t = time.perf_counter()
+        gpus = ([device.index] if ddp else list(range(spec.gpus))) if kind == "cuda" else []
+        with torch.random.fork_rng(devices=gpus):  # its dropout leaves the random streams as it found them
+            step(*cold_batch(ctx, classes))
+        sync()
+        cold_step_s = time.perf_counter() - t
 
     backlog = ctx.info["prefetch_batches"]
     # every rank runs the same number of steps (DDP's gradient all-reduce pairs them up)
@@ -264,6 +305,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "startup_s": since_process_start,  # process start to here: interpreter, imports (torch), spec and manifest
         "setup_s": t_setup - t_start,  # CUDA context, process group, loader and model built
         "first_step_s": first.get("s"),  # autotuning, lazy CUDA module loading, worker start-up, first batch
+        "cold_step_s": cold_step_s,  # the cold step on a random batch in setup (None: not run); setup_s holds it
         "warmup_s": t_warm - t_setup,
         "input": {"dtype": str(first_input.dtype).replace("torch.", ""),
                   "channels_last": first_input.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip

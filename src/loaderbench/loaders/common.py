@@ -93,19 +93,30 @@ class LoaderContext:
 
 
 def forever(batches: Iterable, to_device: Callable) -> Iterator:
-    """Loop over epochs of `batches` without end, moving each batch with `to_device`."""
-    epoch = 0
-    while True:
-        sampler = getattr(batches, "sampler", None)
+    """Loop over epochs of `batches` without end, moving each batch with `to_device`.
+
+    The first epoch's iterator is made here, at once, not at the first `next()`: a DataLoader forks its workers
+    and they start filling their prefetch queue while the cell builds its model and runs its cold step."""
+    sampler = getattr(batches, "sampler", None)
+
+    def epoch(i: int) -> Iterator:
         if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
-        epoch += 1
-        n = 0
-        for batch in batches:
-            n += 1
-            yield to_device(batch)
-        if n == 0:
-            raise RuntimeError("the loader produced no batch: the dataset has fewer images than one batch")
+            sampler.set_epoch(i)  # a new shuffle each epoch, the same on every rank
+        return iter(batches)
+
+    def loop(first: Iterator) -> Iterator:
+        i, it = 0, first
+        while True:
+            n = 0
+            for batch in it:
+                n += 1
+                yield to_device(batch)
+            if n == 0:
+                raise RuntimeError("the loader produced no batch: the dataset has fewer images than one batch")
+            i += 1
+            it = epoch(i)
+
+    return loop(epoch(0))
 
 
 @functools.cache
