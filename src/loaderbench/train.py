@@ -203,6 +203,10 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
 
     cold_step_s = None
     if cold_step_on(spec, kind):
+        # the loader's workers and threads exist once it is built: the launching thread gets its core now, not after
+        # the first step - the cold step's host work (kernel loading, cuDNN's plans) otherwise shares every core
+        # with the loader's start-up (on the H200, 8-12 s for torchvision's 31 workers against 3-5 s for synthetic)
+        pin()
         # The device's cold start (lazy kernel loading, cuDNN/cuBLAS handles; torch.compile's compilation) on a batch
         # of random numbers while the loader, built and started, fills its backlog - instead of after its first
         # batch, serially. Part of setup: not in the warm-up's steps, not in the window. Every rank of a ddp cell
