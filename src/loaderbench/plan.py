@@ -39,14 +39,19 @@ from .records import CorruptRecord, read_record, spec_hash
 from .window import MIN_BATCHES
 
 # The rules (no record of the host). A host is "gpu" when it has a GPU, else "cpu".
-# Process start, imports, setup, teardown and the record (a cell's wall - window - warm-up): 8-12 s on the H200
-# hosts (docs/results/2026-11-30-h200x2: 9-10 s), 4-6 s on the 2-core CPU host (docs/results/2026-11-29-cpu2).
-CELL_OVERHEAD_S = {"gpu": 12.0, "cpu": 5.0}
+# Process start, imports, setup (with the cold step on a GPU), teardown and the record (a cell's wall - window -
+# warm-up): 9.8 s median on the 2 x H200 host with warm starts and the cold step (docs/results/2026-11-30-h200x2/
+# study-2: overhead 10.6 s of which warm-up 0.8 s); 1-2 s on the 2-core CPU host with warm starts. Cells that start
+# plainly (container jobs, `run-cell` by hand) pay 4-5 s more on the H200 host, 3 s more on the CPU host.
+CELL_OVERHEAD_S = {"gpu": 10.0, "cpu": 2.0}
 # The first warm-up step: CUDA context, cuDNN autotuning, the workers' start (H200: 14-23 s, 26-32 s with 30
 # DataLoader workers; CPU: under 1 s). Without autotuning (cudnn_benchmark: false) cuDNN only plans: 3.4-6.6 s on the
-# 2 x H200 host, 15.6 s for torchvision's 31 workers at 2 GPUs (docs/results/2026-11-30-h200x2/study).
+# 2 x H200 host, 15.6 s for torchvision's 31 workers at 2 GPUs (docs/results/2026-11-30-h200x2/study). After a cold
+# step (cold_step on a GPU) the device is warm and the first step is a step (0.0-0.2 s there, study-2): its cost is
+# in the overhead.
 FIRST_STEP_S = {"gpu": 20.0, "cpu": 1.0}
 FIRST_STEP_UNTUNED_S = 5.0
+FIRST_STEP_AFTER_COLD_S = 0.2
 # The rate assumed for warm-up steps when no record gives one: below the slowest loader measured at batch 256 on an
 # H200 (torchvision, 1450 samples/s) and at batch 16-64 on the CPU host (67 samples/s from the HDD, else 130-250).
 ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}
@@ -381,7 +386,9 @@ def _runs_here(spec: CellSpec, host: Host) -> str | None:
 
 
 def _first_step_s(spec: CellSpec, host: Host) -> float:
-    """The rules' first step: cuDNN's autotuning is most of it on a GPU."""
+    """The rules' first step: cuDNN's autotuning is most of it on a GPU, unless a cold step took it (in setup)."""
+    if host.kind == "gpu" and spec.cold_step in (True, "auto"):
+        return FIRST_STEP_AFTER_COLD_S
     return FIRST_STEP_UNTUNED_S if host.kind == "gpu" and not spec.cudnn_benchmark else FIRST_STEP_S[host.kind]
 
 
