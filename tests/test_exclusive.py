@@ -151,6 +151,11 @@ def test_cpu_hog_in_the_window_marks_the_cell_contended(staged, tmp_path):
     warn = [w["text"] for w in rec["metrics"]["warnings"] if w["code"] == "contended"]
     assert len(warn) == 1 and "CPU cores during the window" in warn[0]
     assert "contended:" in hot.stderr  # the summary line shows it
+    # the breakdown names the hog among the processes that used the most, with about the share it got
+    b = c["foreign_breakdown"]
+    hog_row = [p for p in b["processes"] if p["pid"] == hog.pid]
+    assert hog_row and hog_row[0]["cores"] >= 0.7 * hog_cores, (b, hog_cores)
+    assert b["irq"] >= 0 and b["steal"] >= 0 and f"(pid {hog.pid})" in warn[0]
 
 
 def test_foreign_gpu_processes_are_those_outside_the_cell_tree():

@@ -20,15 +20,36 @@ from .util import BackgroundSampler
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def host_busy_s() -> float:
-    """Busy CPU seconds of the whole host since boot (all cores): user, nice, system, irq, softirq, steal."""
+def host_cpu_s() -> dict:
+    """CPU seconds of the whole host since boot (all cores): `busy` (user, nice, system, irq, softirq, steal), and of
+    it `irq` (hardware and soft interrupts: no process's time, mostly serving the devices in use) and `steal` (taken
+    by the hypervisor for other guests)."""
     with open("/proc/stat") as f:
         fields = f.readline().split()
     assert fields[0] == "cpu"
     v = [int(x) for x in fields[1:]]
     user, nice, system, _idle, _iowait, irq, softirq = v[:7]
     steal = v[7] if len(v) > 7 else 0
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+    return {"busy": (user + nice + system + irq + softirq + steal) / CLK_TCK, "irq": (irq + softirq) / CLK_TCK,
+            "steal": steal / CLK_TCK}  # fmt: skip
+
+
+def host_busy_s() -> float:
+    """Busy CPU seconds of the whole host since boot (all cores): user, nice, system, irq, softirq, steal."""
+    return host_cpu_s()["busy"]
+
+
+def other_processes_cpu_s(tree: set[int], names: dict[int, str]) -> dict[int, float]:
+    """CPU seconds so far of every process outside `tree` (kernel threads included); their names go to `names`."""
+    import psutil
+
+    out = {}
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        if p.pid in tree or p.info["cpu_times"] is None:
+            continue
+        out[p.pid] = p.info["cpu_times"].user + p.info["cpu_times"].system
+        names.setdefault(p.pid, p.info["name"] or "?")
+    return out
 
 
 def foreign_gpu_processes(nv, handles: list, indices: list[int], tree: set[int]) -> list[dict]:
@@ -74,9 +95,10 @@ class Sampler(BackgroundSampler):
         self.gpu_note = None
         self._cpu: dict[int, float] = {}  # pid -> last CPU seconds (a process that exited keeps its last value)
         self._procs: dict = {}
+        self.names: dict[int, str] = {}  # pid -> name of the processes outside the tree
 
     def result(self) -> dict:
-        return {"rows": self.rows, "gpu": self.gpu_note}
+        return {"rows": self.rows, "gpu": self.gpu_note, "names": self.names}
 
     def _tree_cpu_s(self) -> tuple[float, set[int]]:
         import psutil
@@ -114,7 +136,9 @@ class Sampler(BackgroundSampler):
         next_t = time.monotonic()
         while True:
             tree_s, pids = self._tree_cpu_s()
-            row = {"t": time.time(), "host_busy_s": host_busy_s(), "tree_cpu_s": tree_s}
+            host = host_cpu_s()
+            row = {"t": time.time(), "host_busy_s": host["busy"], "tree_cpu_s": tree_s, "host_irq_s": host["irq"],
+                   "host_steal_s": host["steal"], "others": other_processes_cpu_s(pids, self.names)}  # fmt: skip
             if nvml.handles:
                 row["gpu_foreign"] = foreign_gpu_processes(nvml.nv, nvml.handles, nvml.indices, pids)
             self.rows.append(row)
@@ -155,6 +179,7 @@ def summarize(samples: dict, marks: dict | None, cpu_cores: float, gpu_processes
     out["host_cpu_cores"] = round(host, 3)
     out["cell_cpu_cores"] = round(cell, 3)
     out["foreign_cpu_cores"] = round(max(0.0, host - cell), 3)
+    out["foreign_breakdown"] = _breakdown(rows, ws, we, samples.get("names") or {})
     # GPU processes seen by a sample in the window (or the nearest one after it when the window is under a second)
     near = inside or [min((r for r in rows if r["t"] >= ws), key=lambda r: r["t"], default=rows[-1])]
     gpu: dict = {}
@@ -168,6 +193,23 @@ def summarize(samples: dict, marks: dict | None, cpu_cores: float, gpu_processes
     return out
 
 
+def _breakdown(rows: list[dict], ws: float, we: float, names: dict) -> dict:
+    """Where the window's foreign CPU went, in cores: interrupts (no process's time), the hypervisor's steal, and the
+    processes outside the cell's tree that used the most (kernel threads included), from the samples around it."""
+    span = we - ws
+    out = {k: round((_at(rows, f"host_{k}_s", we) - _at(rows, f"host_{k}_s", ws)) / span, 3)
+           for k in ("irq", "steal") if all(f"host_{k}_s" in r for r in rows)}  # fmt: skip
+    before = [r for r in rows if r["t"] <= ws and "others" in r]
+    after = [r for r in rows if r["t"] >= we and "others" in r]
+    if before and after:
+        a, b = before[-1], after[0]
+        used = {pid: (cpu - a["others"].get(pid, cpu)) / (b["t"] - a["t"]) for pid, cpu in b["others"].items()}
+        top = sorted(((c, pid) for pid, c in used.items() if c >= 0.05), reverse=True)[:5]
+        out["processes"] = [{"pid": pid, "name": names.get(pid, "?"), "cores": round(c, 3)}
+                            for c, pid in top]  # fmt: skip
+    return out
+
+
 def warning(c: dict) -> dict | None:
     """The record's warning (code `contended`) when the window was contended."""
     if not c.get("contended"):
@@ -175,7 +217,7 @@ def warning(c: dict) -> dict | None:
     parts = []
     if c["foreign_cpu_cores"] is not None and c["foreign_cpu_cores"] > c["thresholds"]["cpu_cores"]:
         parts.append(f"other processes used {c['foreign_cpu_cores']:.2f} CPU cores during the window (threshold "
-                     f"host.contention_cpu_cores = {c['thresholds']['cpu_cores']:g})")  # fmt: skip
+                     f"host.contention_cpu_cores = {c['thresholds']['cpu_cores']:g})" + _who(c.get("foreign_breakdown")))  # fmt: skip
     if c["foreign_gpu_processes"]:
         procs = ", ".join(f"pid {p['pid']} ({p['name'] or '?'}) on GPU {p['gpu']}"
                           + (f" with {p['used_mb']:.0f} MB" if p.get("used_mb") is not None else "")
@@ -183,3 +225,13 @@ def warning(c: dict) -> dict | None:
         parts.append(f"foreign GPU processes: {procs}")
     return records.warning("contended", "; ".join(parts) + "; the throughput is not the cell's alone: rerun it on a "
                            "quiet host (`make respread` reruns contended configurations)")  # fmt: skip
+
+
+def _who(b: dict | None) -> str:
+    """", of which interrupts 0.80 and steal 0.00; most: kworker/3:1 (pid 120) 0.60" for the warning."""
+    if not b:
+        return ""
+    text = f", of which interrupts {b['irq']:.2f} and steal {b['steal']:.2f}" if "irq" in b and "steal" in b else ""
+    if b.get("processes"):
+        text += "; most: " + ", ".join(f"{p['name']} (pid {p['pid']}) {p['cores']:.2f}" for p in b["processes"][:3])
+    return text
