@@ -1,7 +1,7 @@
 """DataParallel on 2 GPUs: where a step's time goes (torch.profiler), and whether keeping the replicas' module
-objects (`ReplicaCache`, an experiment kept here, not in the engine) computes the same training steps as
-`torch.nn.parallel.replicate` every step and saves time (issue 13: dp/ddp). An earlier experiment of the kind was no
-faster (docs/results/2026-11-30-h200x2/engine/README.md) and its weights differed; this one checks them.
+objects (`parallel.ReplicaCache`, what loaderbench's DataParallel does) computes the same training steps as
+`torch.nn.parallel.replicate` every step, and what it saves (issue 13: dp/ddp). An earlier experiment of the kind was
+no faster (docs/results/2026-11-30-h200x2/engine/README.md) and its weights differed; this one checks them.
 
 One process, the cell's own training step (`loaderbench.train.training_step`: MobileNetV2, channels_last, SGD,
 autocast + GradScaler under amp) wrapped in loaderbench's DataParallel, on synthetic data already on GPU 0, as
@@ -27,79 +27,9 @@ from loaderbench.config import cell_spec, validate_config  # noqa: E402
 from loaderbench.train import configure_cudnn, dtypes, training_step  # noqa: E402
 
 
-class ReplicaCache:
-    """`torch.nn.parallel.replicate` with the replicas' module objects kept between calls.
-
-    `replicate` makes, on every call, a shallow copy of every submodule per device (about 150 for MobileNetV2) and
-    sets every parameter and buffer on them through `Module.__setattr__`; only the tensors change from call to
-    call. Here the first call (and any call after the module changed: other parameters, train/eval, devices) runs
-    `replicate` itself and keeps its replicas; later calls broadcast the tensors exactly as it does
-    (`_broadcast_coalesced_reshape`: parameters through the autograd `Broadcast`, buffers that need no gradient
-    detached) and put them where `replicate` puts them (a parameter in the replica's `__dict__` and
-    `_former_parameters`, a buffer in its `_buffers`)."""
-
-    def __init__(self):
-        self.key = None
-        self.modules: list[list[torch.nn.Module]] = []  # per device, the replica of each of the module's submodules
-
-    def replicate(self, network: torch.nn.Module, devices, detach: bool) -> list:
-        from torch.nn.parallel.replicate import _broadcast_coalesced_reshape, replicate
-
-        modules = list(network.modules())
-        params = list(network.parameters())
-        buffers = list(network.buffers())
-        key = (tuple(devices), detach, tuple(m.training for m in modules), tuple(map(id, params)),
-               tuple(map(id, buffers)))  # fmt: skip
-        if key != self.key:
-            roots = replicate(network, devices, detach)
-            self.modules = [list(r.modules()) for r in roots]
-            self.key = key
-            self.slots = self._slots(modules, params, buffers, detach)
-            return roots
-        rg = [b for b in buffers if b.requires_grad and not detach]
-        not_rg = [b for b in buffers if not (b.requires_grad and not detach)]
-        copies = {
-            "param": _broadcast_coalesced_reshape(params, devices, detach),
-            "rg": _broadcast_coalesced_reshape(rg, devices, detach=detach),
-            "not_rg": _broadcast_coalesced_reshape(not_rg, devices, detach=True),
-        }
-        for j, replicas in enumerate(self.modules):
-            for i, name, kind, idx in self.slots:
-                replica, tensor = replicas[i], copies[kind][j][idx]
-                if kind == "param":
-                    replica.__dict__[name] = tensor
-                    replica._former_parameters[name] = tensor
-                else:
-                    replica._buffers[name] = tensor
-        return [replicas[0] for replicas in self.modules]
-
-    @staticmethod
-    def _slots(modules, params, buffers, detach: bool) -> list[tuple[int, str, str, int]]:
-        """(submodule index, attribute, which broadcast, index in it) for every parameter and buffer."""
-        at_param = {id(p): i for i, p in enumerate(params)}
-        rg = [b for b in buffers if b.requires_grad and not detach]
-        at_rg = {id(b): i for i, b in enumerate(rg)}
-        at_not_rg = {id(b): i for i, b in enumerate(b for b in buffers if not (b.requires_grad and not detach))}
-        slots = []
-        for i, m in enumerate(modules):
-            slots += [(i, name, "param", at_param[id(p)]) for name, p in m._parameters.items() if p is not None]
-            for name, b in m._buffers.items():
-                if b is not None:
-                    slots.append((i, name, "rg", at_rg[id(b)]) if id(b) in at_rg else (i, name, "not_rg", at_not_rg[id(b)]))
-        return slots
-
-
-
-class Cached(parallel.DataParallel):
-    """loaderbench's DataParallel with the replicas' module objects kept (`ReplicaCache`)."""
-
-    def replicate(self, module, device_ids):
-        cache = self.__dict__.setdefault("_replica_cache", ReplicaCache())
-        return cache.replicate(module, device_ids, not torch.is_grad_enabled())
-
-
 class Fresh(parallel.DataParallel):
-    """loaderbench's DataParallel with torch's replicate on every step (what `ReplicaCache` replaces)."""
+    """loaderbench's DataParallel with torch's replicate on every step (what `ReplicaCache` replaces), as it ran
+    before commit 2e9211b."""
 
     def replicate(self, module, device_ids):
         return torch.nn.parallel.replicate(module, device_ids, not torch.is_grad_enabled())
@@ -129,7 +59,7 @@ def main() -> None:
     ys = [torch.randint(0, 100, (2 * a.batch,), device=device) for _ in range(a.check_steps)]
     base = None
     runs = {}
-    for name, cls in (("fresh", Fresh), ("cached", Cached)):
+    for name, cls in (("fresh", Fresh), ("cached", parallel.DataParallel)):
         torch.manual_seed(0)
         model, step = training_step(spec, 100, device, wrap=lambda m, cls=cls: cls(m, device_ids=[0, 1]))
         if base is None:

@@ -8,7 +8,6 @@ The record reaches `out` only by an atomic rename, so an interrupted run never l
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -23,7 +22,7 @@ from . import hostlock, placement, telemetry, warmstart
 from .config import TIERLESS, CellSpec, auto_timeout, staged_root
 from .provenance import collect
 from .records import make_record, warning, warning_lines
-from .util import atomic_write_json
+from .util import atomic_write_json, die_with_parent, kill_tree
 from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 
 
@@ -109,7 +108,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
             if proc is not None and contention is not None:
                 contention.roots.append(proc.pid)  # not the runner's child, but measured as its own
             procs.append(proc or subprocess.Popen([sys.executable, "-m", "loaderbench.train", *args],
-                                                  preexec_fn=_die_with_parent, env=env))  # fmt: skip
+                                                  preexec_fn=die_with_parent, env=env))  # fmt: skip
             process_start.append({"rank": rank, "pid": procs[-1].pid, "warm": proc is not None, "how": how})
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
@@ -351,24 +350,6 @@ def _raise_exit(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL if this runner dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    import psutil
-
-    try:
-        family = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        family = []
-    for p in [proc, *family]:
-        try:
-            p.kill()
-        except (ProcessLookupError, psutil.Error):
-            pass
+def _kill_tree(proc) -> None:
+    kill_tree(proc.pid)
     proc.wait()

@@ -1,4 +1,4 @@
-"""Small shared helpers: atomic writes, hashing, progress lines."""
+"""Small shared helpers: atomic writes, hashing, progress lines, process trees."""
 
 from __future__ import annotations
 
@@ -95,3 +95,37 @@ class BackgroundSampler:
 
     def result(self) -> dict:
         raise NotImplementedError
+
+
+def die_with_parent() -> None:
+    """SIGKILL to this process when its parent dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG); for a child,
+    as `preexec_fn`."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL to `pid` and its descendants (a measuring process and its loader workers), listed first so that none
+    escapes by being re-parented."""
+    import signal
+
+    import psutil
+
+    try:
+        family = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        family = []
+    for p in family:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

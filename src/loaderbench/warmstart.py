@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .util import die_with_parent, kill_tree
+
 ENV_SOCKET = "LOADERBENCH_WARM_SOCKET"
 PRELOAD = ("torch", "torchvision", "torchvision.models", "numpy", "PIL.Image", "cv2", "psutil",
            "loaderbench.train", "loaderbench.window", "loaderbench.summary")  # fmt: skip
@@ -85,7 +87,7 @@ def start_server(directory: str | os.PathLike | None = None) -> Path | None:
     path.unlink(missing_ok=True)
     # the last argument is room for the children's command lines (`_set_cmdline`)
     subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(path), " " * _TITLE_ROOM],
-                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, close_fds=True)  # fmt: skip
+                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, close_fds=True)  # fmt: skip
     os.environ[ENV_SOCKET] = str(path)
     return path
 
@@ -130,13 +132,13 @@ def serve(path: str | os.PathLike) -> int:
                         conn.close()
                 else:  # a runner's connection closed (or spoke out of turn): its process must not outlive it
                     pid = next(p for p, c in children.items() if c is conn)
-                    _kill_tree(pid)
+                    kill_tree(pid)
                     conn.close()
                     children[pid] = None
             _reap(children)
     finally:
         for pid in list(children):
-            _kill_tree(pid)
+            kill_tree(pid)
         path.unlink(missing_ok=True)
     return 0
 
@@ -173,7 +175,7 @@ def _handle_request(conn: socket.socket, own_key: str, listener, others: list) -
 def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
     """In the forked process: become the measuring process the runner asked for, then run it."""
     conn.close()
-    _die_with_parent()  # with the server (itself dying with Snakemake)
+    die_with_parent()  # with the server (itself dying with Snakemake)
     for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL),
                          (signal.SIGCHLD, signal.SIG_DFL)):  # fmt: skip
         signal.signal(sig, handler)
@@ -234,7 +236,7 @@ def _watch_runner(pid: int) -> None:
 
     def watch():
         select.select([fd], [], [])
-        _kill_tree(os.getpid())
+        kill_tree(os.getpid())
 
     threading.Thread(target=watch, name="loaderbench-runner-watch", daemon=True).start()
 
@@ -255,33 +257,6 @@ def _reap(children: dict[int, socket.socket | None]) -> None:
 def _send(conn: socket.socket, message: dict) -> None:
     try:
         conn.send(json.dumps(message).encode())
-    except OSError:
-        pass
-
-
-def _kill_tree(pid: int) -> None:
-    """SIGKILL to `pid`'s descendants (loader workers), then to `pid`."""
-    import psutil
-
-    try:
-        family = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        family = []
-    for p in family:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _die_with_parent() -> None:
-    """SIGKILL to this process when its parent dies (Linux prctl PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except OSError:
         pass
 
