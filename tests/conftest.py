@@ -58,6 +58,24 @@ def small_dataset(tmp_path_factory) -> Path:
     return out / "train"
 
 
+def staged_disk(tmp_path_factory, dataset: Path, name: str, **settings) -> tuple[Path, dict]:
+    """`dataset` checked and staged (as dataset "ds" on a tier "disk") in a new folder, and a validated config of
+    that tier with the small CPU cells' settings (batch 4, 32 px crops, 1 worker, a 3-step window), `settings` over
+    them. Returns (folder, config); the tier's manifest is `folder / "disk.json"`."""
+    from loaderbench.check import check_dataset
+    from loaderbench.config import validate_config
+    from loaderbench.stage import stage
+
+    tmp = tmp_path_factory.mktemp(name)
+    check_dataset(dataset, tmp / "check.json", tmp / "q", jobs=2)
+    (tmp / "tier").mkdir()
+    stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
+    base = {"dataset": {"name": "ds"}, "storage": {"disk": str(tmp / "tier")}, "gpus": [1], "batch_sizes": [4],
+            "precisions": ["fp32"], "window": {"steps": 3}, "warmup_steps": 1, "crop_size": 32, "workers": 1,
+            "prefetch_factor": 1}  # fmt: skip
+    return tmp, validate_config({**base, **settings})
+
+
 def tiny_config(tmp: Path, **overrides) -> dict:
     """A grid of 8 cells (2 loaders x 2 tiers x 2 precisions) that runs in seconds per cell on a CPU."""
     cfg = {

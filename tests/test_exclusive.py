@@ -18,27 +18,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loaderbench.check import check_dataset
-from loaderbench.config import cell_spec, validate_config
+from loaderbench.config import cell_spec
 from loaderbench.records import validate_record
-from loaderbench.stage import stage
-from tests.conftest import REPO, tiny_config, write_config
+from tests.conftest import REPO, staged_disk, tiny_config, write_config
 
 PY = sys.executable
 
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory, small_dataset):
-    tmp = tmp_path_factory.mktemp("excl")
-    check_dataset(small_dataset, tmp / "check.json", tmp / "q", jobs=2)
-    (tmp / "tier").mkdir()
-    stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
-    cfg = validate_config({
-        "dataset": {"name": "ds"}, "storage": {"disk": str(tmp / "tier")}, "gpus": [1], "batch_sizes": [4],
-        "precisions": ["fp32"], "window": {"seconds": 4}, "warmup_steps": 1, "crop_size": 32, "workers": 1,
-        "prefetch_factor": 1,
-    })  # fmt: skip
-    return tmp, cfg
+    return staged_disk(tmp_path_factory, small_dataset, "excl", window={"seconds": 4})
 
 
 def run_cell_cli(staged, out: Path, *options: str, timeout: float = 300) -> subprocess.CompletedProcess:

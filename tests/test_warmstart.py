@@ -14,24 +14,14 @@ import psutil
 import pytest
 
 from loaderbench import warmstart
-from loaderbench.check import check_dataset
-from loaderbench.config import cell_spec, validate_config
+from loaderbench.config import cell_spec
 from loaderbench.records import validate_record
 from loaderbench.runcell import run_cell
-from loaderbench.stage import stage
+from tests.conftest import staged_disk
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory, small_dataset):
-    tmp = tmp_path_factory.mktemp("warm")
-    check_dataset(small_dataset, tmp / "check.json", tmp / "q", jobs=2)
-    (tmp / "tier").mkdir()
-    stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
-    cfg = validate_config({
-        "dataset": {"name": "ds"}, "storage": {"disk": str(tmp / "tier")}, "gpus": [1, 2], "batch_sizes": [4],
-        "precisions": ["fp32"], "window": {"steps": 3}, "warmup_steps": 1, "crop_size": 32, "workers": 1,
-        "prefetch_factor": 1,
-    })  # fmt: skip
-    return tmp, cfg
+    return staged_disk(tmp_path_factory, small_dataset, "warm", gpus=[1, 2])
 
 
 @pytest.fixture(scope="module")
