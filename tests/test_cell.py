@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from loaderbench.config import cell_spec
+from loaderbench.provenance import code_sha256
 from loaderbench.records import validate_record
 from loaderbench.runcell import run_cell
 from loaderbench.watchdog import StallRule
@@ -47,6 +48,7 @@ def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loa
     assert p["versions"]["torch"] and p["versions"]["torchvision"] and p["versions"]["opencv"] and p["versions"]["pillow"]
     assert p["host"]["cpu_model"] and p["tier"]["path"] == str(tmp / "tier") and p["tier"]["fstype"]
     assert rec["manifest_sha256"] == json.loads((tmp / "disk.json").read_text())["sha256"]
+    assert p["code_sha256"] == code_sha256() and len(p["code_sha256"]) == 64  # the code that ran, by content
     assert rec["spec"]["loader"] == loader and len(rec["spec_hash"]) == 16
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no temp file left behind
 

@@ -56,3 +56,21 @@ def test_aggregate_skips_an_unreadable_record_and_names_it(tmp_path, capsys):
     assert table["samples_per_s"].tolist() == [10.0]
     assert not (cells / "b.json").exists() and (cells / "corrupt/b.json").is_file()
     assert f"cell record {cells / 'b.json'} is unreadable" in capsys.readouterr().err
+
+
+def test_the_code_hash_changes_with_any_source_byte_and_not_with_the_folder_or_mtimes(tmp_path):
+    """`provenance.tree_sha256` on copies of the real package: what names the code in records without a commit."""
+    import shutil
+    from pathlib import Path
+
+    import loaderbench
+    from loaderbench.provenance import code_sha256, tree_sha256
+
+    src = Path(loaderbench.__file__).parent
+    a = tmp_path / "a" / "loaderbench"
+    shutil.copytree(src, a, ignore=shutil.ignore_patterns("__pycache__"))
+    b = tmp_path / "b" / "loaderbench"
+    shutil.copytree(a, b)  # a second copy elsewhere, new mtimes
+    assert tree_sha256(a) == tree_sha256(b) == code_sha256()
+    (b / "window.py").write_text((b / "window.py").read_text() + "\n# one more line\n")
+    assert tree_sha256(b) != tree_sha256(a)

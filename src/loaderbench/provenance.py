@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import socket
@@ -61,6 +62,22 @@ def git_commit() -> dict:
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
     return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
+
+
+def tree_sha256(root: Path) -> str:
+    """SHA-256 over the paths and bytes of the Python sources and schema files under `root`, in path order."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(root).rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".json")):
+        h.update(f"{path.relative_to(root)}\0".encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def code_sha256() -> str:
+    """The loaderbench code that ran, by content (`tree_sha256` of the package). It names the code where the commit
+    cannot: a tree copied without .git, or with changes not committed."""
+    return tree_sha256(Path(__file__).resolve().parent)
 
 
 def container() -> dict:
@@ -170,6 +187,7 @@ def collect(tier_path: str | None = None, runtime_info: dict | None = None) -> d
         "host": host(rt.get("gpu_models") or gpu_models),
         "tier": {"path": tier_path, **filesystem_of(tier_path)} if tier_path else None,
         "git": git_commit(),
+        "code_sha256": code_sha256(),
         "container": container(),
         "scheduler": scheduler(),
     }
