@@ -57,6 +57,12 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
          "ratio": sps / median[(*k[:5], "ddp")]}
         for k, sps in sorted(median.items()) if k[5] == "dp" and (*k[:5], "ddp") in median
     ]  # fmt: skip
+    cold: dict[str, list[float]] = defaultdict(list)
+    for r in ok:
+        if r["metrics"].get("cold_step_s") is not None:
+            cold[parse_cell_id(r["cell_id"])["loader"]].append(r["metrics"]["cold_step_s"])
+    if cold:  # the device's cold start, paid in setup while the loader starts (train.cold_step_on)
+        out["cold_step_median_s"] = {loader: statistics.median(v) for loader, v in sorted(cold.items())}
     starts = [s for r in records for s in r.get("process_start") or []]
     if starts:  # warm (forked by the run's warm-start server) or plain, and why plain
         out["process_starts"] = {"warm": sum(bool(s["warm"]) for s in starts),
@@ -87,6 +93,9 @@ def render(rep: dict) -> str:
                      f"{o['max']:.1f}); median window {rep['window_median_s']:.1f} s; {rep['wall_total_s'] / 60:.1f} "
                      "min of cell wall time in all")  # fmt: skip
         lines.append("  median per phase: " + ", ".join(f"{p} {v:.2f} s" for p, v in rep["phase_median_s"].items()))
+    if "cold_step_median_s" in rep:
+        lines.append("  cold step (in setup), median by loader: " + ", ".join(
+            f"{loader} {v:.1f} s" for loader, v in rep["cold_step_median_s"].items()))  # fmt: skip
     if "process_starts" in rep:
         p = rep["process_starts"]
         lines.append(f"measuring processes: {p['warm']} forked warm, {sum(p['plain'].values())} started plainly"
