@@ -66,6 +66,8 @@ def test_gpu_columns_with_a_stand_in_nvml(monkeypatch, tmp_path):
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=90 + h, memory=10),
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=(h + 1) * 2**30),
         nvmlDeviceGetPcieThroughput=pcie, NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1,
+        nvmlDeviceGetClockInfo=lambda h, clock: 1980 - 300 * h if clock == 1 else 0, NVML_CLOCK_SM=1,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4 | 0x40 if h else 0,  # GPU 1: power cap, thermal
     )  # fmt: skip
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr(telemetry, "PCIE_PERIOD_S", 0.2)
@@ -79,3 +81,6 @@ def test_gpu_columns_with_a_stand_in_nvml(monkeypatch, tmp_path):
     assert summary["gpus"][1]["util_pct"]["mean"] == 91 and summary["gpus"][1]["mem_mb"]["max"] == 2048
     assert summary["gpus"][0]["pcie_rx_mb_s"]["mean"] == 2000 and summary["gpus"][1]["pcie_tx_mb_s"]["mean"] == 500
     assert calls["pcie"] >= 4 and summary["pcie"].startswith("NVML PCIe")
+    assert summary["gpus"][0]["sm_mhz"]["p50"] == 1980 and summary["gpus"][0]["clock_reasons"] == []
+    assert summary["gpus"][1]["sm_mhz"]["max"] == 1680
+    assert summary["gpus"][1]["clock_reasons"] == ["software power cap", "hardware thermal slowdown"]

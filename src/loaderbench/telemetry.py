@@ -89,6 +89,13 @@ class _Nvml:
                 out[f"gpu{k}_mem_mb"] = nv.nvmlDeviceGetMemoryInfo(h).used / 2**20
             except Exception:
                 out[f"gpu{k}_util"] = out[f"gpu{k}_mem_mb"] = float("nan")
+            try:  # the SM clock and why it is below its maximum: a slower GPU moves every rate measured on it
+                out[f"gpu{k}_sm_mhz"] = float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+                reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                    nv.nvmlDeviceGetCurrentClocksThrottleReasons  # fmt: skip
+                out[f"gpu{k}_clock_reasons"] = int(reasons(h))
+            except Exception:
+                pass
         return out
 
     def pcie(self, k: int) -> dict:
@@ -252,6 +259,24 @@ def write_timeline(path: Path, timeline: dict, marks: dict | None) -> None:
     atomic_write_text(path, to_csv(timeline, marks))
 
 
+# NVML's clock event reasons (nvmlClocksEventReason*): why a GPU's clock was held below its maximum
+CLOCK_REASONS = {0x1: "idle", 0x2: "application clocks setting", 0x4: "software power cap", 0x8: "hardware slowdown",
+                 0x10: "sync boost", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
+                 0x80: "hardware power brake", 0x100: "display clock setting"}  # fmt: skip
+
+
+def clock_reasons(rows: list[dict], key: str) -> list[str] | None:
+    """The reasons any sample in `rows` gave for GPU clocks below their maximum (None: not sampled)."""
+    seen = [int(r[key]) for r in rows if r.get(key) is not None and r[key] == r[key]]
+    if not seen:
+        return None
+    bits = 0
+    for v in seen:
+        bits |= v
+    names = [name for bit, name in CLOCK_REASONS.items() if bits & bit]
+    return names + ([f"other (0x{bits:x})"] if bits & ~0x1FF else [])
+
+
 def summarize(timeline: dict, marks: dict | None) -> dict:
     """Window statistics (the timed window only; the whole run when there are no marks) for the cell record."""
     meta = timeline["meta"]
@@ -286,7 +311,8 @@ def summarize(timeline: dict, marks: dict | None) -> dict:
         out[key] = stats(key)
     out["gpus"] = [
         {"index": index, "util_pct": stats(f"gpu{k}_util"), "mem_mb": stats(f"gpu{k}_mem_mb"),
-         "pcie_rx_mb_s": stats(f"gpu{k}_pcie_rx_mb_s"), "pcie_tx_mb_s": stats(f"gpu{k}_pcie_tx_mb_s")}
+         "pcie_rx_mb_s": stats(f"gpu{k}_pcie_rx_mb_s"), "pcie_tx_mb_s": stats(f"gpu{k}_pcie_tx_mb_s"),
+         "sm_mhz": stats(f"gpu{k}_sm_mhz"), "clock_reasons": clock_reasons(rows, f"gpu{k}_clock_reasons")}
         for k, index in enumerate(meta.get("gpus") or [])
     ]  # fmt: skip
     return out
