@@ -113,3 +113,23 @@ def test_a_warm_process_dies_with_its_runner_killed_by_sigkill(staged, tmp_path,
     assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert proc.poll() is None and not (tmp_path / "c.json").exists()
 
+
+
+def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_otherwise(server, monkeypatch, tmp_path):
+    """`start_server` (the workflow's onstart): a driver that runs Snakemake a part at a time names one server for
+    all the runs; one that would fork other code is not used."""
+    sock, _ = server
+    monkeypatch.setenv(warmstart.ENV_SOCKET, str(sock))
+    before = {c.pid for c in psutil.Process().children()}
+    assert warmstart.start_server(tmp_path) == sock
+    assert {c.pid for c in psutil.Process().children()} == before, "a second server was started"
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "") + os.pathsep + str(tmp_path / "elsewhere"))
+    path = warmstart.start_server(tmp_path)
+    new = [c for c in psutil.Process().children() if c.pid not in before]
+    try:
+        assert path != sock and os.environ[warmstart.ENV_SOCKET] == str(path)
+        assert len(new) == 1 and "loaderbench.warmstart" in " ".join(new[0].cmdline())
+        assert warmstart.serves_this_code(path)  # the new one serves the code as it is now
+    finally:
+        for c in new:
+            c.kill()

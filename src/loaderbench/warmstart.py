@@ -78,9 +78,13 @@ def in_container() -> bool:
 
 def start_server(directory: str | os.PathLike | None = None) -> Path | None:
     """Start a warm-start server as a child of this process (dying with it) and export its socket to the jobs this
-    process starts. Returns the socket path, or None where warm starts cannot apply (inside a container)."""
+    process starts. Returns the socket path, or None where warm starts cannot apply (inside a container). A server
+    already named in LOADERBENCH_WARM_SOCKET that serves this code is used instead: a driver that runs Snakemake
+    several times (scripts/gpu-study.sh, a part at a time) starts one for all of them."""
     if in_container():
         return None
+    if os.environ.get(ENV_SOCKET) and serves_this_code(os.environ[ENV_SOCKET]):
+        return Path(os.environ[ENV_SOCKET])
     base = Path(directory) if directory else Path(tempfile.gettempdir()) / f"loaderbench-warm-{os.getuid()}"
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = base / f"{os.getpid()}.sock"  # short: a socket path has at most 107 bytes
@@ -148,6 +152,9 @@ def _handle_request(conn: socket.socket, own_key: str, listener, others: list) -
         data, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
         request = json.loads(data)
     except (OSError, ValueError):
+        return None
+    if request.get("ping"):  # `serves_this_code`
+        _send(conn, {"same_code": request.get("key") == own_key})
         return None
     if request.get("key") != own_key or len(fds) != 3:
         _send(conn, {"error": f"server key {own_key} differs from the runner's {request.get('key')} (other code, "
@@ -303,6 +310,29 @@ class WarmProcess:
                 os.kill(self.pid, sig)
             except ProcessLookupError:
                 pass
+
+
+def serves_this_code(path: str | os.PathLike, wait_s: float = 180.0, bind_s: float = 10.0) -> bool:
+    """Whether a server answers at `path` (after its imports, within `wait_s`) and would fork this code. A server
+    just started may take `bind_s` to open its socket."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        deadline = time.monotonic() + bind_s
+        while True:
+            try:
+                conn.connect(str(path))
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+        conn.send(json.dumps({"ping": True, "key": key()}).encode())
+        ready, _, _ = select.select([conn], [], [], wait_s)
+        return bool(ready) and bool(json.loads(conn.recv(4096) or b"{}").get("same_code"))
+    except (OSError, ValueError):
+        return False
+    finally:
+        conn.close()
 
 
 def spawn(args: list[str], env: dict, title: str, wait_s: float = 180.0) -> tuple[WarmProcess | None, str]:
