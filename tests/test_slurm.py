@@ -63,6 +63,8 @@ def test_tiny_grid_runs_as_slurm_jobs_and_matches_a_local_run(tmp_path, cluster)
         rec = json.loads((slurm_work / "results/cells" / f"{cid}.json").read_text())
         assert rec["status"] == "ok", rec["reason"]
         job_ids[cid] = rec["provenance"]["scheduler"]["slurm_job_id"]
+        # no warm-start server for jobs on other nodes: the submit host's would not be theirs
+        assert [s["warm"] for s in rec["process_start"]] == [False] and "unset" in rec["process_start"][0]["how"]
     assert all(job_ids.values()) and len(set(job_ids.values())) == len(ids) == 4  # one Slurm job per cell
     assert set(submitted) == set(job_ids.values()) and set(submitted.values()) == {"cell"}  # nothing else went there
     print(f"\nSlurm run: {slurm_s:.1f} s, cell jobs: " + ", ".join(f"{c}={j}" for c, j in sorted(job_ids.items())), file=sys.stderr)

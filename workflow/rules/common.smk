@@ -106,8 +106,9 @@ onstart:
     from loaderbench.hostlock import stop_measurements_on_signals
 
     stop_measurements_on_signals()
-    if HOST["warm_start"] and not USE_CONTAINER:
-        # the fork server the cells start their measuring processes from (dies with this Snakemake)
+    if HOST["warm_start"] and not USE_CONTAINER and workflow.local_exec:
+        # the fork server the cells start their measuring processes from (dies with this Snakemake); not for jobs
+        # that run elsewhere (Slurm: on other nodes) or in containers (other mounts)
         from loaderbench.warmstart import start_server
 
         start_server()
