@@ -28,7 +28,7 @@ def staged(tmp_path_factory, small_dataset):
 def server(tmp_path_factory):
     """A real server, started as the workflow's `onstart` starts it (here a child of the test process)."""
     sock = tmp_path_factory.mktemp("sock") / "s.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(sock), " " * 240],
+    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(sock)],
                             stdin=subprocess.DEVNULL)  # fmt: skip
     yield sock, proc
     proc.terminate()

@@ -89,9 +89,8 @@ def start_server(directory: str | os.PathLike | None = None) -> Path | None:
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = base / f"{os.getpid()}.sock"  # short: a socket path has at most 107 bytes
     path.unlink(missing_ok=True)
-    # the last argument is room for the children's command lines (`_set_cmdline`)
-    subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(path), " " * _TITLE_ROOM],
-                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, close_fds=True)  # fmt: skip
+    subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(path)], stdin=subprocess.DEVNULL,
+                     preexec_fn=die_with_parent, close_fds=True)  # fmt: skip
     os.environ[ENV_SOCKET] = str(path)
     return path
 
@@ -326,9 +325,7 @@ def serves_this_code(path: str | os.PathLike, wait_s: float = 180.0, bind_s: flo
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(0.05)
-        conn.send(json.dumps({"ping": True, "key": key()}).encode())
-        ready, _, _ = select.select([conn], [], [], wait_s)
-        return bool(ready) and bool(json.loads(conn.recv(4096) or b"{}").get("same_code"))
+        return bool(_ask(conn, {"ping": True, "key": key()}, wait_s).get("same_code"))
     except (OSError, ValueError):
         return False
     finally:
@@ -338,9 +335,8 @@ def serves_this_code(path: str | os.PathLike, wait_s: float = 180.0, bind_s: flo
 def spawn(args: list[str], env: dict, title: str, wait_s: float = 180.0) -> tuple[WarmProcess | None, str]:
     """Ask the run's server (LOADERBENCH_WARM_SOCKET) for a measuring process running
     `python -m loaderbench.train ARGS` with `env`, this process's cwd and standard streams (`title`: the cell, for its
-command line). Returns (process, how it
-    started) or (None, why not) - the caller then starts the process itself. `wait_s` bounds the wait for a server
-    still importing."""
+    command line). Returns (process, how it started) or (None, why not) - the caller then starts the process
+    itself. `wait_s` bounds the wait for a server still importing."""
     path = os.environ.get(ENV_SOCKET)
     if not path:
         return None, f"no warm-start server ({ENV_SOCKET} unset)"
@@ -351,9 +347,7 @@ command line). Returns (process, how it
         conn.connect(path)
         request = {"args": args, "env": env, "cwd": os.getcwd(), "runner": os.getpid(), "key": key(env),
                    "title": title}
-        socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
-        ready, _, _ = select.select([conn], [], [], wait_s)
-        reply = json.loads(conn.recv(_MAX_MESSAGE) or b"{}") if ready else {"error": f"no reply in {wait_s:g} s"}
+        reply = _ask(conn, request, wait_s, fds=(0, 1, 2))
     except (OSError, ValueError) as e:
         conn.close()
         return None, f"warm-start server {path} not usable ({type(e).__name__}: {e})"
@@ -363,5 +357,16 @@ command line). Returns (process, how it
     return WarmProcess(conn, int(reply["pid"])), f"forked by the warm-start server ({path})"
 
 
-if __name__ == "__main__":
+def _ask(conn: socket.socket, message: dict, wait_s: float, fds: tuple[int, ...] = ()) -> dict:
+    """Send the server `message` (with `fds`, passed as SCM_RIGHTS) and return its reply, or an error after
+    `wait_s`."""
+    socket.send_fds(conn, [json.dumps(message).encode()], list(fds))
+    ready, _, _ = select.select([conn], [], [], wait_s)
+    return json.loads(conn.recv(_MAX_MESSAGE) or b"{}") if ready else {"error": f"no reply in {wait_s:g} s"}
+
+
+if __name__ == "__main__":  # python -m loaderbench.warmstart SOCKET
+    if len(sys.argv) == 2:
+        # once more with room for the children's command lines (`_set_cmdline` writes them over this one's)
+        os.execv(sys.executable, [sys.executable, "-m", "loaderbench.warmstart", sys.argv[1], " " * _TITLE_ROOM])
     sys.exit(serve(sys.argv[1]))
