@@ -106,8 +106,8 @@ def test_cold_step_auto_runs_none_on_the_cpu(staged, monkeypatch):
     m, calls = _counted_measure(monkeypatch, spec, tmp)
     assert m["cold_step_s"] is None and "cold_step_start" not in m["marks"]
     assert len(calls) == m["warmup_steps"] + m["steps"] and all(c is calls[-1] for c in calls)
-    assert train.cold_step_on(spec, "cuda") and not train.cold_step_on(spec, "cpu")
-    assert not train.cold_step_on(replace(spec, cold_step=False), "cuda")
+    assert spec.cold_step_on("cuda") and not spec.cold_step_on("cpu")
+    assert not replace(spec, cold_step=False).cold_step_on("cuda")
 
 
 def test_a_cells_cold_step_is_in_its_record_and_in_its_setup_phase(staged, tmp_path):

@@ -392,6 +392,11 @@ class CellSpec:
     cudnn_benchmark_limit: int | None = _from_config("cudnn_benchmark_limit", default=None)  # None: torch's default
     cold_step: str | bool = _from_config("cold_step", default="auto")  # a step on a random batch in setup (train)
 
+    def cold_step_on(self, kind: str) -> bool:
+        """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
+        library handles), not on the CPU (nothing to hide there: the step would only add time)."""
+        return self.cold_step is True or (self.cold_step == "auto" and kind == "cuda")
+
     @property
     def data_root(self) -> Path:
         return staged_root(self.read_path or self.tier_path, self.dataset)

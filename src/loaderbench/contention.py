@@ -34,11 +34,6 @@ def host_cpu_s() -> dict:
             "steal": steal / CLK_TCK}  # fmt: skip
 
 
-def host_busy_s() -> float:
-    """Busy CPU seconds of the whole host since boot (all cores): user, nice, system, irq, softirq, steal."""
-    return host_cpu_s()["busy"]
-
-
 def other_processes_cpu_s(tree: set[int], names: dict[int, str]) -> dict[int, float]:
     """CPU seconds so far of every process outside `tree` (kernel threads included); their names go to `names`."""
     import psutil
@@ -103,15 +98,11 @@ class Sampler(BackgroundSampler):
     def _tree_cpu_s(self) -> tuple[float, set[int]]:
         import psutil
 
-        try:
-            root = self._procs.get(self.root) or self._procs.setdefault(self.root, psutil.Process(self.root))
-            members = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            members = []
-        for pid in list(self.roots):
+        members = []
+        for pid in (self.root, *self.roots):  # the runner, and the processes forked for it by the warm-start server
             try:
-                other = self._procs.get(pid) or self._procs.setdefault(pid, psutil.Process(pid))
-                members += [other, *other.children(recursive=True)]
+                top = self._procs.get(pid) or self._procs.setdefault(pid, psutil.Process(pid))
+                members += [top, *top.children(recursive=True)]
             except psutil.Error:
                 pass
         pids = set()

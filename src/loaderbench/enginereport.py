@@ -61,7 +61,7 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
     for r in ok:
         if r["metrics"].get("cold_step_s") is not None:
             cold[parse_cell_id(r["cell_id"])["loader"]].append(r["metrics"]["cold_step_s"])
-    if cold:  # the device's cold start, paid in setup while the loader starts (train.cold_step_on)
+    if cold:  # the device's cold start, paid in setup while the loader starts (CellSpec.cold_step_on)
         out["cold_step_median_s"] = {loader: statistics.median(v) for loader, v in sorted(cold.items())}
     starts = [s for r in records for s in r.get("process_start") or []]
     if starts:  # warm (forked by the run's warm-start server) or plain, and why plain

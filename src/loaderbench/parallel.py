@@ -132,6 +132,7 @@ class ReplicaCache:
     def __init__(self):
         self.key = None
         self.modules: list[list[torch.nn.Module]] = []  # per device, the replica of each of the module's submodules
+        self.slots: list[tuple[int, str, str, int]] = []  # where each broadcast tensor goes (`_slots`)
 
     def replicate(self, network: torch.nn.Module, devices, detach: bool) -> list:
         from torch.nn.parallel.replicate import _broadcast_coalesced_reshape, replicate
@@ -147,8 +148,7 @@ class ReplicaCache:
             self.key = key
             self.slots = self._slots(modules, params, buffers, detach)
             return roots
-        rg = [b for b in buffers if b.requires_grad and not detach]
-        not_rg = [b for b in buffers if not (b.requires_grad and not detach)]
+        rg, not_rg = _split_buffers(buffers, detach)
         copies = {
             "param": _broadcast_coalesced_reshape(params, devices, detach),
             "rg": _broadcast_coalesced_reshape(rg, devices, detach=detach),
@@ -168,9 +168,9 @@ class ReplicaCache:
     def _slots(modules, params, buffers, detach: bool) -> list[tuple[int, str, str, int]]:
         """(submodule index, attribute, which broadcast, index in it) for every parameter and buffer."""
         at_param = {id(p): i for i, p in enumerate(params)}
-        rg = [b for b in buffers if b.requires_grad and not detach]
+        rg, not_rg = _split_buffers(buffers, detach)
         at_rg = {id(b): i for i, b in enumerate(rg)}
-        at_not_rg = {id(b): i for i, b in enumerate(b for b in buffers if not (b.requires_grad and not detach))}
+        at_not_rg = {id(b): i for i, b in enumerate(not_rg)}
         slots = []
         for i, m in enumerate(modules):
             slots += [(i, name, "param", at_param[id(p)]) for name, p in m._parameters.items() if p is not None]
@@ -178,6 +178,13 @@ class ReplicaCache:
                 if b is not None:
                     slots.append((i, name, "rg", at_rg[id(b)]) if id(b) in at_rg else (i, name, "not_rg", at_not_rg[id(b)]))
         return slots
+
+
+def _split_buffers(buffers: list, detach: bool) -> tuple[list, list]:
+    """The buffers `replicate` broadcasts through autograd (they need a gradient and the call is not detached) and
+    the others, each in module order."""
+    rg = [b for b in buffers if b.requires_grad and not detach]
+    return rg, [b for b in buffers if not (b.requires_grad and not detach)]
 
 
 class ReplicaThreads:

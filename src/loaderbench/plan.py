@@ -387,7 +387,7 @@ def _runs_here(spec: CellSpec, host: Host) -> str | None:
 
 def _first_step_s(spec: CellSpec, host: Host) -> float:
     """The rules' first step: cuDNN's autotuning is most of it on a GPU, unless a cold step took it (in setup)."""
-    if host.kind == "gpu" and spec.cold_step in (True, "auto"):
+    if host.kind == "gpu" and spec.cold_step_on("cuda"):
         return FIRST_STEP_AFTER_COLD_S
     return FIRST_STEP_UNTUNED_S if host.kind == "gpu" and not spec.cudnn_benchmark else FIRST_STEP_S[host.kind]
 

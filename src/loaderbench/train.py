@@ -119,12 +119,6 @@ def cold_batch(ctx, classes: int):
     return images(n, ctx.device), labels
 
 
-def cold_step_on(spec: CellSpec, kind: str) -> bool:
-    """`cold_step`: true, false, or auto - on a GPU (its first step pays lazy kernel loading and library handles),
-    not on the CPU (nothing to hide there: the step would only add time)."""
-    return spec.cold_step is True or (spec.cold_step == "auto" and kind == "cuda")
-
-
 def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str], heartbeat: Heartbeat | None = None,
             timeout_s: float = 600.0) -> dict | None:  # fmt: skip
     """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure."""
@@ -202,7 +196,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         placed["launch"] = {str(t): c for t, c in keep.items()}
 
     cold_step_s = None
-    if cold_step_on(spec, kind):
+    if spec.cold_step_on(kind):
         # the loader's workers and threads exist once it is built: the launching thread gets its core now, not after
         # the first step - the cold step's host work (kernel loading, cuDNN's plans) otherwise shares every core
         # with the loader's start-up (on the H200, 8-12 s for torchvision's 31 workers against 3-5 s for synthetic)
