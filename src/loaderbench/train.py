@@ -148,6 +148,8 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         configure_cudnn(spec)
     place = placement.for_cell(spec.placement, spec.gpus, kind)
     ddp = spec.parallel == "ddp"
+    # the GPUs this process drives - dp: 0..n-1, ddp: its rank's own
+    gpu_ids = ([device.index] if ddp else list(range(spec.gpus))) if kind == "cuda" else []
     workers = resolve_workers(spec, place, ranks=dist.world if ddp else 1)
     # dp: one process gets the global batch (DataParallel splits it); ddp: each rank loads its own share
     global_batch = spec.batch_size * spec.gpus
@@ -207,8 +209,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         # runs it (the setting and the device type are the same on every rank), so their steps still pair up.
         marks["cold_step_start"] = time.time()
         t = time.perf_counter()
-        gpus = ([device.index] if ddp else list(range(spec.gpus))) if kind == "cuda" else []
-        with torch.random.fork_rng(devices=gpus):  # its dropout leaves the random streams as it found them
+        with torch.random.fork_rng(devices=gpu_ids):  # its dropout leaves the random streams as it found them
             step(*cold_batch(ctx, classes))
         sync()
         cold_step_s = time.perf_counter() - t
@@ -246,11 +247,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     heartbeat.phase("teardown")
     final_loss = float(win.loss.detach().float().item())
 
-    peak_gpu = []
-    if kind == "cuda":
-        # dp: this process used GPUs 0..n-1; ddp: each rank its own
-        ids = [device.index] if ddp else list(range(spec.gpus))
-        peak_gpu = [torch.cuda.max_memory_allocated(i) / 2**20 for i in ids]
+    peak_gpu = [torch.cuda.max_memory_allocated(i) / 2**20 for i in gpu_ids]
     rank_summary = {
         "rank": dist.rank,
         "device": str(device),
