@@ -70,8 +70,9 @@ def test_rules_predict_overhead_first_step_warmup_and_window(project):
     cfg = validate_config(tiny_config(project), base_dir=project)  # fixed window of 3 steps, 1 worker, prefetch 1
     plan = make_plan(cfg, [project / "results/cells"], host=CPU2)
     step = 4 / ASSUMED_SAMPLES_PER_S["cpu"]  # batch 4 on 1 GPU
-    warm_steps = max(1, 1 * 1 + 2)  # warmup_steps 1, backlog workers x prefetch_factor + 2
-    expected = CELL_OVERHEAD_S["cpu"] + FIRST_STEP_S["cpu"] + (warm_steps - 1) * step + 3 * step + JOB_S
+    # warmup_steps 1; the backlog (1 worker x prefetch_factor 1) is filled during setup, so the warm-up's second step
+    # is the first to wait (plan._warmup): 2 steps, the second a whole step
+    expected = CELL_OVERHEAD_S["cpu"] + FIRST_STEP_S["cpu"] + 1 * step + 3 * step + JOB_S
     assert {c.basis for c in plan.cells} == {"rules"}
     assert [c.seconds for c in plan.cells] == pytest.approx([expected] * 8)
     assert plan.parts[0].name == "grid" and plan.parts[0].to_run == 8
@@ -111,7 +112,8 @@ def test_an_emulated_tier_is_predicted_at_its_device_models_rate(project):
     assert hdd.basis == "rules" and f"{files_per_s:.0f} samples/s the device model allows" in hdd.detail
     window = max(3.0, 5 * step)  # min_seconds, or 5 steps of one worker's bursts (5 batch means): the rate is known
     assert f"window {window:.1f} s (I/O-bound" in hdd.detail
-    assert hdd.seconds == pytest.approx(CELL_OVERHEAD_S["cpu"] + FIRST_STEP_S["cpu"] + 2 * step + window + JOB_S)
+    # warm-up: the one prefetched batch is ready after setup, the second step waits a whole step
+    assert hdd.seconds == pytest.approx(CELL_OVERHEAD_S["cpu"] + FIRST_STEP_S["cpu"] + 1 * step + window + JOB_S)
     assert "at its maximum" in by_tier["disk-a"].detail  # a plain tier's rate is unknown
     probe = next(f for f in plan.fixed if f.name.startswith("probe hdd"))
     assert probe.seconds == pytest.approx(2 * min(20.0, 32 / files_per_s))  # 32 files, readers 1 and 8, one head
@@ -150,6 +152,24 @@ def test_the_nearest_measured_configuration_gives_rate_first_step_and_window(pro
     step = 128 / m["samples_per_s"]
     window = min(15 + step, m["time_s"])  # as the neighbour's adaptive window ran, within this cell's bounds
     assert cell.seconds == pytest.approx(overhead + m["first_step_s"] + 9 * step + window + JOB_S)
+
+
+def test_a_backlog_filled_during_setup_costs_compute_not_loading(project, h200_records):
+    """A worker-fed loader fills its prefetch during setup: its warm-up is those batches at the compute's pace, and
+    one step that waits - not backlog + 2 steps at the loader's pace (study-2: torchvision's warm-up was 3-6 s, the
+    old model's 62 steps at 131 ms gave 8 s)."""
+    from loaderbench.plan import PREFILL_SHARE, _warmup
+
+    spec = cell_spec(load_config(ENGINE), "torchvision_ram_g1_b256_amp_dp_r0")
+    steps, seconds = _warmup(spec, backlog=62, overhead=10.0, first=0.2, step_s=0.131, compute_s=0.036)
+    ready = int(PREFILL_SHARE * 10.0 / 0.131)  # 38 of the 62 batches
+    assert steps == ready + 1 and seconds == pytest.approx(0.2 + (ready - 1) * 0.036 + 0.131)
+    # nothing prefilled (no backlog): every step at the loader's pace, warmup_steps of them
+    steps, seconds = _warmup(spec, backlog=0, overhead=10.0, first=0.2, step_s=0.131, compute_s=0.036)
+    assert steps == spec.warmup_steps and seconds == pytest.approx(0.2 + (spec.warmup_steps - 1) * 0.131)
+    # a slow loader (an HDD: 2.3 s a step) prefills 2 of its 4 batches; warm-up ends at warmup_steps
+    steps, seconds = _warmup(spec, backlog=4, overhead=10.0, first=0.2, step_s=2.3, compute_s=0.05)
+    assert steps == spec.warmup_steps and seconds == pytest.approx(0.2 + 1 * 0.05 + (steps - 2) * 2.3)
 
 
 def test_another_hosts_records_are_ignored_unless_planning_for_that_host(project, h200_records, capsys):

@@ -55,6 +55,9 @@ FIRST_STEP_AFTER_COLD_S = 0.2
 # The rate assumed for warm-up steps when no record gives one: below the slowest loader measured at batch 256 on an
 # H200 (torchvision, 1450 samples/s) and at batch 16-64 on the CPU host (67 samples/s from the HDD, else 130-250).
 ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}
+# The share of a cell's overhead in which its loader, started at build, fills its backlog before the warm-up: setup is
+# 7.7 s of the 9.8 s on the 2 x H200 host (study-2), the loader built after CUDA's start and the model, half of it.
+PREFILL_SHARE = 0.5
 JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spawn, bookkeeping: 0.9 s on the H200 host)
 # Dataset generation and the check, per image and CPU core (the H200 host: 8192 images in 12 s and 2 s on 30 CPUs).
 GENERATE_CORE_S_PER_IMAGE = 0.045
@@ -300,6 +303,8 @@ class _Measured:
     first_step_s: float | None
     samples_per_s: float | None
     adaptive: bool
+    compute_s: float | None = None  # a step's compute alone (no wait for data), mean
+    global_batch: int | None = None
 
     @property
     def overhead_s(self) -> float | None:
@@ -328,8 +333,10 @@ def _measured(record: dict) -> _Measured | None:
     if first is None and warmup is not None and m.get("step_ms") and m.get("warmup_steps"):
         first = max(0.0, warmup - (m["warmup_steps"] - 1) * m["step_ms"] / 1e3)  # a record from before first_step_s
     mode = (m.get("window") or {}).get("mode")
+    compute = (m.get("compute_ms") or {}).get("mean")
     return _Measured(record["spec"], float(record["wall_s"]), window, warmup, first, m.get("samples_per_s"),
-                     mode == "adaptive" or (mode is None and record["spec"].get("window_max_s") is not None))  # fmt: skip
+                     mode == "adaptive" or (mode is None and record["spec"].get("window_max_s") is not None),
+                     None if compute is None else compute / 1e3, m.get("global_batch"))  # fmt: skip
 
 
 def _same_configuration(a: dict, b: dict) -> bool:
@@ -392,12 +399,24 @@ def _first_step_s(spec: CellSpec, host: Host) -> float:
     return FIRST_STEP_UNTUNED_S if host.kind == "gpu" and not spec.cudnn_benchmark else FIRST_STEP_S[host.kind]
 
 
+def _warmup(spec: CellSpec, backlog: int, overhead: float, first: float, step_s: float,
+            compute_s: float | None) -> tuple[int, float]:  # fmt: skip
+    """(steps, seconds) of the warm-up (window.warm_up): at least `warmup_steps`, then until a step waits for its
+    batch, at most the backlog + 2. The loader starts at build and fills its backlog during setup, at its own rate
+    (PREFILL_SHARE of the overhead); those batches are there at once and cost a step's compute alone (`compute_s`,
+    the step itself when unknown); the first step that finds none waits a whole step."""
+    ready = min(backlog, int(PREFILL_SHARE * overhead / step_s)) if step_s > 0 else backlog
+    steps = min(max(spec.warmup_steps, ready + 1), max(spec.warmup_steps, backlog + 2))
+    fast = max(0, min(ready, steps) - 1)  # steps 2..n served from the prefilled backlog
+    compute = step_s if compute_s is None else min(compute_s, step_s)
+    return steps, first + fast * compute + (steps - 1 - fast) * step_s
+
+
 def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, step_s: float,
-                  window_hint: float | None, io_bound: bool) -> tuple[float, str]:  # fmt: skip
+                  window_hint: float | None, io_bound: bool, compute_s: float | None = None) -> tuple[float, str]:  # fmt: skip
     """overhead + warm-up + window + Snakemake's job, and how the window was predicted."""
     backlog, burst = _backlog(spec, host)
-    warm_steps = max(spec.warmup_steps, backlog + 2)
-    warmup = first + (warm_steps - 1) * step_s
+    warm_steps, warmup = _warmup(spec, backlog, overhead, first, step_s, compute_s)
     if spec.window_steps:
         window, how = spec.window_steps * step_s, f"{spec.window_steps} steps"
     elif spec.window_s:
@@ -442,9 +461,11 @@ def _predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: floa
         overhead = _median(m.overhead_s for m in (near if same_loader else mine))
         first = _median(m.first_step_s for m in (near if same_loader else mine))
         hint = _median(m.window_s for m in near if m.adaptive) if same_loader and not io_bound else None
+        # the neighbours' compute per step, for this cell's global batch
+        compute = _median(m.compute_s * gb / m.global_batch for m in near if m.compute_s and m.global_batch)
         seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind] if overhead is None else overhead,
                                         _first_step_s(spec, host) if first is None else first, gb / rate, hint,
-                                        io_bound)  # fmt: skip
+                                        io_bound, compute)  # fmt: skip
         relaxed = [f for f, differs in zip(NEIGHBOUR_FIELDS, nearest) if differs and f != "feed"]
         like = (f"{len(near)} record(s) of this configuration (other settings)" if not relaxed else
                 f"{len(near)} record(s) of another {', '.join(relaxed)}" + (f" ({near[0].key('loader')})"
