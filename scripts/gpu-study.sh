@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The study of config/h200x2-study.yaml on a bare GPU host (issue 14), in the few calls a lease allows. Verbs:
 #   stash DIR...          copy carried bundle parts (.bundles/cN) to /tmp/parts, where the next calls find them
-#   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all 4 parts are
-#                         there, dali.0-3 (DALI) into /tmp/site; libfuse/fusermount3 from the parts' fuse/ folder.
-#                         .bundles/c0 (smk.0, fuse/, dali.0) and c1-c3 (dali.1-3) are 52 MB each: one part and the
-#                         working tree (13 MB) must fit a call's 64 MiB
+#   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all the parts are
+#                         there, dali.0-N (DALI; dali.parts says N+1) into /tmp/site; libfuse/fusermount3 from the
+#                         parts' fuse/ folder. .bundles/c0 (smk.0, fuse/, dali.0, dali.parts) and c1-c4 (dali.1-4) are
+#                         42 MB each: one part and the working tree (19 MB) must fit a call's 64 MiB
 #   prep OUT              host facts, then the dataset made, checked and staged (scripts/gpu-host-prep.sh); records
 #                         carried from an earlier lease are adopted (`loaderbench adopt`): only missing cells run
 #   probe OUT             the first-step probe: cuDNN autotuning on/off/limited, fresh processes (first_step_probe.py)
@@ -32,9 +32,12 @@ setup)
     xz -dc /tmp/parts/smk.0 | tar -x -C /tmp && touch /tmp/site/.smk
   fi
   if [ -d /tmp/parts/fuse ] && ! command -v fusermount3 >/dev/null; then cp /tmp/parts/fuse/* /tmp/fuse/; fi
-  if ls /tmp/parts/dali.0 /tmp/parts/dali.1 /tmp/parts/dali.2 /tmp/parts/dali.3 >/dev/null 2>&1 && [ ! -f /tmp/site/.dali ]; then
-    cat /tmp/parts/dali.0 /tmp/parts/dali.1 /tmp/parts/dali.2 /tmp/parts/dali.3 | xz -dc | tar -x -C /tmp && touch /tmp/site/.dali
-  fi
+  # dali.parts (in c0) says how many pieces the DALI stream was cut into; unpack once all of them are here
+  n=$(cat /tmp/parts/dali.parts 2>/dev/null || echo 0); dali=()
+  for ((i = 0; i < n; i++)); do [ -f "/tmp/parts/dali.$i" ] && dali+=("/tmp/parts/dali.$i"); done
+  if [ "$n" -gt 0 ] && [ ${#dali[@]} -eq "$n" ] && [ ! -f /tmp/site/.dali ]; then
+    cat "${dali[@]}" | xz -dc | tar -x -C /tmp && touch /tmp/site/.dali
+  else echo "DALI: ${#dali[@]} of $n parts here"; fi
   python3 -c 'import snakemake, jsonschema; print("snakemake", snakemake.__version__)'
   python3 -c 'import nvidia.dali; print("dali", nvidia.dali.__version__)' 2>&1 | tail -1 ;;
 prep)
