@@ -11,9 +11,11 @@
 #   ceiling OUT           `loaderbench ceiling`: the synthetic cell against a pinned bare loop, alternating rounds
 #   start DEST MINUTES    the pipeline, detached, stopped by SIGINT after MINUTES; then the tables and bundle of
 #                         whatever was measured (budget_minutes=0 + trim keeps only measured cells), reports, DONE
-#   wait DEST SECONDS     poll until DEST/DONE or SECONDS passed; print the progress
+#   wait DEST SECONDS [OUT]  poll until DEST/DONE or SECONDS passed; print the progress; with OUT, pack what is
+#                         measured so far into it: a lease's machine that goes idle 30 s is gone with its disk
 #   pack DEST OUT         results into OUT (tarball under 16 MiB) and the reports beside it
-# Environment: CONFIG (default config/h200x2-study.yaml); LOADERBENCH_GIT_COMMIT names the code in every record.
+# Environment: CONFIG (default config/h200x2-study.yaml); LOADERBENCH_GIT_COMMIT names the code in every record;
+# ONLY, an extended regular expression: `start` runs only the cells whose ids match it (e.g. ONLY=_b128_).
 set -u
 cd "$(dirname "$0")/.."
 export C=${CONFIG:-config/h200x2-study.yaml}
@@ -74,12 +76,14 @@ start)
     rc=0
     for part in $(python3 -c "from loaderbench.config import load_config; print(*[p[\"name\"] for p in load_config(\"$C\")[\"parts\"]])"); do
       left=$((deadline - SECONDS)); [ $left -gt 20 ] || { rc=124; break; }
-      mapfile -t targets < <(python3 -m loaderbench cells --config "$C" --part "$part" --paths)
-      step "part $part: ${#targets[@]} cells, $left s left"
+      mapfile -t targets < <(python3 -m loaderbench cells --config "$C" --part "$part" --paths | grep -E -- "${ONLY:-.}")
+      missing=0; for t in "${targets[@]}"; do [ -f "$t" ] || missing=$((missing + 1)); done
+      [ $missing -gt 0 ] || { step "part $part: ${#targets[@]} cells, all measured"; continue; }
+      step "part $part: ${#targets[@]} cells, $missing to measure, $left s left"
       timeout -s INT -k 30 "$left" "$@" "${targets[@]}" --configfile "$C" >> "$dest/snakemake.log" 2>&1 || { rc=$?; break; }
     done
     left=$((deadline - SECONDS))
-    if [ $rc -eq 0 ] && [ $left -gt 20 ]; then
+    if [ $rc -eq 0 ] && [ $left -gt 20 ] && [ -z "${ONLY:-}" ]; then
       step "the rest of the workflow, $left s left"
       timeout -s INT -k 30 "$left" "$@" --configfile "$C" >> "$dest/snakemake.log" 2>&1; rc=$?
     fi
@@ -99,6 +103,7 @@ wait)
   cat "$dest/steps.log" 2>/dev/null
   echo "records: $(ls results/cells 2>/dev/null | wc -l)"; grep -h -E "^\[.*\] (Finished|Error)" "$dest/snakemake.log" 2>/dev/null | tail -3
   ls results/cells 2>/dev/null | tail -3
+  if [ -n "${3:-}" ]; then mkdir -p "$3"; tar -czf "$3/partial.tgz" results/cells results/telemetry "$dest" 2>/dev/null; fi
   [ -f "$dest/DONE" ] && echo DONE ;;
 pack)
   dest=$1; out=$2; mkdir -p "$out"

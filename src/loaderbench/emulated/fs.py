@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from .model import DeviceModel
@@ -21,6 +22,15 @@ except (ImportError, OSError, AttributeError) as _e:
 FSNAME = "loaderbench-emulated"
 SUBTYPE = "loaderbench"
 MAX_READ = 1 << 20  # one request per read of up to 1 MiB (the kernel's FUSE limit is 256 pages)
+# What one device request fetches at least: Linux's readahead for a disk (/sys/block/*/queue/read_ahead_kb, 128 by
+# default). The mount is direct_io (no page cache, so every cell reads cold), which also turns off the kernel's
+# readahead: without this, a reader's own read size became the device's request size, and OpenCV's 4 KB reads of a
+# file, interleaved with another worker's, paid a positioning each (3 images/s from a 110 files/s HDD on the H200).
+READAHEAD = 128 * 1024
+# A fetch is kept until its file has been read to the end (the page cache of a file being read: OpenCV's imread opens
+# a file twice, to sniff its format and then to decode it, and the second open reads what the first fetched), for at
+# most this many files at once; a file read again later is read from the device again, as on a tier kept cold.
+RECENT_FILES = 64
 INSTALL_HINT = (
     "Install FUSE (Debian/Ubuntu: `apt install fuse3`, then `pip install mfusepy`) "
     "or point the tier at a real mount point instead of an emulated device"
@@ -28,15 +38,19 @@ INSTALL_HINT = (
 
 
 class EmulatedFS(mfusepy.Operations if mfusepy else object):
-    """Read-only passthrough over `backing`: each read goes through the throttle, then its backing pages are dropped."""
+    """Read-only passthrough over `backing`: each read goes through the throttle, then its backing pages are dropped.
+
+    A device read fetches at least READAHEAD bytes, kept as the kernel's page cache would keep them until the file
+    has been read to its end: its reads inside them cost the device nothing (`readahead_hits`)."""
 
     use_ns = True  # mfusepy: times as integer nanoseconds (float seconds are deprecated)
 
     def __init__(self, backing: Path, model: DeviceModel):
         self.backing = str(backing)
         self.throttle = Throttle(model)
-        self.opens = self.eof_reads = 0
+        self.opens = self.eof_reads = self.readahead_hits = 0
         self._lock = threading.Lock()
+        self._ahead: OrderedDict[str, tuple[int, bytes]] = OrderedDict()  # file -> (offset, bytes) it last fetched
 
     def _real(self, path: str) -> str:
         return os.path.join(self.backing, path.lstrip("/"))
@@ -80,17 +94,35 @@ class EmulatedFS(mfusepy.Operations if mfusepy else object):
         return fd
 
     def read(self, path, size, offset, fh):
-        if offset >= os.fstat(fh).st_size:  # the size is metadata: EOF costs the device nothing
+        file_size = os.fstat(fh).st_size
+        if offset >= file_size:  # the size is metadata: EOF costs the device nothing
             with self._lock:
                 self.eof_reads += 1
             return b""
+        with self._lock:
+            ahead = self._ahead.get(path)
+            if ahead is not None:
+                start, data = ahead
+                end = start + len(data)
+                if start <= offset < end and (offset + size <= end or end >= file_size):
+                    self.readahead_hits += 1
+                    if offset + size >= file_size:  # read to its end: a later read is a new, cold one
+                        del self._ahead[path]
+                    return data[offset - start : offset - start + size]
 
         def do_read() -> bytes:
-            data = os.pread(fh, size, offset)
+            data = os.pread(fh, max(size, READAHEAD), offset)
             os.posix_fadvise(fh, offset, len(data), os.POSIX_FADV_DONTNEED)
             return data
 
-        return self.throttle.read(path, offset, do_read)
+        data = self.throttle.read(path, offset, do_read)
+        if offset + size < file_size:  # the reader will come back for the rest
+            with self._lock:
+                self._ahead[path] = (offset, data)
+                self._ahead.move_to_end(path)
+                if len(self._ahead) > RECENT_FILES:
+                    self._ahead.popitem(last=False)
+        return data[:size]
 
     def release(self, path, fh):
         try:
@@ -101,5 +133,5 @@ class EmulatedFS(mfusepy.Operations if mfusepy else object):
 
     def stats(self) -> dict:
         with self._lock:
-            extra = {"opens": self.opens, "eof_reads": self.eof_reads}
+            extra = {"opens": self.opens, "eof_reads": self.eof_reads, "readahead_hits": self.readahead_hits}
         return {**self.throttle.snapshot(), **extra}
