@@ -150,7 +150,7 @@ def forked(with_preload: bool) -> dict:
 class Filled:
     """A dataset whose items are only a fill of the batch's layout: the transport, not the decode, is measured."""
 
-    def __init__(self, dtype, n=100000):
+    def __init__(self, dtype, n=10_000_000):
         self.dtype, self.n = dtype, n
 
     def __len__(self):
