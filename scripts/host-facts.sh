@@ -6,6 +6,10 @@ date -u +%FT%TZ
 nvidia-smi
 nvidia-smi topo -m
 nproc
+# SMT siblings and sockets: a launching thread shares its core with whatever runs on its sibling
+lscpu 2>/dev/null | grep -E '^(Model name|Socket|Core|Thread|NUMA node|CPU\(s\)|On-line|Hypervisor|Virtualization)'
+cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list 2>/dev/null | sed 's/^/cpu0 siblings: /'
+grep -E '^cpu ' /proc/stat | awk '{print "steal since boot (s): " $9 / 100}'
 free -g
 df -h . /dev/shm
 python3 - <<'PY'
