@@ -225,6 +225,36 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
     assert "median 8.0 s" in text and "= 0.889" in text and "spread 3.00%" in text and "not_converged" in text
     assert "4 forked warm, 1 started plainly" in text and "1 plain: no warm-start server" in text
     assert "cold step (in setup), median by loader: dali-cpu 7.0 s, synthetic 3.5 s" in text
+    assert rep["foreign_cpu"] is None and "steal ?, ?, ? cores" in text  # records without contention
+
+
+def test_engine_report_reads_repeats_against_the_hosts_steal():
+    """The foreign CPU of each window, split into steal, interrupts and processes where the record has the split:
+    the repeats' spread is printed beside each repeat's steal (study-3: 1.8-2.0 cores of hypervisor steal)."""
+    from loaderbench.enginereport import render, report
+
+    def rec(cid, sps, foreign, split=None, contended=False):
+        c = {"foreign_cpu_cores": foreign, "contended": contended}
+        if split:
+            c["foreign_breakdown"] = {"irq": split[0], "steal": split[1],
+                                      "processes": [{"pid": 9, "name": "hog", "cores": split[2]}] if split[2] else []}
+        return {"cell_id": cid, "status": "ok", "contention": c,
+                "phases_s": {"wall": 10.0, "overhead": 5.0, "window": 5.0},
+                "metrics": {"samples_per_s": sps, "time_s": 5.0}}  # fmt: skip
+
+    rep = report([rec("dali-cpu_ram_g1_b256_amp_dp_r0", 4400.0, 2.1, (0.1, 2.0, 0.0), True),
+                  rec("dali-cpu_ram_g1_b256_amp_dp_r1", 5500.0, 0.2, (0.05, 0.15, 0.0)),
+                  rec("dali-cpu_ram_g1_b256_amp_dp_r2", 5700.0, 0.3),
+                  rec("synthetic_ram_g1_b256_amp_dp_r0", 6700.0, 1.0, (0.1, 0.1, 0.8), True)])  # fmt: skip
+    (rp,) = rep["repeats"]
+    assert rp["steal_cores"] == [2.0, 0.15, None] and rp["samples_per_s"] == [4400.0, 5500.0, 5700.0]
+    f = rep["foreign_cpu"]
+    assert f["cells"] == 4 and f["contended"] == 2 and f["split_cells"] == 3
+    assert f["median_cores"] == pytest.approx(0.65)
+    assert f["median_split_cores"] == pytest.approx({"irq": 0.1, "steal": 0.15, "processes": 0.0})
+    text = render(rep)
+    assert "(4400, 5500, 5700; steal 2.00, 0.15, ? cores)" in text
+    assert "median 0.65 cores over 4 cells, 2 contended; in the 3 cells that split it, median steal 0.15" in text
 
 
 class _Loader:

@@ -44,14 +44,17 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
             "ci95_median": statistics.median(known) if known else None,
         }
     by_config: dict[tuple, list[float]] = defaultdict(list)
+    steal_of: dict[tuple, list[float | None]] = defaultdict(list)
     for r in ok:
         by_config[_config_key(r["cell_id"])].append(r["metrics"]["samples_per_s"])
+        steal_of[_config_key(r["cell_id"])].append(_foreign(r).get("steal"))
     median = {k: statistics.median(v) for k, v in by_config.items()}
     out["repeats"] = [
         {"config": "_".join(map(str, k)), "n": len(v), "median": statistics.median(v),
-         "spread": (max(v) - min(v)) / statistics.median(v)}
+         "spread": (max(v) - min(v)) / statistics.median(v), "samples_per_s": v, "steal_cores": steal_of[k]}
         for k, v in sorted(by_config.items()) if len(v) > 1
     ]  # fmt: skip
+    out["foreign_cpu"] = _foreign_summary(ok)
     out["dp_over_ddp"] = [
         {"config": "_".join(map(str, k[:5])), "dp": sps, "ddp": median[(*k[:5], "ddp")],
          "ratio": sps / median[(*k[:5], "ddp")]}
@@ -75,6 +78,31 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
     if ceiling:
         out["ceiling"] = {k: ceiling[k] for k in ("synthetic_samples_per_s", "bare_samples_per_s", "synthetic_over_bare",
                                                   "placement") if k in ceiling}  # fmt: skip
+    return out
+
+
+def _foreign(record: dict) -> dict:
+    """The foreign CPU of a record's window, in cores: in all, and split (records since the split) into interrupts,
+    hypervisor steal and processes outside the cell's tree."""
+    c = record.get("contention") or {}
+    out = {"all": c.get("foreign_cpu_cores"), "contended": bool(c.get("contended"))}
+    b = c.get("foreign_breakdown")
+    if b:
+        out.update(irq=b.get("irq"), steal=b.get("steal"), processes=sum(p["cores"] for p in b.get("processes") or []))
+    return out
+
+
+def _foreign_summary(records: list[dict]) -> dict | None:
+    """How much CPU outside the cell ran during the windows, and what it was: a spread between repeats or a
+    `contended` flag is read against it (on the 2 x H200 host it was hypervisor steal, docs/results/...study-3)."""
+    f = [_foreign(r) for r in records if (r.get("contention") or {}).get("foreign_cpu_cores") is not None]
+    if not f:
+        return None
+    split = [x for x in f if "steal" in x]
+    out = {"cells": len(f), "contended": sum(x["contended"] for x in f),
+           "median_cores": statistics.median(x["all"] for x in f), "split_cells": len(split)}
+    if split:
+        out["median_split_cores"] = {k: statistics.median(x[k] or 0.0 for x in split) for k in ("irq", "steal", "processes")}
     return out
 
 
@@ -107,7 +135,18 @@ def render(rep: dict) -> str:
     for d in rep["dp_over_ddp"]:
         lines.append(f"dp / ddp  {d['config']:40s} {d['dp']:9.1f} / {d['ddp']:9.1f} = {d['ratio']:.3f}")
     for r in rep["repeats"]:
-        lines.append(f"repeats   {r['config']:40s} n={r['n']}  median {r['median']:9.1f}  spread {100 * r['spread']:.2f}%")
+        steal = ", ".join("?" if s is None else f"{s:.2f}" for s in r["steal_cores"])
+        lines.append(f"repeats   {r['config']:40s} n={r['n']}  median {r['median']:9.1f}  spread {100 * r['spread']:.2f}%"
+                     f"  ({', '.join(f'{x:.0f}' for x in r['samples_per_s'])}; steal {steal} cores)")  # fmt: skip
+    if rep.get("foreign_cpu"):
+        f = rep["foreign_cpu"]
+        text = (f"foreign CPU during windows: median {f['median_cores']:.2f} cores over {f['cells']} cells, "
+                f"{f['contended']} contended")
+        if "median_split_cores" in f:
+            m = f["median_split_cores"]
+            text += (f"; in the {f['split_cells']} cells that split it, median steal {m['steal']:.2f}, interrupts "
+                     f"{m['irq']:.2f}, other processes {m['processes']:.2f} cores")
+        lines.append(text)
     for w, n in sorted(rep["warnings"].items()):
         lines.append(f"warning   {n} cell(s): {w}")
     if "ceiling" in rep:
