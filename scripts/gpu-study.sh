@@ -69,7 +69,8 @@ start)
     # one warm-start server for every Snakemake run below (each would start its own: 8-13 s of imports on the H200
     # before its first cell); it ends with this driver (loaderbench.warmstart.serve watches its parent)
     export LOADERBENCH_WARM_SOCKET=/tmp/loaderbench-warm-study-$$.sock
-    python3 -m loaderbench.warmstart "$LOADERBENCH_WARM_SOCKET" 2>> "$dest/warm-server.log" &
+    reuse=$(python3 -c "from loaderbench.config import load_config; print(\"--reuse\" if load_config(\"$C\")[\"host\"][\"reuse_processes\"] else \"\")")
+    python3 -m loaderbench.warmstart "$LOADERBENCH_WARM_SOCKET" $reuse 2>> "$dest/warm-server.log" &
     step plan; python3 -m loaderbench plan --config "$C" > "$dest/plan-before.txt" 2>&1
     # the parts in their order (their priority), each as its own Snakemake run of its cells, so that the deadline
     # cuts the least important cells; then the whole workflow (tables, figures, bundle)

@@ -207,12 +207,13 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
         {"cell_id": "torchvision_ram_g2_b256_amp_dp_r0", "status": "failed", "reason": "x"},
     ]  # fmt: skip
     for r in records[:4]:
-        r["process_start"] = [{"rank": 0, "pid": 1, "warm": True, "how": "forked"}]
+        r["process_start"] = [{"rank": 0, "pid": 1, "warm": True, "how": "forked", "reused": 0}]
+    records[1]["process_start"][0]["reused"] = 2  # kept from 2 cells before (warmstart's reuse)
     for r, cold in zip(records[:5], (3.0, 4.0, 8.0, 6.0, None)):
         r["metrics"]["cold_step_s"] = cold
     records[4]["process_start"] = [{"rank": 0, "pid": 2, "warm": False, "how": "no warm-start server"}]
     rep = report(records)
-    assert rep["process_starts"] == {"warm": 4, "plain": {"no warm-start server": 1}}
+    assert rep["process_starts"] == {"warm": 4, "reused": 1, "plain": {"no warm-start server": 1}}
     assert rep["cold_step_median_s"] == {"dali-cpu": 7.0, "synthetic": 3.5}
     assert rep["ok"] == 5 and rep["status"] == {"ok": 5, "failed": 1}
     assert rep["overhead_s"] == {"median": 8.0, "min": 6.0, "max": 10.0}
@@ -223,7 +224,8 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
     assert rp["n"] == 3 and rp["median"] == 6000.0 and rp["spread"] == pytest.approx(180 / 6000)
     text = render(rep)
     assert "median 8.0 s" in text and "= 0.889" in text and "spread 3.00%" in text and "not_converged" in text
-    assert "4 forked warm, 1 started plainly" in text and "1 plain: no warm-start server" in text
+    assert "4 forked warm (1 of them kept from a cell before), 1 started plainly" in text
+    assert "1 plain: no warm-start server" in text
     assert "cold step (in setup), median by loader: dali-cpu 7.0 s, synthetic 3.5 s" in text
     assert rep["foreign_cpu"] is None and "steal ?, ?, ? cores" in text  # records without contention
 

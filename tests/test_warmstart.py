@@ -14,10 +14,10 @@ import psutil
 import pytest
 
 from loaderbench import warmstart
-from loaderbench.config import cell_spec
+from loaderbench.config import cell_ids, cell_spec, validate_config
 from loaderbench.records import validate_record
 from loaderbench.runcell import run_cell
-from tests.conftest import staged_disk
+from tests.conftest import cell_record, snakemake, staged_disk, tiny_config, write_config
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory, small_dataset):
@@ -133,3 +133,72 @@ def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_othe
     finally:
         for c in new:
             c.kill()
+
+
+@pytest.fixture(scope="module")
+def reuse_server(tmp_path_factory):
+    """A server that keeps dp processes (host.reuse_processes), as the workflow's `onstart` starts it."""
+    sock = tmp_path_factory.mktemp("sock") / "r.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(sock), "--reuse"],
+                            stdin=subprocess.DEVNULL)  # fmt: skip
+    assert warmstart.serves_this_code(sock, reuse=True), "the server answers, and keeps dp processes"
+    yield sock, proc
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_a_kept_process_measures_the_next_dp_cell_but_never_a_repeat_of_its_own(staged, tmp_path, reuse_server,
+                                                                                 monkeypatch):  # fmt: skip
+    tmp, cfg = staged
+    sock, server = reuse_server
+    monkeypatch.setenv(warmstart.ENV_SOCKET, str(sock))
+    first = run_cell(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0"), tmp / "disk.json", tmp_path / "a.json")
+    start = first["process_start"][0]
+    assert start["warm"] and start["reused"] == 0 and "forked by" in start["how"], start
+    pid = start["pid"]
+    kept = psutil.Process(pid)
+    assert kept.is_running() and kept.status() != psutil.STATUS_ZOMBIE, "an ok dp cell's process is kept"
+    assert kept.children() == [], "its loader workers are gone between cells"
+    assert os.readlink(f"/proc/{pid}/fd/1") == os.devnull, "it let go of the finished job's streams"
+    second = run_cell(cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0"), tmp / "disk.json", tmp_path / "b.json")
+    for rec in (first, second):
+        validate_record(rec)
+        assert rec["status"] == "ok" and rec["metrics"]["steps"] == 3 and rec["metrics"]["final_loss"] > 0
+    start = second["process_start"][0]
+    assert start["pid"] == pid and start["reused"] == 1 and "kept by the warm-start server" in start["how"]
+    assert second["metrics"]["loader_info"]["workers"] >= 1 and second["metrics"]["main_peak_rss_mb"] > 0
+    # its start-up is counted from when it was given the cell, not from when the process started
+    assert second["metrics"]["startup_s"] < second["phases_s"]["startup"] + second["phases_s"]["setup"] + 1
+    # a repeat of a configuration the kept process measured: a new process, and the kept one is gone first
+    again = run_cell(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r1", in_grid=False), tmp / "disk.json",
+                     tmp_path / "c.json")  # fmt: skip
+    assert again["status"] == "ok" and again["process_start"][0]["pid"] != pid
+    assert again["process_start"][0]["reused"] == 0
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    # a ddp cell is never handed to a kept process, and the idle one goes before its ranks start
+    idle = again["process_start"][0]["pid"]
+    ddp = run_cell(cell_spec(cfg, "opencv_disk_g2_b4_fp32_ddp_r0", in_grid=False), tmp / "disk.json",
+                   tmp_path / "d.json")  # fmt: skip
+    assert ddp["status"] == "ok", ddp["reason"]
+    assert idle not in [s["pid"] for s in ddp["process_start"]] and not psutil.pid_exists(idle)
+    assert server.poll() is None
+
+
+@pytest.mark.e2e
+def test_snakemake_hands_dp_cells_of_other_configurations_to_a_kept_process(workdir):
+    """host.reuse_processes through the real workflow: its jobs reach the kept process with the same environment,
+    so cells of other configurations are measured by it, while a configuration's repeats never share one."""
+    cfg = tiny_config(workdir, loaders=["torchvision", "opencv", "synthetic"], precisions=["fp32"], repeats=2,
+                      storage={"disk-a": str(workdir / "tier-a")}, host={"reuse_processes": True})  # fmt: skip
+    path = write_config(workdir, cfg)
+    cells = cell_ids(validate_config(cfg))
+    assert len(cells) == 6
+    snakemake(workdir, *[f"results/cells/{c}.json" for c in cells], "--configfile", str(path))
+    starts = {c: cell_record(workdir, c)["process_start"][0] for c in cells}
+    for c in cells:
+        assert cell_record(workdir, c)["status"] == "ok"
+    assert all(s["warm"] for s in starts.values())
+    assert sum(s["reused"] > 0 for s in starts.values()) >= 2, starts
+    for c in cells:  # a configuration's two repeats: two processes
+        if c.endswith("_r0"):
+            assert starts[c]["pid"] != starts[c[:-1] + "1"]["pid"], (c, starts)

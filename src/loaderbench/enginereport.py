@@ -69,6 +69,7 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
     starts = [s for r in records for s in r.get("process_start") or []]
     if starts:  # warm (forked by the run's warm-start server) or plain, and why plain
         out["process_starts"] = {"warm": sum(bool(s["warm"]) for s in starts),
+                                 "reused": sum(bool(s.get("reused")) for s in starts),
                                  "plain": dict(_count(s["how"] for s in starts if not s["warm"]))}  # fmt: skip
     warned = defaultdict(int)
     for r in ok:
@@ -126,7 +127,8 @@ def render(rep: dict) -> str:
             f"{loader} {v:.1f} s" for loader, v in rep["cold_step_median_s"].items()))  # fmt: skip
     if "process_starts" in rep:
         p = rep["process_starts"]
-        lines.append(f"measuring processes: {p['warm']} forked warm, {sum(p['plain'].values())} started plainly"
+        kept = f" ({p['reused']} of them kept from a cell before)" if p.get("reused") else ""
+        lines.append(f"measuring processes: {p['warm']} forked warm{kept}, {sum(p['plain'].values())} started plainly"
                      + "".join(f"\n  {n} plain: {how}" for how, n in sorted(p["plain"].items())))  # fmt: skip
     if "adaptive" in rep:
         a = rep["adaptive"]

@@ -8,6 +8,7 @@ exercises it; a `dp` cell with gpus > 1 needs GPUs and is skipped there.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -96,7 +97,7 @@ class DataParallel(torch.nn.DataParallel):
     def __init__(self, module, device_ids=None, prescattered: bool = False):
         super().__init__(module, device_ids=device_ids)
         self.prescattered = prescattered
-        self._threads = ReplicaThreads(len(self.device_ids)) if self.device_ids and len(self.device_ids) > 1 else None
+        self._threads = replica_threads(len(self.device_ids)) if self.device_ids and len(self.device_ids) > 1 else None
         self._replicas = ReplicaCache()
 
     def replicate(self, module, device_ids):
@@ -185,6 +186,13 @@ def _split_buffers(buffers: list, detach: bool) -> tuple[list, list]:
     the others, each in module order."""
     rg = [b for b in buffers if b.requires_grad and not detach]
     return rg, [b for b in buffers if not (b.requires_grad and not detach)]
+
+
+@functools.cache
+def replica_threads(replicas: int) -> ReplicaThreads:
+    """The process's replica threads: one set for every model of the process, so that a process kept for another
+    cell (warmstart's reuse) finds cuDNN's plans, which it keeps per thread, already made on them."""
+    return ReplicaThreads(replicas)
 
 
 class ReplicaThreads:

@@ -8,6 +8,7 @@ The record reaches `out` only by an atomic rename, so an interrupted run never l
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -104,12 +105,17 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
                 # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
                 env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
             spawned = spawned or time.time()
-            proc, how = warmstart.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp" else ""))
+            # a dp cell (one process) may be measured by a process the server kept from a cell of another
+            # configuration (host.reuse_processes; warmstart): its configuration is the spec but for repeat and seed
+            config = configuration_key(spec) if spec.parallel == "dp" else None
+            proc, how, reused = warmstart.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp"
+                                                                           else ""), reuse_config=config)  # fmt: skip
             if proc is not None and contention is not None:
                 contention.roots.append(proc.pid)  # not the runner's child, but measured as its own
             procs.append(proc or subprocess.Popen([sys.executable, "-m", "loaderbench.train", *args],
                                                   preexec_fn=die_with_parent, env=env))  # fmt: skip
-            process_start.append({"rank": rank, "pid": procs[-1].pid, "warm": proc is not None, "how": how})
+            process_start.append({"rank": rank, "pid": procs[-1].pid, "warm": proc is not None, "how": how,
+                                  "reused": reused})  # fmt: skip
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
         _keep_off_launch_cores(spec, mount)
@@ -168,6 +174,13 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
         p.unlink(missing_ok=True)
     print(label + summary_line(record), file=sys.stderr, flush=True)
     return record
+
+
+def configuration_key(spec: CellSpec) -> str:
+    """A cell's configuration: its spec but for the repeat and the seed (repeats of one configuration are measured by
+    separate processes, never by one kept for both)."""
+    d = {k: v for k, v in spec.to_dict().items() if k not in ("repeat", "seed")}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _outcome(partial: Path, leftovers: list[Path], culprit: int | None, why: str | None, absent: bool) -> dict:

@@ -255,7 +255,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "waits": win.waits,
         "computes": win.computes,
         "peak_gpu_mem_mb": peak_gpu,
-        "process_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "process_rss_mb": _peak_rss_mb(),
         "loader_info": ctx.info,
     }
     ranks = parallel.gather(dist, rank_summary)
@@ -333,12 +333,18 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "amp_dtype": str(amp_dtype).replace("torch.", "") if spec.precision == "amp" else None,
         "peak_gpu_mem_mb": [m for r in ranks for m in r["peak_gpu_mem_mb"]],
         "gpu_mem_nvml_mb": gpu_memory_used_mb(spec.gpus) if kind == "cuda" else None,
-        "main_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "main_peak_rss_mb": _peak_rss_mb(),
         "process_tree_rss_mb": rss,
     }
 
 
+CELL_START: list = [None]  # epoch seconds this process was given its cell, when it was kept from another (warmstart)
+
+
 def _seconds_since_process_start() -> float | None:
+    """Since this process started - or, for a process kept from an earlier cell, since it was given this one."""
+    if CELL_START[0] is not None:
+        return time.time() - CELL_START[0]
     try:
         import psutil
     except ImportError:
@@ -417,12 +423,64 @@ def main(argv: list[str] | None = None) -> int:
     rank = env_rank()
     heartbeat = Heartbeat(heartbeat_path(a.out, rank), stacks_path(a.out, rank))
     record = run(spec, a.manifest, a.out, heartbeat, a.timeout_s)
+    LAST_STATUS[0] = record["status"]
     print(json.dumps({"cell": spec.cell_id, "rank": rank, "status": record["status"]}), file=sys.stderr)
     # a failed ddp rank exits non-zero so the cell runner stops the ranks still waiting for it
     return 1 if rank != 0 and record["status"] == "failed" else 0
 
 
 _KEEP: list = []  # loaders kept alive until the process ends (see `_exit_now`)
+LAST_STATUS: list = [None]  # the status of the cell `main` ran last (warmstart keeps only a process whose cell was ok)
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM, which `reset_for_next_cell` resets), else getrusage's."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_for_next_cell(cpus: set[int]) -> None:
+    """Make a process that measured a cell fit to measure another (warmstart's kept processes): its loaders' workers
+    killed and their objects freed, the device memory it cached given back, the allocator's peaks, cuDNN's settings
+    and the peak RSS reset, and every thread allowed on `cpus` again (the cell pinned them). What stays is what
+    the reuse is for: the CUDA context, cuDNN's plans, the imported modules."""
+    import gc
+    import signal
+
+    import psutil
+
+    # torch's DataLoader handles SIGCHLD by raising in the main thread for a worker that died: these are killed here
+    handler = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+        _KEEP.clear()
+        gc.collect()  # the loaders' iterators join their (dead) workers and leave torch's worker registry
+    finally:
+        signal.signal(signal.SIGCHLD, handler)
+    for tid in placement.threads_of(os.getpid()):
+        placement.set_thread_cpus(tid, cpus)
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.reset_peak_memory_stats(i)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.benchmark_limit = 10  # torch's default
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current RSS
+    except OSError:
+        pass
 
 
 def _exit_now(code: int) -> None:

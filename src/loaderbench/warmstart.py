@@ -15,6 +15,17 @@ A cell runner asks for a process (`spawn`), gets its pid, and keeps the connecti
 away (killed, even by SIGKILL) the server sees the connection close and kills the child with its loader workers;
 when the child exits the server sends its exit status. The child dies with the server too (PR_SET_PDEATHSIG).
 
+Reuse (`host.reuse_processes`, off by default; the server then runs with `--reuse`): a DataParallel cell's process
+(one process, so one request) is kept after an ok cell instead of exiting, and serves the next dp cell whose request
+has the same environment and working directory (the same CUDA_VISIBLE_DEVICES, so the same devices) - never a
+cell of a configuration it has already measured, so repeats still run in separate processes. It skips the next
+cell's CUDA start and, for the same shapes, cuDNN's plans: the cold step, 3-5 s a GPU on the H200 (docs/results/
+2026-11-30-h200/cold-step-probe). Between cells it kills the cell's loader workers, gives back the device memory it
+cached, resets the peak statistics, cuDNN's settings and its threads' placement (`train.reset_for_next_cell`),
+and lets go of the runner's standard streams. At most one process waits idle; any other request (a ddp cell, another
+environment) kills it before a new process is forked, so no idle process holds a GPU another cell measures on.
+The record's `process_start` says which cell of its process each one was (`reused`).
+
 A runner falls back to starting `python -m loaderbench.train` itself, and says why in the record
 (`process_start`), when there is no server, when it cannot be reached, or when it was started from other code,
 another interpreter or another mount namespace (a container job: the runner's mounts would not be the child's)
@@ -76,27 +87,43 @@ def in_container() -> bool:
 # ----------------------------------------------------------------------------------------------------- the server
 
 
-def start_server(directory: str | os.PathLike | None = None) -> Path | None:
+def start_server(directory: str | os.PathLike | None = None, reuse: bool = False) -> Path | None:
     """Start a warm-start server as a child of this process (dying with it) and export its socket to the jobs this
     process starts. Returns the socket path, or None where warm starts cannot apply (inside a container). A server
-    already named in LOADERBENCH_WARM_SOCKET that serves this code is used instead: a driver that runs Snakemake
-    several times (scripts/gpu-study.sh, a part at a time) starts one for all of them."""
+    already named in LOADERBENCH_WARM_SOCKET that serves this code, with the same `reuse`, is used instead: a driver
+    that runs Snakemake several times (scripts/gpu-study.sh, a part at a time) starts one for all of them."""
     if in_container():
         return None
-    if os.environ.get(ENV_SOCKET) and serves_this_code(os.environ[ENV_SOCKET]):
+    if os.environ.get(ENV_SOCKET) and serves_this_code(os.environ[ENV_SOCKET], reuse=reuse):
         return Path(os.environ[ENV_SOCKET])
     base = Path(directory) if directory else Path(tempfile.gettempdir()) / f"loaderbench-warm-{os.getuid()}"
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = base / f"{os.getpid()}.sock"  # short: a socket path has at most 107 bytes
     path.unlink(missing_ok=True)
-    subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(path)], stdin=subprocess.DEVNULL,
-                     preexec_fn=die_with_parent, close_fds=True)  # fmt: skip
+    subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(path), *(["--reuse"] if reuse else [])],
+                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, close_fds=True)  # fmt: skip
     os.environ[ENV_SOCKET] = str(path)
     return path
 
 
-def serve(path: str | os.PathLike) -> int:
-    """The server's loop (the process `start_server` starts): bind, import, then fork a process per request."""
+class _Kid:
+    """A process the server forked: the runner it measures for (None: that runner is gone, or it waits idle), and
+    for a reusable one its control socket, the environment it was made for and the configurations it measured."""
+
+    def __init__(self, pid: int, conn: socket.socket, ctl: socket.socket | None, signature: str | None,
+                 config: str | None):  # fmt: skip
+        self.pid, self.conn, self.ctl, self.signature = pid, conn, ctl, signature
+        self.served = {config}
+        self.cells = 1
+
+    @property
+    def idle(self) -> bool:
+        return self.conn is None and self.ctl is not None
+
+
+def serve(path: str | os.PathLike, reuse: bool = False) -> int:
+    """The server's loop (the process `start_server` starts): bind, import, then fork a process per request (or,
+    with `reuse`, hand a dp cell to an idle process of the same environment)."""
     path = Path(path)
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -115,45 +142,51 @@ def serve(path: str | os.PathLike) -> int:
     if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
         print("loaderbench warm start: CUDA was initialised while importing; not serving", file=sys.stderr)
         return 1
-    print(f"loaderbench warm start: ready in {time.perf_counter() - started:.1f} s (pid {os.getpid()}, {path})",
-          file=sys.stderr, flush=True)  # fmt: skip
-    children: dict[int, socket.socket | None] = {}  # child pid -> its runner's connection (None: runner gone)
+    print(f"loaderbench warm start: ready in {time.perf_counter() - started:.1f} s (pid {os.getpid()}, {path}"
+          f"{', reusing dp processes' if reuse else ''})", file=sys.stderr, flush=True)  # fmt: skip
+    kids: dict[int, _Kid] = {}
     waiting: list[socket.socket] = []  # connections whose request has not come yet
     try:
         while os.getppid() == parent:
-            busy = [*waiting, *(c for c in children.values() if c is not None)]
-            ready, _, _ = select.select([listener, *busy], [], [], 0.2)
-            for conn in ready:
-                if conn is listener:
+            conns = {k.conn: k for k in kids.values() if k.conn is not None}
+            ctls = {k.ctl: k for k in kids.values() if k.ctl is not None}
+            ready, _, _ = select.select([listener, *waiting, *conns, *ctls], [], [], 0.2)
+            for sock in ready:
+                if sock is listener:
                     waiting.append(listener.accept()[0])
-                elif conn in waiting:
-                    waiting.remove(conn)
-                    pid = _handle_request(conn, own_key, listener, busy)
-                    if pid:
-                        children[pid] = conn
-                    else:
-                        conn.close()
-                else:  # a runner's connection closed (or spoke out of turn): its process must not outlive it
-                    pid = next(p for p, c in children.items() if c is conn)
-                    kill_tree(pid)
-                    conn.close()
-                    children[pid] = None
-            _reap(children)
+                elif sock in waiting:
+                    waiting.remove(sock)
+                    kid = _handle_request(sock, own_key, reuse, kids, [listener, *waiting, *conns, *ctls])
+                    if kid is None:
+                        sock.close()
+                elif sock in ctls:  # a kept process finished its cell (or died: _reap tells its runner)
+                    if ctls[sock].ctl is sock:  # not let go of earlier in this round
+                        _cell_done(ctls[sock], kids)
+                elif sock in conns and conns[sock].conn is sock:  # a runner's connection closed (or spoke out of
+                    kid = conns[sock]  # turn): its process must not outlive it
+                    kill_tree(kid.pid)
+                    sock.close()
+                    kid.conn = None
+                    if kid.ctl is not None:
+                        kid.ctl.close()
+                        kid.ctl = None
+            _reap(kids)
     finally:
-        for pid in list(children):
+        for pid in list(kids):
             kill_tree(pid)
         path.unlink(missing_ok=True)
     return 0
 
 
-def _handle_request(conn: socket.socket, own_key: str, listener, others: list) -> int | None:
+def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[int, _Kid],
+                    others: list) -> _Kid | None:  # fmt: skip
     try:
         data, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
         request = json.loads(data)
     except (OSError, ValueError):
         return None
     if request.get("ping"):  # `serves_this_code`
-        _send(conn, {"same_code": request.get("key") == own_key})
+        _send(conn, {"same_code": request.get("key") == own_key, "reuse": reuse})
         return None
     if request.get("key") != own_key or len(fds) != 3:
         _send(conn, {"error": f"server key {own_key} differs from the runner's {request.get('key')} (other code, "
@@ -161,37 +194,125 @@ def _handle_request(conn: socket.socket, own_key: str, listener, others: list) -
         for fd in fds:
             os.close(fd)
         return None
+    reusable = reuse and bool(request.get("reusable"))
+    signature = _signature(request) if reusable else None
+    config = request.get("config")
+    for kid in kids.values():
+        if kid.idle and signature is not None and kid.signature == signature and config not in kid.served:
+            try:  # hand the cell to the kept process
+                socket.send_fds(kid.ctl, [json.dumps(request).encode()], fds)
+            except OSError:
+                break
+            for fd in fds:
+                os.close(fd)
+            kid.conn, kid.cells = conn, kid.cells + 1
+            kid.served.add(config)
+            _send(conn, {"pid": kid.pid, "reused": kid.cells - 1})
+            return kid
+    _kill_idle(kids)  # no process but the new one on the devices
     sys.stdout.flush()
     sys.stderr.flush()
+    ctl, child_ctl = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if reusable else (None, None)
     pid = os.fork()
     if pid == 0:
         try:
-            listener.close()
-            for c in others:
+            for c in [*others, *(k.conn for k in kids.values() if k.conn), *(k.ctl for k in kids.values() if k.ctl)]:
                 c.close()
-            _child(conn, request, fds)  # never returns
+            if ctl is not None:
+                ctl.close()
+            _child(conn, request, fds, child_ctl)  # never returns
         finally:
             os._exit(70)
     for fd in fds:
         os.close(fd)
-    _send(conn, {"pid": pid})
-    return pid
+    if child_ctl is not None:
+        child_ctl.close()
+    _send(conn, {"pid": pid, "reused": 0})
+    kids[pid] = _Kid(pid, conn, ctl, signature, config)
+    return kids[pid]
 
 
-def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
-    """In the forked process: become the measuring process the runner asked for, then run it."""
+def _signature(request: dict) -> str:
+    """What a kept process must share with a cell to measure it: the environment (CUDA_VISIBLE_DEVICES, threads, the
+    import paths) and the working directory it was started with."""
+    return hashlib.sha256(json.dumps([sorted(request["env"].items()), request["cwd"]]).encode()).hexdigest()
+
+
+def _cell_done(kid: _Kid, kids: dict[int, _Kid]) -> None:
+    """A kept process says its cell ended ({"done": returncode}) and it waits for the next: tell its runner."""
+    try:
+        message = json.loads(kid.ctl.recv(4096) or b"{}")
+    except (OSError, ValueError):
+        message = {}
+    if "done" not in message:  # it died: its runner hears from _reap
+        kid.ctl.close()
+        kid.ctl = None
+        return
+    if kid.conn is not None:
+        _send(kid.conn, {"returncode": message["done"]})
+        kid.conn.close()
+        kid.conn = None
+    _kill_idle(kids, keep=kid.pid)  # at most one process waits
+
+
+def _kill_idle(kids: dict[int, _Kid], keep: int | None = None) -> None:
+    for kid in [k for k in kids.values() if k.idle and k.pid != keep]:
+        kid.ctl.close()
+        kid.ctl = None
+        kill_tree(kid.pid)
+        try:
+            os.waitpid(kid.pid, 0)  # gone before the next process starts on its devices
+        except ChildProcessError:
+            pass
+        kids.pop(kid.pid, None)
+
+
+_RUNNER = [None]  # the pid of the runner this process now measures for (a kept process: None between cells)
+
+
+def _child(conn: socket.socket, request: dict, fds: list[int], ctl: socket.socket | None) -> None:
+    """In the forked process: become the measuring process the runner asked for, then run it; a kept one (`ctl`)
+    then waits for its next cell there."""
     conn.close()
     die_with_parent()  # with the server (itself dying with Snakemake)
     for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL),
                          (signal.SIGCHLD, signal.SIG_DFL)):  # fmt: skip
         signal.signal(sig, handler)
+    cpus = os.sched_getaffinity(0)
+    from . import train
+
+    while True:
+        code = _run_cell(request, fds)
+        if ctl is None or code != 0 or train.LAST_STATUS[0] != "ok":
+            train._exit_now(code)  # a failed cell's process is not kept: its state is not known
+        _RUNNER[0] = None
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):  # the finished job's streams: its log must see their end
+            os.dup2(devnull, target)
+        os.close(devnull)
+        try:
+            ctl.send(json.dumps({"done": code}).encode())  # the runner has its cell; what follows is this process's
+            train.reset_for_next_cell(cpus)  # a next cell handed over meanwhile waits for it (its start-up phase)
+            data, fds, _, _ = socket.recv_fds(ctl, _MAX_MESSAGE, 3)
+            train.CELL_START[0] = time.time()
+            request = json.loads(data)
+        except (OSError, ValueError):
+            data = b""
+        except BaseException:  # not fit for another cell: the server reaps it, no runner waits on it
+            train._exit_now(0)
+        if not data or len(fds) != 3:
+            train._exit_now(0)  # the server let go of this process
+
+
+def _run_cell(request: dict, fds: list[int]) -> int:
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    _watch_runner(int(request["runner"]))
+    _RUNNER[0] = int(request["runner"])
+    _watch_runner(_RUNNER[0])
     import random
 
     random.seed()
@@ -205,15 +326,14 @@ def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
     from . import train
 
     try:
-        code = train.main(request["args"])
+        return train.main(request["args"])
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
+        return e.code if isinstance(e.code, int) else 1
     except BaseException:
         import traceback
 
         traceback.print_exc()
-        code = 1
-    train._exit_now(code)
+        return 1
 
 
 def _set_cmdline(text: str) -> None:
@@ -242,22 +362,29 @@ def _watch_runner(pid: int) -> None:
 
     def watch():
         select.select([fd], [], [])
-        kill_tree(os.getpid())
+        os.close(fd)
+        if _RUNNER[0] == pid:  # gone while this process measured for it (a kept process between cells: not)
+            kill_tree(os.getpid())
 
     threading.Thread(target=watch, name="loaderbench-runner-watch", daemon=True).start()
 
 
-def _reap(children: dict[int, socket.socket | None]) -> None:
-    while children:
+def _reap(kids: dict[int, _Kid]) -> None:
+    while kids:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        if (conn := children.pop(pid, None)) is not None:
-            _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
-            conn.close()
+        kid = kids.pop(pid, None)
+        if kid is None:
+            continue
+        if kid.ctl is not None:
+            kid.ctl.close()
+        if kid.conn is not None:
+            _send(kid.conn, {"returncode": os.waitstatus_to_exitcode(status)})
+            kid.conn.close()
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -311,50 +438,69 @@ class WarmProcess:
                 pass
 
 
-def serves_this_code(path: str | os.PathLike, wait_s: float = 180.0, bind_s: float = 10.0) -> bool:
-    """Whether a server answers at `path` (after its imports, within `wait_s`) and would fork this code. A server
-    just started may take `bind_s` to open its socket."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+def serves_this_code(path: str | os.PathLike, wait_s: float = 180.0, bind_s: float = 10.0,
+                     reuse: bool | None = None) -> bool:  # fmt: skip
+    """Whether a server answers at `path` (after its imports, within `wait_s`) and would fork this code (and, given
+    `reuse`, keeps dp processes or not as asked). A server just started may take `bind_s` to open its socket."""
     try:
-        deadline = time.monotonic() + bind_s
-        while True:
-            try:
-                conn.connect(str(path))
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.05)
-        return bool(_ask(conn, {"ping": True, "key": key()}, wait_s).get("same_code"))
+        conn = _connect(path, bind_s)
+    except OSError:
+        return False
+    try:
+        reply = _ask(conn, {"ping": True, "key": key()}, wait_s)
+        return bool(reply.get("same_code")) and (reuse is None or bool(reply.get("reuse")) == reuse)
     except (OSError, ValueError):
         return False
     finally:
         conn.close()
 
 
-def spawn(args: list[str], env: dict, title: str, wait_s: float = 180.0) -> tuple[WarmProcess | None, str]:
+def _connect(path: str | os.PathLike, bind_s: float = 10.0) -> socket.socket:
+    """A connection to the server at `path`, waiting up to `bind_s` for a server just started to open its socket."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    deadline = time.monotonic() + bind_s
+    while True:
+        try:
+            conn.connect(str(path))
+            return conn
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                conn.close()
+                raise
+            time.sleep(0.05)
+
+
+def spawn(args: list[str], env: dict, title: str, wait_s: float = 180.0,
+          reuse_config: str | None = None) -> tuple[WarmProcess | None, str, int]:  # fmt: skip
     """Ask the run's server (LOADERBENCH_WARM_SOCKET) for a measuring process running
     `python -m loaderbench.train ARGS` with `env`, this process's cwd and standard streams (`title`: the cell, for its
-    command line). Returns (process, how it started) or (None, why not) - the caller then starts the process
-    itself. `wait_s` bounds the wait for a server still importing."""
+    command line). `reuse_config` (a dp cell: its configuration, the spec but for repeat and seed) lets a server that
+    keeps processes hand it to one of its kept processes. Returns (process, how it started, cells that process
+    measured before this one) or (None, why not, 0) - the caller then starts the process itself. `wait_s` bounds the
+    wait for a server still importing."""
     path = os.environ.get(ENV_SOCKET)
     if not path:
-        return None, f"no warm-start server ({ENV_SOCKET} unset)"
+        return None, f"no warm-start server ({ENV_SOCKET} unset)", 0
     if in_container():
-        return None, "inside a container (the server runs outside its mounts)"
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        return None, "inside a container (the server runs outside its mounts)", 0
     try:
-        conn.connect(path)
+        conn = _connect(path, bind_s=0.0)  # no wait: a server that is not there costs every cell the wait
+    except OSError as e:
+        return None, f"warm-start server {path} not usable ({type(e).__name__}: {e})", 0
+    try:
         request = {"args": args, "env": env, "cwd": os.getcwd(), "runner": os.getpid(), "key": key(env),
-                   "title": title}
+                   "title": title, "reusable": reuse_config is not None, "config": reuse_config}
         reply = _ask(conn, request, wait_s, fds=(0, 1, 2))
     except (OSError, ValueError) as e:
         conn.close()
-        return None, f"warm-start server {path} not usable ({type(e).__name__}: {e})"
+        return None, f"warm-start server {path} not usable ({type(e).__name__}: {e})", 0
     if "pid" not in reply:
         conn.close()
-        return None, f"warm-start server {path} refused: {reply.get('error') or 'it closed the connection'}"
-    return WarmProcess(conn, int(reply["pid"])), f"forked by the warm-start server ({path})"
+        return None, f"warm-start server {path} refused: {reply.get('error') or 'it closed the connection'}", 0
+    reused = int(reply.get("reused", 0))
+    how = (f"kept by the warm-start server ({path}) after {reused} cell(s) of other configurations" if reused
+           else f"forked by the warm-start server ({path})")  # fmt: skip
+    return WarmProcess(conn, int(reply["pid"])), how, reused
 
 
 def _ask(conn: socket.socket, message: dict, wait_s: float, fds: tuple[int, ...] = ()) -> dict:
@@ -365,8 +511,9 @@ def _ask(conn: socket.socket, message: dict, wait_s: float, fds: tuple[int, ...]
     return json.loads(conn.recv(_MAX_MESSAGE) or b"{}") if ready else {"error": f"no reply in {wait_s:g} s"}
 
 
-if __name__ == "__main__":  # python -m loaderbench.warmstart SOCKET
-    if len(sys.argv) == 2:
+if __name__ == "__main__":  # python -m loaderbench.warmstart SOCKET [--reuse]
+    words = [w for w in sys.argv[1:] if w.strip()]
+    if len(words) == len(sys.argv) - 1:
         # once more with room for the children's command lines (`_set_cmdline` writes them over this one's)
-        os.execv(sys.executable, [sys.executable, "-m", "loaderbench.warmstart", sys.argv[1], " " * _TITLE_ROOM])
-    sys.exit(serve(sys.argv[1]))
+        os.execv(sys.executable, [sys.executable, "-m", "loaderbench.warmstart", *words, " " * _TITLE_ROOM])
+    sys.exit(serve(words[0], reuse="--reuse" in words[1:]))

@@ -111,7 +111,7 @@ onstart:
         # that run elsewhere (Slurm: on other nodes) or in containers (other mounts)
         from loaderbench.warmstart import start_server
 
-        start_server()
+        start_server(reuse=HOST["reuse_processes"])
 
 
 if USE_CONTAINER:
