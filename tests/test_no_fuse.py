@@ -11,7 +11,6 @@ import sys
 import pandas as pd
 import pytest
 
-from loaderbench.cli import main as cli
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 
 NO_FUSE = {**os.environ, "FUSE_LIBRARY_PATH": "/nonexistent/libfuse3.so.3", "LOADERBENCH_INSTALL": "0"}
