@@ -37,3 +37,31 @@ def test_gpu_host_prep_stages_into_each_tiers_path(tmp_path):
         assert manifest["tier_path"] == str(path) and manifest["counts"]["files"] == 6
         assert len(list((path / "loaderbench").glob("*/train/*/*.JPEG"))) == 6
     assert not [p for p in checkout.iterdir() if p.name.startswith("{")], sorted(os.listdir(checkout))
+
+
+def test_reuse_check_measures_cells_fresh_and_kept_and_compares_them(tmp_path_factory, small_dataset, tmp_path):
+    """scripts/reuse-check.sh on two dp cells: 4 rounds (fresh, kept, fresh, kept), every record ok, the kept rounds'
+    second cell measured by the process of their first, and a table of both."""
+    from tests.conftest import staged_disk
+
+    staged, _ = staged_disk(tmp_path_factory, small_dataset, "reuse-check")
+    raw = {"dataset": {"name": "ds"}, "storage": {"disk": str(staged / "tier")}, "loaders": ["torchvision", "opencv"],
+           "gpus": [1], "batch_sizes": [4], "precisions": ["fp32"], "window": {"steps": 3}, "warmup_steps": 1,
+           "crop_size": 32, "workers": 1, "prefetch_factor": 1}  # fmt: skip
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "results/staging").mkdir(parents=True)
+    shutil.copy(staged / "disk.json", tmp_path / "results/staging/disk.json")
+    cells = ["torchvision_disk_g1_b4_fp32_dp_r0", "opencv_disk_g1_b4_fp32_dp_r0"]
+    proc = subprocess.run(["bash", str(REPO / "scripts/reuse-check.sh"), "c.yaml", "check", *cells], cwd=tmp_path,
+                          env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for n, mode in enumerate(["fresh", "kept", "fresh", "kept"], start=1):
+        recs = [json.loads((tmp_path / f"check/{n}-{mode}/{c}.json").read_text()) for c in cells]
+        assert [r["status"] for r in recs] == ["ok", "ok"]
+        starts = [r["process_start"][0] for r in recs]
+        assert [s["reused"] for s in starts] == ([0, 1] if mode == "kept" else [0, 0]), starts
+        assert (starts[0]["pid"] == starts[1]["pid"]) == (mode == "kept")
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("torchvision_disk_g1_b4_fp32_dp_r0") for line in lines)
+    assert "kept / fresh, median over 2 cells:" in lines[-1]
