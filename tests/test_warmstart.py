@@ -27,8 +27,13 @@ def staged(tmp_path_factory, small_dataset):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A real server, started as the workflow's `onstart` starts it (here a child of the test process)."""
+    yield from _served(tmp_path_factory)
+
+
+def _served(tmp_path_factory, *flags: str):
+    """(socket, process) of a server started with `flags`, stopped when the fixture ends."""
     sock = tmp_path_factory.mktemp("sock") / "s.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(sock)],
+    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(sock), *flags],
                             stdin=subprocess.DEVNULL)  # fmt: skip
     yield sock, proc
     proc.terminate()
@@ -138,13 +143,9 @@ def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_othe
 @pytest.fixture(scope="module")
 def reuse_server(tmp_path_factory):
     """A server that keeps dp processes (host.reuse_processes), as the workflow's `onstart` starts it."""
-    sock = tmp_path_factory.mktemp("sock") / "r.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(sock), "--reuse"],
-                            stdin=subprocess.DEVNULL)  # fmt: skip
-    assert warmstart.serves_this_code(sock, reuse=True), "the server answers, and keeps dp processes"
-    yield sock, proc
-    proc.terminate()
-    proc.wait(timeout=30)
+    for sock, proc in _served(tmp_path_factory, "--reuse"):
+        assert warmstart.serves_this_code(sock, reuse=True), "the server answers, and keeps dp processes"
+        yield sock, proc
 
 
 def test_a_kept_process_measures_the_next_dp_cell_but_never_a_repeat_of_its_own(staged, tmp_path, reuse_server,

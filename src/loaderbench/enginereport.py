@@ -46,8 +46,9 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
     by_config: dict[tuple, list[float]] = defaultdict(list)
     steal_of: dict[tuple, list[float | None]] = defaultdict(list)
     for r in ok:
-        by_config[_config_key(r["cell_id"])].append(r["metrics"]["samples_per_s"])
-        steal_of[_config_key(r["cell_id"])].append(_foreign(r).get("steal"))
+        k = _config_key(r["cell_id"])
+        by_config[k].append(r["metrics"]["samples_per_s"])
+        steal_of[k].append(_foreign(r).get("steal"))
     median = {k: statistics.median(v) for k, v in by_config.items()}
     out["repeats"] = [
         {"config": "_".join(map(str, k)), "n": len(v), "median": statistics.median(v),

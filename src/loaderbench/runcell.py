@@ -8,7 +8,6 @@ The record reaches `out` only by an atomic rename, so an interrupted run never l
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from . import hostlock, placement, telemetry, warmstart
 from .config import TIERLESS, CellSpec, auto_timeout, staged_root
 from .provenance import collect
 from .records import make_record, warning, warning_lines
+from .respread import configuration
 from .util import atomic_write_json, die_with_parent, kill_tree
 from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 
@@ -106,8 +106,8 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
                 env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
             spawned = spawned or time.time()
             # a dp cell (one process) may be measured by a process the server kept from a cell of another
-            # configuration (host.reuse_processes; warmstart): its configuration is the spec but for repeat and seed
-            config = configuration_key(spec) if spec.parallel == "dp" else None
+            # configuration (host.reuse_processes; warmstart): the cell id but for its repeat
+            config = configuration(spec.cell_id) if spec.parallel == "dp" else None
             proc, how, reused = warmstart.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp"
                                                                            else ""), reuse_config=config)  # fmt: skip
             if proc is not None and contention is not None:
@@ -174,13 +174,6 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
         p.unlink(missing_ok=True)
     print(label + summary_line(record), file=sys.stderr, flush=True)
     return record
-
-
-def configuration_key(spec: CellSpec) -> str:
-    """A cell's configuration: its spec but for the repeat and the seed (repeats of one configuration are measured by
-    separate processes, never by one kept for both)."""
-    d = {k: v for k, v in spec.to_dict().items() if k not in ("repeat", "seed")}
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _outcome(partial: Path, leftovers: list[Path], culprit: int | None, why: str | None, absent: bool) -> dict:

@@ -46,13 +46,17 @@ def resolve_workers(spec: CellSpec, place: placement.Placement | None = None, ra
     return max(1, free // ranks) if free else 0
 
 
+TORCH_BENCHMARK_LIMIT = 10  # torch.backends.cudnn.benchmark_limit's default
+
+
 def configure_cudnn(spec: CellSpec) -> None:
     """cuDNN as the cell asks: autotuning on or off, and how many algorithms it tries (the cell and the bare loop)."""
     import torch
 
     torch.backends.cudnn.benchmark = spec.cudnn_benchmark
-    if spec.cudnn_benchmark_limit is not None:
-        torch.backends.cudnn.benchmark_limit = spec.cudnn_benchmark_limit
+    # set every time (None: torch's default), so a process kept from another cell does not keep that cell's limit
+    torch.backends.cudnn.benchmark_limit = TORCH_BENCHMARK_LIMIT if spec.cudnn_benchmark_limit is None \
+        else spec.cudnn_benchmark_limit  # fmt: skip
 
 
 def dtypes(spec: CellSpec, kind: str):
@@ -446,22 +450,16 @@ def _peak_rss_mb() -> float:
 
 def reset_for_next_cell(cpus: set[int]) -> None:
     """Make a process that measured a cell fit to measure another (warmstart's kept processes): its loaders' workers
-    killed and their objects freed, the device memory it cached given back, the allocator's peaks, cuDNN's settings
-    and the peak RSS reset, and every thread allowed on `cpus` again (the cell pinned them). What stays is what
-    the reuse is for: the CUDA context, cuDNN's plans, the imported modules."""
+    killed and their objects freed, the device memory it cached given back, the allocator's peaks and the peak RSS
+    reset, and every thread allowed on `cpus` again (the cell pinned them). cuDNN's settings are the next cell's
+    `configure_cudnn`'s. What stays is what the reuse is for: the CUDA context, cuDNN's plans, the imported modules."""
     import gc
     import signal
-
-    import psutil
 
     # torch's DataLoader handles SIGCHLD by raising in the main thread for a worker that died: these are killed here
     handler = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        for child in psutil.Process().children(recursive=True):
-            try:
-                child.kill()
-            except psutil.Error:
-                pass
+        _kill_children()
         _KEEP.clear()
         gc.collect()  # the loaders' iterators join their (dead) workers and leave torch's worker registry
     finally:
@@ -475,8 +473,6 @@ def reset_for_next_cell(cpus: set[int]) -> None:
         torch.cuda.empty_cache()
         for i in range(torch.cuda.device_count()):
             torch.cuda.reset_peak_memory_stats(i)
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.benchmark_limit = 10  # torch's default
     try:
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current RSS
     except OSError:
@@ -486,16 +482,21 @@ def reset_for_next_cell(cpus: set[int]) -> None:
 def _exit_now(code: int) -> None:
     """End at once: the record is written, so nothing is left to do but stop. Loader workers are killed instead of
     joined and the interpreter is not torn down module by module - seconds per cell, paid hundreds of times."""
-    import psutil
-
     sys.stdout.flush()
     sys.stderr.flush()
+    _kill_children()
+    os._exit(code)
+
+
+def _kill_children() -> None:
+    """SIGKILL to every descendant of this process (its loader workers)."""
+    import psutil
+
     for child in psutil.Process().children(recursive=True):
         try:
             child.kill()
         except psutil.Error:
             pass
-    os._exit(code)
 
 
 if __name__ == "__main__":

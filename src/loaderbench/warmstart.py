@@ -47,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .util import die_with_parent, kill_tree
+from .util import die_with_parent, kill_tree, stable_hash
 
 ENV_SOCKET = "LOADERBENCH_WARM_SOCKET"
 PRELOAD = ("torch", "torchvision", "torchvision.models", "numpy", "PIL.Image", "cv2", "psutil",
@@ -113,8 +113,7 @@ class _Kid:
     def __init__(self, pid: int, conn: socket.socket, ctl: socket.socket | None, signature: str | None,
                  config: str | None):  # fmt: skip
         self.pid, self.conn, self.ctl, self.signature = pid, conn, ctl, signature
-        self.served = {config}
-        self.cells = 1
+        self.served = {config}  # one configuration a cell: how many cells it measured, too
 
     @property
     def idle(self) -> bool:
@@ -156,7 +155,7 @@ def serve(path: str | os.PathLike, reuse: bool = False) -> int:
                     waiting.append(listener.accept()[0])
                 elif sock in waiting:
                     waiting.remove(sock)
-                    kid = _handle_request(sock, own_key, reuse, kids, [listener, *waiting, *conns, *ctls])
+                    kid = _handle_request(sock, own_key, reuse, kids, [listener, *waiting])
                     if kid is None:
                         sock.close()
                 elif sock in ctls:  # a kept process finished its cell (or died: _reap tells its runner)
@@ -180,6 +179,8 @@ def serve(path: str | os.PathLike, reuse: bool = False) -> int:
 
 def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[int, _Kid],
                     others: list) -> _Kid | None:  # fmt: skip
+    """Serve one request on `conn`: a ping, or a process - a kept one, or one forked now (which closes `others`, the
+    server's sockets besides its processes', and those)."""
     try:
         data, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
         request = json.loads(data)
@@ -205,9 +206,9 @@ def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[i
                 break
             for fd in fds:
                 os.close(fd)
-            kid.conn, kid.cells = conn, kid.cells + 1
+            kid.conn = conn
             kid.served.add(config)
-            _send(conn, {"pid": kid.pid, "reused": kid.cells - 1})
+            _send(conn, {"pid": kid.pid, "reused": len(kid.served) - 1})
             return kid
     _kill_idle(kids)  # no process but the new one on the devices
     sys.stdout.flush()
@@ -235,7 +236,7 @@ def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[i
 def _signature(request: dict) -> str:
     """What a kept process must share with a cell to measure it: the environment (CUDA_VISIBLE_DEVICES, threads, the
     import paths) and the working directory it was started with."""
-    return hashlib.sha256(json.dumps([sorted(request["env"].items()), request["cwd"]]).encode()).hexdigest()
+    return stable_hash([request["env"], request["cwd"]])
 
 
 def _cell_done(kid: _Kid, kids: dict[int, _Kid]) -> None:
@@ -474,7 +475,7 @@ def spawn(args: list[str], env: dict, title: str, wait_s: float = 180.0,
           reuse_config: str | None = None) -> tuple[WarmProcess | None, str, int]:  # fmt: skip
     """Ask the run's server (LOADERBENCH_WARM_SOCKET) for a measuring process running
     `python -m loaderbench.train ARGS` with `env`, this process's cwd and standard streams (`title`: the cell, for its
-    command line). `reuse_config` (a dp cell: its configuration, the spec but for repeat and seed) lets a server that
+    command line). `reuse_config` (a dp cell: its configuration, the cell id but for its repeat) lets a server that
     keeps processes hand it to one of its kept processes. Returns (process, how it started, cells that process
     measured before this one) or (None, why not, 0) - the caller then starts the process itself. `wait_s` bounds the
     wait for a server still importing."""
