@@ -194,6 +194,19 @@ def test_cell_ids_round_trip_and_specs_carry_the_cell():
         parse_cell_id("opencv-ram")
 
 
+def test_cells_on_the_same_devices_in_the_same_mode_follow_one_another():
+    # a kept process (host.reuse_processes) serves the next dp cell on its devices: a ddp cell or a cell on other
+    # GPUs in between ends it, so the order groups by (repeat, parallel mode, GPUs) before loader, tier and batch
+    cfg = validate_config({"storage": {"ram": "/dev/shm"}, "loaders": ["opencv", "dali-cpu"], "gpus": [1, 2],
+                           "batch_sizes": [128, 256], "parallel": ["dp", "ddp"], "repeats": 2})  # fmt: skip
+    ids = cell_ids(cfg)
+    envs = [(parse_cell_id(c)["repeat"], parse_cell_id(c)["parallel"], parse_cell_id(c)["gpus"]) for c in ids]
+    assert [e for i, e in enumerate(envs) if i == 0 or e != envs[i - 1]] == [
+        (r, par, g) for r in (0, 1) for par in ("dp", "ddp") for g in (1, 2)]  # each environment in one run
+    assert ids[:4] == ["opencv_ram_g1_b128_fp32_dp_r0", "opencv_ram_g1_b256_fp32_dp_r0",
+                       "dali-cpu_ram_g1_b128_fp32_dp_r0", "dali-cpu_ram_g1_b256_fp32_dp_r0"]
+
+
 def _study(**over):
     raw = {
         "storage": {"ram": "/dev/shm", "disk": "resources/tiers/disk"},

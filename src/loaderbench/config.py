@@ -439,12 +439,14 @@ def _on_tier(part: dict, loader: str, tier: str) -> bool:
 
 
 def _part_cells(part: dict) -> list[str]:
-    """A part's cells in a stable order, repeats outermost."""
+    """A part's cells in a stable order: repeats outermost, then the process a cell needs (parallel mode, GPUs), so
+    that the dp cells on the same devices follow one another and a kept process (host.reuse_processes) serves all
+    but the first of them; a ddp cell or other devices in between would end it."""
     return [
         cell_id(lo, t, g, b, p, par, r)
-        for r, lo, t, g, b, p, par in itertools.product(
-            range(part["repeats"]), part["loaders"], part["tiers"], part["gpus"], part["batch_sizes"],
-            part["precisions"], part["parallel"],
+        for r, par, g, lo, t, b, p in itertools.product(
+            range(part["repeats"]), part["parallel"], part["gpus"], part["loaders"], part["tiers"],
+            part["batch_sizes"], part["precisions"],
         )
         if _on_tier(part, lo, t)
     ]

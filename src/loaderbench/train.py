@@ -451,7 +451,7 @@ def _peak_rss_mb() -> float:
 def reset_for_next_cell(cpus: set[int]) -> None:
     """Make a process that measured a cell fit to measure another (warmstart's kept processes): its loaders' workers
     killed and their objects freed, the device memory it cached given back, the allocator's peaks and the peak RSS
-    reset, and every thread allowed on `cpus` again (the cell pinned them). cuDNN's settings are the next cell's
+    reset, DALI's memory pools emptied, and every thread allowed on `cpus` again (the cell pinned them). cuDNN's settings are the next cell's
     `configure_cudnn`'s. What stays is what the reuse is for: the CUDA context, cuDNN's plans, the imported modules."""
     import gc
     import signal
@@ -464,6 +464,8 @@ def reset_for_next_cell(cpus: set[int]) -> None:
         gc.collect()  # the loaders' iterators join their (dead) workers and leave torch's worker registry
     finally:
         signal.signal(signal.SIGCHLD, handler)
+    if "nvidia.dali.backend" in sys.modules:  # DALI keeps its own pools: the next cell's memory would carry them
+        sys.modules["nvidia.dali.backend"].ReleaseUnusedMemory()
     for tid in placement.threads_of(os.getpid()):
         placement.set_thread_cpus(tid, cpus)
     import torch
