@@ -30,7 +30,7 @@ from loaderbench.util import atomic_write_json
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 
 H200X2 = REPO / "docs/results/2026-11-30-h200x2/engine/bundle/cells"
-ENGINE = REPO / "config/h200x2-engine.yaml"
+ENGINE = H200X2.parent.parent / "config.yaml"  # the configuration those records were measured under
 CPU2 = Host((), 2, "a 2-core CPU host")
 
 
@@ -288,3 +288,28 @@ def test_budget_zero_with_trim_closes_a_study_on_its_measured_cells(project, h20
     plan = make_plan(cfg, [h200_records], host=CPU2)
     assert sorted(plan.kept) == measured and len(plan.left_out) == 7
     assert not plan.refused and "closing the study" in plan.verdict()
+
+
+def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
+    """host.reuse_processes: a dp cell after a dp cell on the same GPUs (the run order groups them) is predicted
+    without the start-up and cold step its records paid; the first of a group, ddp cells and another repeat of a
+    configuration the process measured start anew, at their records' wall time."""
+    raw = yaml.safe_load(ENGINE.read_text())
+    raw["repeats"] = 2
+    host = host_of_records(h200_records)
+    fresh = make_plan(validate_config(raw, base_dir=REPO), [], host=host, host_dirs=[h200_records])
+    kept = make_plan(validate_config({**raw, "host": {"reuse_processes": True}}, base_dir=REPO), [], host=host,
+                     host_dirs=[h200_records])  # fmt: skip
+    seconds = {c.cell: (f.seconds, c.seconds, c.detail) for f, c in zip(fresh.cells, kept.cells)}
+    for cell, (was, now, detail) in seconds.items():
+        rec = _record(h200_records / f"{cell.rsplit('_r', 1)[0]}_r0.json")
+        first = cell.startswith("synthetic_") and "_dp_" in cell  # the first dp cell of its GPUs in each repeat
+        if "_ddp_" in cell or first:
+            assert now == pytest.approx(was) and "kept process" not in detail, cell
+        else:  # these records had no cold step yet: a kept process skips their start-up
+            assert "kept process (its shapes ran)" in detail, cell
+            assert now == pytest.approx(was - rec["metrics"]["startup_s"]), cell
+    assert kept.total_s < fresh.total_s
+    # off a GPU host (the CPU quickstart) nothing is predicted kept
+    cpu = make_plan(validate_config({**raw, "host": {"reuse_processes": True}}, base_dir=REPO), [], host=CPU2)
+    assert not any("kept process" in c.detail for c in cpu.cells)

@@ -15,6 +15,11 @@ first that applies:
   is unknown, so an adaptive window is predicted at its maximum - except on an emulated tier that is I/O-bound,
   whose rate its device model gives (whole-file reads of the dataset's mean file size).
 
+With `host.reuse_processes` on a GPU host, a dp cell that follows a dp cell on the same GPUs is measured by that
+cell's kept process (warmstart; `_Keeper` follows the run order): its overhead is that of records measured that way,
+else the fresh records' less their start-up and, for shapes the process ran already, their cold step (KEPT_OVERHEAD_S
+by the rules); fresh cells are predicted from fresh records.
+
 Every cell also costs Snakemake's job (JOB_S). A cell measured already (an ok, skipped or failed record whose
 spec_hash is its current spec's, so Snakemake keeps it) costs nothing from now on, and is always kept.
 
@@ -36,6 +41,7 @@ from .config import TIERLESS, CellSpec, ConfigError, cell_parts, cell_spec, pars
 from .layout import DATASETS, LOGS, Layout
 from .loaders import BACKLOG
 from .records import CorruptRecord, read_record, spec_hash
+from .respread import configuration
 from .window import MIN_BATCHES
 
 # The rules (no record of the host). A host is "gpu" when it has a GPU, else "cpu".
@@ -58,6 +64,10 @@ ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}
 # The share of a cell's overhead in which its loader, started at build, fills its backlog before the warm-up: setup is
 # 7.7 s of the 9.8 s on the 2 x H200 host (study-2), the loader built after CUDA's start and the model, half of it.
 PREFILL_SHARE = 0.5
+# A cell measured by a process kept from the cell before (host.reuse_processes), by whether that process ran the
+# cell's shapes already: the fresh overhead less the start-up (1 s with warm starts) and, for shapes it ran, the cold
+# step (3-5 s a GPU on the H200: docs/results/2026-11-30-h200/cold-step-probe). Records of kept processes replace it.
+KEPT_OVERHEAD_S = {"gpu": {True: 5.0, False: 9.0}, "cpu": {True: 1.5, False: 1.5}}
 JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spawn, bookkeeping: 0.9 s on the H200 host)
 # Dataset generation and the check, per image and CPU core (the H200 host: 8192 images in 12 s and 2 s on 30 CPUs).
 GENERATE_CORE_S_PER_IMAGE = 0.045
@@ -305,6 +315,9 @@ class _Measured:
     adaptive: bool
     compute_s: float | None = None  # a step's compute alone (no wait for data), mean
     global_batch: int | None = None
+    kept: bool = False  # measured by a process kept from an earlier cell (warmstart's reuse)
+    startup_s: float | None = None  # interpreter and imports (a kept process skips them)
+    cold_step_s: float | None = None  # CUDA's start and cuDNN's plans (a kept process skips them for shapes it ran)
 
     @property
     def overhead_s(self) -> float | None:
@@ -334,9 +347,32 @@ def _measured(record: dict) -> _Measured | None:
         first = max(0.0, warmup - (m["warmup_steps"] - 1) * m["step_ms"] / 1e3)  # a record from before first_step_s
     mode = (m.get("window") or {}).get("mode")
     compute = (m.get("compute_ms") or {}).get("mean")
+    starts = record.get("process_start") or []
     return _Measured(record["spec"], float(record["wall_s"]), window, warmup, first, m.get("samples_per_s"),
                      mode == "adaptive" or (mode is None and record["spec"].get("window_max_s") is not None),
-                     None if compute is None else compute / 1e3, m.get("global_batch"))  # fmt: skip
+                     None if compute is None else compute / 1e3, m.get("global_batch"),
+                     bool(starts) and all(s.get("reused") for s in starts), m.get("startup_s"),
+                     m.get("cold_step_s"))  # fmt: skip
+
+
+def _kept_overhead(spec: dict, fresh: list[_Measured], kept: list[_Measured],
+                   shapes_seen: bool) -> tuple[float | None, str]:  # fmt: skip
+    """The overhead of a cell measured by a kept process (warmstart's reuse): the median of records measured that way
+    (of this loader when there are some), else that of `fresh` records less what a kept process skips - the start-up,
+    and the cold step when the process already ran the cell's shapes (cuDNN keeps its plans)."""
+    own = [m for m in kept if m.key("loader") == spec.get("loader")] or kept
+    if own:
+        return _median(m.overhead_s for m in own), f"{len(own)} kept-process record(s)"
+    skipped = [(m.startup_s or 0.0) + ((m.cold_step_s or 0.0) if shapes_seen else 0.0) for m in fresh]
+    over = _median(max(0.0, m.overhead_s - s) for m, s in zip(fresh, skipped) if m.overhead_s is not None)
+    what = "start-up and cold step" if shapes_seen else "start-up (new shapes: cuDNN plans again)"
+    return over, f"fresh overhead less its {what}"
+
+
+def _shapes(spec: dict) -> tuple:
+    """What cuDNN plans a cell's convolutions for: a kept process that ran these has its plans."""
+    return tuple(spec.get(k) for k in ("batch_size", "gpus", "precision", "amp_dtype", "channels_last", "crop_size",
+                                       "compile", "cudnn_benchmark"))  # fmt: skip
 
 
 def _same_configuration(a: dict, b: dict) -> bool:
@@ -436,12 +472,27 @@ def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, ste
     return overhead + warmup + window + JOB_S, detail
 
 
-def _predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float) -> tuple[float, str, str]:
-    """(seconds, basis, detail) of one cell still to run on `host`, whose ok records are `mine`."""
+def _predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float,
+             kept: bool | None = None) -> tuple[float, str, str]:  # fmt: skip
+    """(seconds, basis, detail) of one cell still to run on `host`, whose ok records are `mine`. `kept`: the cell
+    will be measured by a process kept from the cell before it (True: one that ran its shapes; False: new shapes);
+    None: by a process of its own. Records of the other kind count only for what they share (rate, window)."""
+    fresh = [m for m in mine if not m.kept]
+    reused = [m for m in mine if m.kept]
     same = [m for m in mine if _same_configuration(m.spec, spec.to_dict())]
     if same:
+        own = [m for m in same if m.kept == (kept is not None)]
+        if own:
+            wall = _median(m.wall_s for m in own)
+            return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(own)} record(s) of this configuration"
+        if kept is None:
+            wall = _median(m.wall_s for m in same)  # only kept-process records: the start they skipped is missing
+            return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(same)} kept-process record(s)"
+        over, how = _kept_overhead(spec.to_dict(), same, reused, kept)
         wall = _median(m.wall_s for m in same)
-        return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(same)} record(s) of this configuration"
+        if over is not None:
+            wall = _median(m.wall_s - m.overhead_s + over for m in same if m.overhead_s is not None) or wall
+        return wall + JOB_S, "record", f"wall {wall:.1f} s: {len(same)} record(s) of this configuration, {how}"
     skip = _runs_here(spec, host)
     if skip:
         over = _median(m.overhead_s for m in mine) or CELL_OVERHEAD_S[host.kind]
@@ -457,8 +508,13 @@ def _predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: floa
         io_bound = io is not None and io < rate  # the neighbour read a faster tier than this emulated one
         rate = io if io_bound else rate
         same_loader = not nearest[0]
-        # the neighbour's own overhead, first step and window when it ran this loader, else the host's
-        overhead = _median(m.overhead_s for m in (near if same_loader else mine))
+        # the neighbour's own overhead, first step and window when it ran this loader, else the host's; a kept
+        # process's cell: the overhead of cells measured that way
+        pool = [m for m in (near if same_loader else mine) if not m.kept] or (fresh or mine)
+        overhead = _median(m.overhead_s for m in pool)
+        if kept is not None:
+            over = _kept_overhead(spec.to_dict(), pool, reused, kept)[0]
+            overhead = overhead if over is None else over
         first = _median(m.first_step_s for m in (near if same_loader else mine))
         hint = _median(m.window_s for m in near if m.adaptive) if same_loader and not io_bound else None
         # the neighbours' compute per step, for this cell's global batch
@@ -474,8 +530,8 @@ def _predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: floa
     assumed = ASSUMED_SAMPLES_PER_S[host.kind]
     io_bound = io is not None and io < assumed
     rate = io if io_bound else assumed
-    seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind], _first_step_s(spec, host), gb / rate,
-                                    None, io_bound)  # fmt: skip
+    overhead = CELL_OVERHEAD_S[host.kind] if kept is None else KEPT_OVERHEAD_S[host.kind][kept]
+    seconds, detail = _cell_seconds(spec, host, overhead, _first_step_s(spec, host), gb / rate, None, io_bound)
     why = f"{rate:.0f} samples/s the device model allows" if io_bound else f"{rate:.0f} samples/s assumed"
     return seconds, "rules", f"{why}; {detail}"
 
@@ -647,13 +703,17 @@ def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), r
     owner = cell_parts(cfg)
     images_bytes = _dataset_size(cfg, layout)[1]
     cells = []
+    keeper = _Keeper(bool((cfg.get("host") or {}).get("reuse_processes")) and host.kind == "gpu")
     for cid, part in owner.items():
         spec = cell_spec(cfg, cid)
         rec = done.get(cid)
         if rec and rec.get("spec_hash") == spec_hash(spec):
             cells.append(CellPlan(cid, part["name"], 0.0, "measured", f"{rec['status']} record kept", measured=True))
             continue
-        seconds, basis, detail = _predict(spec, host, mine, images_bytes)
+        kept = keeper.next(spec)
+        seconds, basis, detail = _predict(spec, host, mine, images_bytes, kept)
+        if kept is not None:
+            detail = f"kept process ({'its shapes ran' if kept else 'new shapes'}); {detail}"
         cells.append(CellPlan(cid, part["name"], seconds, basis, detail))
     fixed = _fixed_costs(cfg, host, layout, [*records_dirs, *host_dirs])
     fixed_s = sum(f.seconds for f in fixed)
@@ -687,6 +747,31 @@ def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), r
     calibration = {"read": len(records) + len(extra), "same_host": len(mine),
                    "measured": sum(c.measured for c in cells), "unreadable": unreadable + unreadable_extra}  # fmt: skip
     return Plan(cfg["name"], host, parts, cells, fixed, budget_s, bool(cfg.get("trim")), full_s, total_s, calibration)
+
+
+class _Keeper:
+    """Which cells a kept process will measure (warmstart's reuse, on a GPU host), in the order they run: a dp cell
+    after a dp cell on the same GPUs, of a configuration that process has not measured; any other cell starts anew."""
+
+    def __init__(self, on: bool):
+        self.on = on
+        self.gpus: int | None = None  # the idle process's GPUs, None when there is none
+        self.configs: set[str] = set()
+        self.shapes: set[tuple] = set()
+
+    def next(self, spec: CellSpec) -> bool | None:
+        """None: the cell gets a process of its own; else whether the kept process ran its shapes."""
+        if not self.on or spec.parallel != "dp":
+            self.gpus = None
+            return None
+        config = configuration(spec.cell_id)
+        kept = self.gpus == spec.gpus and config not in self.configs
+        if not kept:
+            self.gpus, self.configs, self.shapes = spec.gpus, set(), set()
+        seen = _shapes(spec.to_dict()) in self.shapes
+        self.configs.add(config)
+        self.shapes.add(_shapes(spec.to_dict()))
+        return seen if kept else None
 
 
 class PlanRefused(ConfigError):
