@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One lease's GPU work for the engine (issue 13) and the study (issue 14) on a host with 2 GPUs, detached (setsid),
+# so that no call's time limit cuts a cell. In order of priority:
+#   1. scripts/reuse-check.sh: kept dp processes against fresh ones (torchvision, synthetic, dali-cpu; 4 rounds). If a
+#      cell fails, or kept/fresh is off by more than REUSE_TOLERANCE (default 0.10, the drift seen between
+#      processes), host.reuse_processes is turned off in this copy's two configs below, and steps.log says so.
+#   2. `loaderbench ceiling` (config/h200x2-engine.yaml): the synthetic cell against a pinned bare loop.
+#   3. config/h200x2-engine.yaml through the pipeline (`gpu-study.sh start`, ENGINE_MIN minutes at most), packed.
+#   4. config/h200x2-study.yaml: the records in RESUME (default study-3's bundle) are added where the engine run left
+#      none and adopted, then its missing cells run until END_MIN minutes after this script started.
+# Run after `gpu-study.sh setup` and `prep DEST` (the study's dataset and tiers). DEST/steps.log says what ran;
+# DEST/DONE marks the end. Poll with `scripts/gpu-study.sh wait DEST SECONDS OUT` (it packs DEST and the records).
+# Environment: LOADERBENCH_GIT_COMMIT names the code in every record.
+# Usage: scripts/gpu-round.sh DEST END_MIN
+set -u
+cd "$(dirname "$0")/.."
+[ $# -eq 2 ] || { sed -n '2,15p' "$0"; exit 2; }
+dest=$1 end_min=$2
+mkdir -p "$dest"
+setsid nohup bash -c '
+  dest=$1; end_min=$2
+  step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
+  engine=config/h200x2-engine.yaml study=config/h200x2-study.yaml
+  step reuse check
+  scripts/reuse-check.sh "$study" "$dest/reuse" torchvision_ram_g1_b256_amp_dp_r0 synthetic_ram_g1_b256_amp_dp_r0 \
+    dali-cpu_ram_g1_b256_amp_dp_r0 > "$dest/reuse/table.txt" 2>&1
+  cat "$dest/reuse/table.txt" >> "$dest/steps.log"
+  verdict=$(python3 - "$dest/reuse/table.txt" "${REUSE_TOLERANCE:-0.10}" <<EOF
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"kept / fresh, median over (\d+) cells: ([0-9.]+) \(range ([0-9.]+)-([0-9.]+)\)", text)
+tol = float(sys.argv[2])
+ok = m and int(m.group(1)) == 3 and ": failed" not in text and ": stalled" not in text \
+    and 1 - tol <= float(m.group(3)) and float(m.group(4)) <= 1 + tol
+print("keep" if ok else "off")
+EOF
+)
+  if [ "$verdict" != keep ]; then
+    sed -i "s/^  reuse_processes: true/  reuse_processes: false/" "$engine" "$study"
+    step "kept processes OFF for the rest: the check above is outside +-${REUSE_TOLERANCE:-0.10} or a cell failed"
+  else step "kept processes stay on"; fi
+  step ceiling
+  CONFIG=$engine scripts/gpu-study.sh ceiling "$dest/ceiling" > /dev/null 2>&1
+  tail -4 "$dest/ceiling/ceiling.log" >> "$dest/steps.log"
+  step engine
+  CONFIG=$engine scripts/gpu-study.sh start "$dest/engine" "${ENGINE_MIN:-9}" > /dev/null
+  until [ -f "$dest/engine/DONE" ]; do sleep 5; done
+  scripts/gpu-study.sh pack "$dest/engine" "$dest/engine-out" > /dev/null 2>&1
+  cat "$dest/engine/steps.log" >> "$dest/steps.log"
+  step study
+  resume=${RESUME:-docs/results/2026-11-30-h200x2/study-3/bundle}
+  for f in "$resume"/cells/*.json "$resume"/telemetry/*; do  # where the engine run left no record of the cell
+    to=results/cells; case $f in */telemetry/*) to=results/telemetry ;; esac
+    [ -e "$to/${f##*/}" ] || cp "$f" "$to/"
+  done
+  python3 -m loaderbench adopt --config "$study" >> "$dest/steps.log" 2>&1
+  left=$(( end_min - SECONDS / 60 ))
+  step "study: $left minutes"
+  CONFIG=$study scripts/gpu-study.sh start "$dest/study" "$left" > /dev/null
+  until [ -f "$dest/study/DONE" ]; do sleep 5; done
+  cat "$dest/study/steps.log" >> "$dest/steps.log"
+  scripts/gpu-study.sh pack "$dest/study" "$dest/study-out" > /dev/null 2>&1
+  step done; touch "$dest/DONE"' _ "$dest" "$end_min" > "$dest/driver.log" 2>&1 < /dev/null &
+echo "started; poll with: scripts/gpu-study.sh wait $dest SECONDS OUT"
