@@ -21,7 +21,7 @@ setsid nohup bash -c '
   dest=$1; end_min=$2
   step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
   engine=config/h200x2-engine.yaml study=config/h200x2-study.yaml
-  step reuse check
+  step reuse check; mkdir -p "$dest/reuse"
   scripts/reuse-check.sh "$study" "$dest/reuse" torchvision_ram_g1_b256_amp_dp_r0 synthetic_ram_g1_b256_amp_dp_r0 \
     dali-cpu_ram_g1_b256_amp_dp_r0 > "$dest/reuse/table.txt" 2>&1
   cat "$dest/reuse/table.txt" >> "$dest/steps.log"
