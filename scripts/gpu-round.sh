@@ -14,6 +14,8 @@
 # Usage: scripts/gpu-round.sh DEST END_MIN
 set -u
 cd "$(dirname "$0")/.."
+# the project and the carried bundles (DALI, Snakemake) for every step, `loaderbench adopt` included
+export PYTHONPATH=$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 [ $# -eq 2 ] || { sed -n '2,15p' "$0"; exit 2; }
 dest=$1 end_min=$2
 mkdir -p "$dest"

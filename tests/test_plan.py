@@ -291,9 +291,9 @@ def test_budget_zero_with_trim_closes_a_study_on_its_measured_cells(project, h20
 
 
 def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
-    """host.reuse_processes: a dp cell after a dp cell on the same GPUs (the run order groups them) is predicted
-    without the start-up and cold step its records paid; the first of a group, ddp cells and another repeat of a
-    configuration the process measured start anew, at their records' wall time."""
+    """host.reuse_processes: a dp cell after a dp cell (the run order groups them) is predicted without the start-up
+    and cold step its records paid; the first dp cell of a repeat (after ddp cells), ddp cells and another repeat of
+    a configuration the process measured start anew, at their records' wall time."""
     raw = yaml.safe_load(ENGINE.read_text())
     raw["repeats"] = 2
     host = host_of_records(h200_records)
@@ -303,11 +303,12 @@ def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
     seconds = {c.cell: (f.seconds, c.seconds, c.detail) for f, c in zip(fresh.cells, kept.cells)}
     for cell, (was, now, detail) in seconds.items():
         rec = _record(h200_records / f"{cell.rsplit('_r', 1)[0]}_r0.json")
-        first = cell.startswith("synthetic_") and "_dp_" in cell  # the first dp cell of its GPUs in each repeat
+        first = cell.startswith("synthetic_ram_g1_") and "_dp_" in cell  # the first dp cell of each repeat
         if "_ddp_" in cell or first:
             assert now == pytest.approx(was) and "kept process" not in detail, cell
         else:  # these records had no cold step yet: a kept process skips their start-up
-            assert "kept process (its shapes ran)" in detail, cell
+            shapes = "new shapes" if cell.startswith("synthetic_ram_g2_") else "its shapes ran"  # 2 GPUs: first
+            assert f"kept process ({shapes})" in detail, cell
             assert now == pytest.approx(was - rec["metrics"]["startup_s"]), cell
     assert kept.total_s < fresh.total_s
     # off a GPU host (the CPU quickstart) nothing is predicted kept

@@ -439,9 +439,9 @@ def _on_tier(part: dict, loader: str, tier: str) -> bool:
 
 
 def _part_cells(part: dict) -> list[str]:
-    """A part's cells in a stable order: repeats outermost, then the process a cell needs (parallel mode, GPUs), so
-    that the dp cells on the same devices follow one another and a kept process (host.reuse_processes) serves all
-    but the first of them; a ddp cell or other devices in between would end it."""
+    """A part's cells in a stable order: repeats outermost, then the parallel mode and the GPUs, so that the dp cells
+    follow one another and a kept process (host.reuse_processes) serves all but the first of them (a ddp cell in
+    between would end it), those of one GPU count, and so of the same shapes, together."""
     return [
         cell_id(lo, t, g, b, p, par, r)
         for r, par, g, lo, t, b, p in itertools.product(

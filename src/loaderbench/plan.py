@@ -15,8 +15,7 @@ first that applies:
   is unknown, so an adaptive window is predicted at its maximum - except on an emulated tier that is I/O-bound,
   whose rate its device model gives (whole-file reads of the dataset's mean file size).
 
-With `host.reuse_processes` on a GPU host, a dp cell that follows a dp cell on the same GPUs is measured by that
-cell's kept process (warmstart; `_Keeper` follows the run order): its overhead is that of records measured that way,
+With `host.reuse_processes` on a GPU host, a dp cell that follows a dp cell is measured by that cell's kept process (warmstart; `_Keeper` follows the run order): its overhead is that of records measured that way,
 else the fresh records' less their start-up and, for shapes the process ran already, their cold step (KEPT_OVERHEAD_S
 by the rules); fresh cells are predicted from fresh records.
 
@@ -751,23 +750,24 @@ def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), r
 
 class _Keeper:
     """Which cells a kept process will measure (warmstart's reuse, on a GPU host), in the order they run: a dp cell
-    after a dp cell on the same GPUs, of a configuration that process has not measured; any other cell starts anew."""
+    after a dp cell, of a configuration that process has not measured (cell jobs share one environment: the workflow
+    sets no CUDA_VISIBLE_DEVICES per cell, and a dp cell uses the first GPUs it sees); any other cell starts anew."""
 
     def __init__(self, on: bool):
         self.on = on
-        self.gpus: int | None = None  # the idle process's GPUs, None when there is none
+        self.idle = False  # a dp process waits for the next cell
         self.configs: set[str] = set()
         self.shapes: set[tuple] = set()
 
     def next(self, spec: CellSpec) -> bool | None:
         """None: the cell gets a process of its own; else whether the kept process ran its shapes."""
         if not self.on or spec.parallel != "dp":
-            self.gpus = None
+            self.idle = False
             return None
         config = configuration(spec.cell_id)
-        kept = self.gpus == spec.gpus and config not in self.configs
+        kept = self.idle and config not in self.configs
         if not kept:
-            self.gpus, self.configs, self.shapes = spec.gpus, set(), set()
+            self.idle, self.configs, self.shapes = True, set(), set()
         seen = _shapes(spec.to_dict()) in self.shapes
         self.configs.add(config)
         self.shapes.add(_shapes(spec.to_dict()))

@@ -17,7 +17,8 @@ when the child exits the server sends its exit status. The child dies with the s
 
 Reuse (`host.reuse_processes`, off by default; the server then runs with `--reuse`): a DataParallel cell's process
 (one process, so one request) is kept after an ok cell instead of exiting, and serves the next dp cell whose request
-has the same environment and working directory (the same CUDA_VISIBLE_DEVICES, so the same devices) - never a
+has the same environment and working directory (the same CUDA_VISIBLE_DEVICES: the same devices visible; a process
+that measured on 2 GPUs and then measures on 1 keeps its context on the second, idle) - never a
 cell of a configuration it has already measured, so repeats still run in separate processes. It skips the next
 cell's CUDA start and, for the same shapes, cuDNN's plans: the cold step, 3-5 s a GPU on the H200 (docs/results/
 2026-11-30-h200/cold-step-probe). Between cells it kills the cell's loader workers, gives back the device memory it
