@@ -6,7 +6,7 @@
 #      processes), host.reuse_processes is turned off in this copy's two configs below, and steps.log says so.
 #   2. `loaderbench ceiling` (config/h200x2-engine.yaml): the synthetic cell against a pinned bare loop.
 #   3. config/h200x2-engine.yaml through the pipeline (`gpu-study.sh start`, ENGINE_MIN minutes at most), packed.
-#   4. config/h200x2-study.yaml: the records in RESUME (default study-3's bundle) are added where the engine run left
+#   4. config/h200x2-study.yaml: the records in RESUME (default study-4's bundle) are added where the engine run left
 #      none and adopted, then its missing cells run until END_MIN minutes after this script started.
 # Run after `gpu-study.sh setup` and `prep DEST` (the study's dataset and tiers). DEST/steps.log says what ran;
 # DEST/DONE marks the end. Poll with `scripts/gpu-study.sh wait DEST SECONDS OUT` (it packs DEST and the records).
@@ -50,7 +50,7 @@ EOF
   scripts/gpu-study.sh pack "$dest/engine" "$dest/engine-out" > /dev/null 2>&1
   cat "$dest/engine/steps.log" >> "$dest/steps.log"
   step study
-  resume=${RESUME:-docs/results/2026-11-30-h200x2/study-3/bundle}
+  resume=${RESUME:-docs/results/2026-11-30-h200x2/study-4/bundle}
   for f in "$resume"/cells/*.json "$resume"/telemetry/*; do  # where the engine run left no record of the cell
     to=results/cells; case $f in */telemetry/*) to=results/telemetry ;; esac
     [ -e "$to/${f##*/}" ] || cp "$f" "$to/"
