@@ -450,9 +450,10 @@ def _peak_rss_mb() -> float:
 
 def reset_for_next_cell(cpus: set[int]) -> None:
     """Make a process that measured a cell fit to measure another (warmstart's kept processes): its loaders' workers
-    killed and their objects freed, the device memory it cached given back, the allocator's peaks and the peak RSS
-    reset, DALI's memory pools emptied, and every thread allowed on `cpus` again (the cell pinned them). cuDNN's settings are the next cell's
-    `configure_cudnn`'s. What stays is what the reuse is for: the CUDA context, cuDNN's plans, the imported modules."""
+    killed and their objects freed, the device memory and pinned host memory it cached given back, DALI's pools
+    emptied, the allocator's peaks and the peak RSS reset, and every thread allowed on `cpus` again (the cell pinned
+    them). cuDNN's settings are the next cell's `configure_cudnn`'s. What stays is what the reuse is for: the CUDA
+    context, cuDNN's plans, the imported modules."""
     import gc
     import signal
 
@@ -473,6 +474,11 @@ def reset_for_next_cell(cpus: set[int]) -> None:
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+        # pinned host buffers the last cell's batches went through (torch keeps them cached): they would count in the
+        # next cell's RSS. torch has no public call for it (torch.cuda.graphs uses this one); without it, they stay
+        host_empty = getattr(torch._C, "_host_emptyCache", None)
+        if host_empty is not None:
+            host_empty()
         for i in range(torch.cuda.device_count()):
             torch.cuda.reset_peak_memory_stats(i)
     try:
