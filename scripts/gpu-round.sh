@@ -9,7 +9,8 @@
 #   4. config/h200x2-study.yaml: the records in RESUME (default study-4's bundle) are added where the engine run left
 #      none and adopted, then its missing cells run until END_MIN minutes after this script started.
 # Run after `gpu-study.sh setup` and `prep DEST` (the study's dataset and tiers). DEST/steps.log says what ran;
-# DEST/DONE marks the end. Poll with `scripts/gpu-study.sh wait DEST SECONDS OUT` (it packs DEST and the records).
+# DEST/DONE marks the end. Poll with `scripts/gpu-study.sh wait DEST SECONDS OUT` (it packs DEST and the records);
+# stop with `scripts/gpu-study.sh stop DEST`.
 # Environment: LOADERBENCH_GIT_COMMIT names the code in every record.
 # Usage: scripts/gpu-round.sh DEST END_MIN
 set -u
@@ -21,6 +22,7 @@ dest=$1 end_min=$2
 mkdir -p "$dest"
 setsid nohup bash -c '
   dest=$1; end_min=$2
+  echo $$ > "$dest/driver.pid"  # `scripts/gpu-study.sh stop DEST` ends this run and the runs it started
   step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
   engine=config/h200x2-engine.yaml study=config/h200x2-study.yaml
   step reuse check; mkdir -p "$dest/reuse"

@@ -14,6 +14,10 @@
 #   wait DEST SECONDS [OUT]  poll until DEST/DONE or SECONDS passed; print the progress; with OUT, pack what is
 #                         measured so far into it: a lease's machine that goes idle 30 s is gone with its disk
 #   pack DEST OUT         results into OUT (tarball under 16 MiB) and the reports beside it
+#   stop DEST             end the run `start DEST` began: its driver's whole session (Snakemake, the warm-start
+#                         server, the cells) gets SIGTERM, then SIGKILL; then Snakemake's lock is released if no
+#                         Snakemake of this folder is left. Never `pkill -f`: a pattern in the calling command's own
+#                         line kills the caller (it cost two calls of a lease)
 # Environment: CONFIG (default config/h200x2-study.yaml); LOADERBENCH_GIT_COMMIT names the code in every record;
 # ONLY, an extended regular expression: `start` runs only the cells whose ids match it (e.g. ONLY=_b128_).
 set -u
@@ -22,6 +26,27 @@ export C=${CONFIG:-config/h200x2-study.yaml}
 export PYTHONPATH=$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 if [ -x /tmp/fuse/fusermount3 ]; then export PATH=/tmp/fuse:$PATH FUSE_LIBRARY_PATH=/tmp/fuse/libfuse3.so.3; fi
 SMK=(python3 -m snakemake --cores "$(nproc)")  # --configfile last: it takes every word after it
+# Snakemake processes working in this folder, this script's own ancestors left out (their command lines may name
+# Snakemake: a bash -c '... snakemake ...' is not one)
+snakemakes() {
+  python3 - <<'PY'
+import os, psutil
+mine = {p.pid for p in psutil.Process().parents()} | {os.getpid()}
+here = os.getcwd()
+for p in psutil.process_iter(["cmdline", "cwd"]):
+    words = p.info["cmdline"] or []
+    if p.pid not in mine and p.info["cwd"] == here and any(w == "snakemake" or w.endswith("/snakemake") for w in words[:3]):
+        print(p.pid)
+PY
+}
+# a lock left by a Snakemake that was killed (SIGKILL leaves it) refuses every later run: release it, if none runs
+unlock_if_stale() {
+  if [ -n "$(ls -A .snakemake/locks 2>/dev/null)" ]; then
+    alive=$(snakemakes | tr '\n' ' ')
+    if [ -z "$alive" ]; then "${SMK[@]}" --unlock --configfile "$C" > /dev/null 2>&1 && echo "released a stale Snakemake lock"
+    else echo "Snakemake lock held by running Snakemake process(es) $alive"; fi
+  fi
+}
 verb=$1; shift
 case $verb in
 stash)
@@ -62,8 +87,10 @@ ceiling)
     --variant-steps 0 --json "$out/ceiling.json" 2>&1 | tee "$out/ceiling.log" | grep -v "^  \[" ;;
 start)
   dest=$1; minutes=$2; mkdir -p "$dest"
+  unlock_if_stale | tee -a "$dest/steps.log"
   setsid nohup bash -c '
     dest=$1; minutes=$2; shift 2
+    echo $$ > "$dest/driver.pid"  # the session leader: `stop` ends its session
     step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
     deadline=$((SECONDS + 60 * minutes))
     # one warm-start server for every Snakemake run below (each would start its own: 8-13 s of imports on the H200
@@ -97,7 +124,23 @@ start)
     python3 -m loaderbench plan --config "$C" > "$dest/plan-after.txt" 2>&1
     python3 -m loaderbench engine-report --cells results/cells --json "$dest/engine-report.json" > "$dest/engine-report.txt" 2>&1
     step done; touch "$dest/DONE"' _ "$dest" "$minutes" "${SMK[@]}" > "$dest/driver.log" 2>&1 < /dev/null &
+  echo $! > "$dest/driver.pid"
   echo "started; poll with: scripts/gpu-study.sh wait $dest SECONDS" ;;
+stop)
+  dest=$1
+  compgen -G "$dest/driver.pid" > /dev/null || compgen -G "$dest/*/driver.pid" > /dev/null ||
+    { echo "no driver.pid in $dest: nothing started there" >&2; exit 2; }
+  for f in "$dest"/driver.pid "$dest"/*/driver.pid; do  # a run and the runs it started (gpu-round.sh's)
+    [ -f "$f" ] || continue
+    sid=$(ps -o sid= -p "$(cat "$f")" 2>/dev/null | tr -d ' ')
+    if [ -n "$sid" ] && [ "$sid" != "$(ps -o sid= -p $$ | tr -d ' ')" ]; then
+      pkill -TERM -s "$sid"
+      for _ in $(seq 1 20); do pgrep -s "$sid" > /dev/null || break; sleep 0.5; done
+      pkill -KILL -s "$sid"
+      echo "stopped the run of $(dirname "$f") (session $sid)"
+    else echo "the run of $(dirname "$f") has ended already"; fi
+  done
+  sleep 1; unlock_if_stale ;;
 wait)
   dest=$1; until_s=$((SECONDS + $2))
   while [ ! -f "$dest/DONE" ] && [ $SECONDS -lt $until_s ]; do sleep 10; done

@@ -65,3 +65,62 @@ def test_reuse_check_measures_cells_fresh_and_kept_and_compares_them(tmp_path_fa
     lines = proc.stdout.splitlines()
     assert any(line.startswith("torchvision_disk_g1_b4_fp32_dp_r0") for line in lines)
     assert "kept / fresh, median over 2 cells:" in lines[-1]
+
+
+def test_gpu_study_stop_ends_the_whole_run_and_releases_the_lock(tmp_path):
+    """scripts/gpu-study.sh start, then stop while a cell measures: the driver's session (Snakemake, the warm-start
+    server, the cell) is gone within 10 s, Snakemake's lock is released, and a new start is not refused. (A lease
+    lost calls to `pkill -f` patterns that matched the caller, and a run to the lock a SIGKILLed Snakemake left.)"""
+    import time
+
+    import psutil
+
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts/gpu-study.sh", checkout / "scripts")
+    for name in ("Snakefile", "workflow", "profiles", "src"):
+        (checkout / name).symlink_to(REPO / name)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # the venv's Python as python3
+    (bin_dir / "python3").chmod(0o755)
+    cfg = {"dataset": {"images": 24, "classes": 2}, "storage": {"disk": str(tmp_path / "tier")},
+           "loaders": ["torchvision"], "batch_sizes": [4], "precisions": ["fp32"], "crop_size": 32, "workers": 1,
+           "warmup_steps": 1, "window": {"seconds": 60}}  # fmt: skip
+    (checkout / "c.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "tier").mkdir()
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CONFIG": "c.yaml"}
+
+    def study(*args):
+        return subprocess.run(["bash", "scripts/gpu-study.sh", *args], cwd=checkout, env=env, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+
+    def in_checkout():
+        out = []
+        for p in psutil.process_iter(["cwd", "cmdline"]):
+            if p.info["cwd"] and p.info["cwd"].startswith(str(checkout)):
+                out.append(p.pid)
+        return out
+
+    assert study("start", "run", "5").returncode == 0
+    deadline = time.time() + 240
+    while time.time() < deadline and not (checkout / "run/DONE").exists() and not any(
+            "loaderbench.train" in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
+            if p.pid in in_checkout()):  # fmt: skip
+        time.sleep(1)
+    assert list((checkout / ".snakemake/locks").iterdir()), "a measuring Snakemake holds its lock"
+    t0 = time.time()
+    proc = study("stop", "run")
+    assert proc.returncode == 0 and "stopped the run" in proc.stdout, proc.stdout + proc.stderr
+    while in_checkout() and time.time() - t0 < 10:
+        time.sleep(0.5)
+    assert not in_checkout(), [psutil.Process(p).cmdline() for p in in_checkout()]
+    locks = checkout / ".snakemake/locks"
+    assert not locks.exists() or not list(locks.iterdir()), proc.stdout  # Snakemake removes the folder on SIGTERM
+    assert not list((checkout / "results").glob("cells/*.json"))  # the interrupted cell wrote no record
+    # a lock left behind (as by a SIGKILLed Snakemake) is released by the next start, which then runs
+    locks.mkdir(exist_ok=True)
+    (locks / "0.input.lock").write_text("stale")
+    proc = study("start", "run2", "0")
+    assert proc.returncode == 0 and "released a stale Snakemake lock" in (checkout / "run2/steps.log").read_text()
+    study("stop", "run2")
