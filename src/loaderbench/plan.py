@@ -64,9 +64,10 @@ ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}
 # 7.7 s of the 9.8 s on the 2 x H200 host (study-2), the loader built after CUDA's start and the model, half of it.
 PREFILL_SHARE = 0.5
 # A cell measured by a process kept from the cell before (host.reuse_processes), by whether that process ran the
-# cell's shapes already: the fresh overhead less the start-up (1 s with warm starts) and, for shapes it ran, the cold
-# step (3-5 s a GPU on the H200: docs/results/2026-11-30-h200/cold-step-probe). Records of kept processes replace it.
-KEPT_OVERHEAD_S = {"gpu": {True: 5.0, False: 9.0}, "cpu": {True: 1.5, False: 1.5}}
+# cell's shapes already. On the 2 x H200 host (docs/results/2026-11-30-h200x2/study-4): 0.6-1.4 s before the warm-up
+# for shapes the process had run, 7.8 s for new ones (cuDNN's plans for 2 GPUs at fp32), against 7-13 s fresh.
+# Records of kept processes replace it.
+KEPT_OVERHEAD_S = {"gpu": {True: 1.5, False: 8.0}, "cpu": {True: 1.5, False: 1.5}}
 JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spawn, bookkeeping: 0.9 s on the H200 host)
 # Dataset generation and the check, per image and CPU core (the H200 host: 8192 images in 12 s and 2 s on 30 CPUs).
 GENERATE_CORE_S_PER_IMAGE = 0.045
