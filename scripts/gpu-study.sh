@@ -8,7 +8,8 @@
 #   prep OUT              host facts, then the dataset made, checked and staged (scripts/gpu-host-prep.sh); records
 #                         carried from an earlier lease are adopted (`loaderbench adopt`): only missing cells run
 #   probe OUT             the first-step probe: cuDNN autotuning on/off/limited, fresh processes (first_step_probe.py)
-#   ceiling OUT           `loaderbench ceiling`: the synthetic cell against a pinned bare loop, alternating rounds
+#   ceiling OUT           `loaderbench ceiling`: the synthetic cell against a pinned bare loop, 3 alternating rounds
+#                         (engine-2: with 2, one slow cell of 7649 against 8312 made the median 0.947)
 #   start DEST MINUTES    the pipeline, detached, stopped by SIGINT after MINUTES; then the tables and bundle of
 #                         whatever was measured (budget_minutes=0 + trim keeps only measured cells), reports, DONE
 #   wait DEST SECONDS [OUT]  poll until DEST/DONE or SECONDS passed; print the progress; with OUT, pack what is
@@ -83,7 +84,7 @@ probe)
   done ;;
 ceiling)
   out=$1; mkdir -p "$out"
-  timeout 300 python3 -m loaderbench ceiling --config "$C" --batch-size 256 --precision amp --rounds 2 \
+  timeout 300 python3 -m loaderbench ceiling --config "$C" --batch-size 256 --precision amp --rounds 3 \
     --variant-steps 0 --json "$out/ceiling.json" 2>&1 | tee "$out/ceiling.log" | grep -v "^  \[" ;;
 start)
   dest=$1; minutes=$2; mkdir -p "$dest"
