@@ -15,16 +15,16 @@ import yaml
 from loaderbench import cli
 from loaderbench.config import cell_ids, cell_spec, load_config, validate_config
 from loaderbench.loaders import BACKLOG, LOADERS
-from loaderbench.plan import (
+from loaderbench.costmodel import (
     ASSUMED_SAMPLES_PER_S,
     CELL_OVERHEAD_S,
     FIRST_STEP_S,
     JOB_S,
     Host,
     host_of_records,
-    make_plan,
     this_host,
 )
+from loaderbench.plan import make_plan
 from loaderbench.records import make_record, spec_hash
 from loaderbench.util import atomic_write_json
 from tests.conftest import REPO, snakemake, tiny_config, write_config
@@ -71,7 +71,7 @@ def test_rules_predict_overhead_first_step_warmup_and_window(project):
     plan = make_plan(cfg, [project / "results/cells"], host=CPU2)
     step = 4 / ASSUMED_SAMPLES_PER_S["cpu"]  # batch 4 on 1 GPU
     # warmup_steps 1; the backlog (1 worker x prefetch_factor 1) is filled during setup, so the warm-up's second step
-    # is the first to wait (plan._warmup): 2 steps, the second a whole step
+    # is the first to wait (costmodel._warmup): 2 steps, the second a whole step
     expected = CELL_OVERHEAD_S["cpu"] + FIRST_STEP_S["cpu"] + 1 * step + 3 * step + JOB_S
     assert {c.basis for c in plan.cells} == {"rules"}
     assert [c.seconds for c in plan.cells] == pytest.approx([expected] * 8)
@@ -158,7 +158,7 @@ def test_a_backlog_filled_during_setup_costs_compute_not_loading(project, h200_r
     """A worker-fed loader fills its prefetch during setup: its warm-up is those batches at the compute's pace, and
     one step that waits - not backlog + 2 steps at the loader's pace (study-2: torchvision's warm-up was 3-6 s, the
     old model's 62 steps at 131 ms gave 8 s)."""
-    from loaderbench.plan import PREFILL_SHARE, _warmup
+    from loaderbench.costmodel import PREFILL_SHARE, _warmup
 
     spec = cell_spec(load_config(ENGINE), "torchvision_ram_g1_b256_amp_dp_r0")
     steps, seconds = _warmup(spec, backlog=62, overhead=10.0, first=0.2, step_s=0.131, compute_s=0.036)

@@ -65,7 +65,7 @@ def cmd_make_dataset(a) -> int:
     stats = make_dataset(
         DatasetParams(images=a.images, classes=a.classes, seed=a.seed, quality=a.quality), Path(a.out), jobs=a.jobs
     )
-    # the duration is read back by `loaderbench plan` (plan.GENERATED_LOG_RE) to predict the next generation here
+    # the duration is read back by `loaderbench plan` (fixedcosts.GENERATED_LOG_RE) to predict the next generation here
     print(f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB, in "
           f"{time.monotonic() - t0:.1f} s", file=sys.stderr)  # fmt: skip
     return 0
@@ -160,7 +160,8 @@ def cmd_cells(a) -> int:
 
 
 def cmd_plan(a) -> int:
-    from .plan import host_of_records, make_plan
+    from .costmodel import host_of_records
+    from .plan import make_plan
 
     cfg = _cfg(a)
     host = host_of_records(a.host_from) if a.host_from else None
