@@ -26,6 +26,7 @@ from loaderbench.costmodel import (
 )
 from loaderbench.plan import make_plan
 from loaderbench.records import make_record, spec_hash
+from loaderbench.respread import configuration
 from loaderbench.util import atomic_write_json
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 
@@ -302,7 +303,7 @@ def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
                      host_dirs=[h200_records])  # fmt: skip
     seconds = {c.cell: (f.seconds, c.seconds, c.detail) for f, c in zip(fresh.cells, kept.cells)}
     for cell, (was, now, detail) in seconds.items():
-        rec = _record(h200_records / f"{cell.rsplit('_r', 1)[0]}_r0.json")
+        rec = _record(h200_records / f"{configuration(cell)}_r0.json")
         first = cell.startswith("synthetic_ram_g1_") and "_dp_" in cell  # the first dp cell of each repeat
         if "_ddp_" in cell or first:
             assert now == pytest.approx(was) and "kept process" not in detail, cell

@@ -13,22 +13,27 @@ import yaml
 from conftest import REPO
 
 
+def _with_python3(tmp_path) -> dict:
+    """This environment with the venv's Python first on PATH as `python3` (the GPU-host scripts call python3)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
 def test_gpu_host_prep_stages_into_each_tiers_path(tmp_path):
     checkout = tmp_path / "checkout"
     (checkout / "scripts").mkdir(parents=True)
     shutil.copy(REPO / "scripts/gpu-host-prep.sh", checkout / "scripts")
     (checkout / "src").symlink_to(REPO / "src")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # the venv's Python as python3
-    (bin_dir / "python3").chmod(0o755)
     ram, disk = tmp_path / "shm tier", tmp_path / "disk"
     ram.mkdir()
     disk.mkdir()
     cfg = {"dataset": {"images": 6, "classes": 2}, "storage": {"ram": {"kind": "ram", "path": str(ram)}, "disk": str(disk)},
            "baseline": {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 128, "precision": "fp32"}}  # fmt: skip
     (checkout / "c.yaml").write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env = _with_python3(tmp_path)
     proc = subprocess.run(["bash", "scripts/gpu-host-prep.sh", "c.yaml"], cwd=checkout, env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -80,16 +85,12 @@ def test_gpu_study_stop_ends_the_whole_run_and_releases_the_lock(tmp_path):
     shutil.copy(REPO / "scripts/gpu-study.sh", checkout / "scripts")
     for name in ("Snakefile", "workflow", "profiles", "src"):
         (checkout / name).symlink_to(REPO / name)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # the venv's Python as python3
-    (bin_dir / "python3").chmod(0o755)
     cfg = {"dataset": {"images": 24, "classes": 2}, "storage": {"disk": str(tmp_path / "tier")},
            "loaders": ["torchvision"], "batch_sizes": [4], "precisions": ["fp32"], "crop_size": 32, "workers": 1,
            "warmup_steps": 1, "window": {"seconds": 60}}  # fmt: skip
     (checkout / "c.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "tier").mkdir()
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CONFIG": "c.yaml"}
+    env = {**_with_python3(tmp_path), "CONFIG": "c.yaml"}
 
     def study(*args):
         return subprocess.run(["bash", "scripts/gpu-study.sh", *args], cwd=checkout, env=env, capture_output=True,

@@ -55,7 +55,7 @@ PREFILL_SHARE = 0.5
 # cell's shapes already. On the 2 x H200 host (docs/results/2026-11-30-h200x2/study-4): 0.6-1.4 s before the warm-up
 # for shapes the process had run, 7.8 s for new ones (cuDNN's plans for 2 GPUs at fp32), against 7-13 s fresh.
 # Records of kept processes replace it.
-KEPT_OVERHEAD_S = {"gpu": {True: 1.5, False: 8.0}, "cpu": {True: 1.5, False: 1.5}}
+KEPT_OVERHEAD_S = {True: 1.5, False: 8.0}  # only GPU hosts keep processes (KeptProcesses)
 JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spawn, bookkeeping: 0.9 s on the H200 host)
 # Spec fields that do not change what a cell costs: a record with the rest equal is the same configuration.
 # cold_step moves the device's cold start from the first warm-up step into setup, overlapped with the loader's
@@ -300,13 +300,14 @@ def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, ste
 
 
 def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float,
-             kept: bool | None = None) -> tuple[float, str, str]:  # fmt: skip
+            kept: bool | None = None) -> tuple[float, str, str]:  # fmt: skip
     """(seconds, basis, detail) of one cell still to run on `host`, whose ok records are `mine`. `kept`: the cell
     will be measured by a process kept from the cell before it (True: one that ran its shapes; False: new shapes);
     None: by a process of its own. Records of the other kind count only for what they share (rate, window)."""
+    d = spec.to_dict()
     fresh = [m for m in mine if not m.kept]
     reused = [m for m in mine if m.kept]
-    same = [m for m in mine if _same_configuration(m.spec, spec.to_dict())]
+    same = [m for m in mine if _same_configuration(m.spec, d)]
     if same:
         own = [m for m in same if m.kept == (kept is not None)]
         if own:
@@ -315,7 +316,7 @@ def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float
         if kept is None:
             wall = _median(m.wall_s for m in same)  # only kept-process records: the start they skipped is missing
             return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(same)} kept-process record(s)"
-        over, how = _kept_overhead(spec.to_dict(), same, reused, kept)
+        over, how = _kept_overhead(d, same, reused, kept)
         wall = _median(m.wall_s for m in same)
         if over is not None:
             wall = _median(m.wall_s - m.overhead_s + over for m in same if m.overhead_s is not None) or wall
@@ -328,7 +329,7 @@ def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float
     gb = spec.batch_size * spec.gpus
     rated = [m for m in mine if m.samples_per_s]
     if rated:
-        want = {f: _key(spec.to_dict(), f) for f in NEIGHBOUR_FIELDS}
+        want = {f: _key(d, f) for f in NEIGHBOUR_FIELDS}
         nearest = min(tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) for m in rated)
         near = [m for m in rated if tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) == nearest]
         rate = _median(m.samples_per_s for m in near)
@@ -340,7 +341,7 @@ def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float
         pool = [m for m in (near if same_loader else mine) if not m.kept] or (fresh or mine)
         overhead = _median(m.overhead_s for m in pool)
         if kept is not None:
-            over = _kept_overhead(spec.to_dict(), pool, reused, kept)[0]
+            over = _kept_overhead(d, pool, reused, kept)[0]
             overhead = overhead if over is None else over
         first = _median(m.first_step_s for m in (near if same_loader else mine))
         hint = _median(m.window_s for m in near if m.adaptive) if same_loader and not io_bound else None
@@ -357,7 +358,7 @@ def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float
     assumed = ASSUMED_SAMPLES_PER_S[host.kind]
     io_bound = io is not None and io < assumed
     rate = io if io_bound else assumed
-    overhead = CELL_OVERHEAD_S[host.kind] if kept is None else KEPT_OVERHEAD_S[host.kind][kept]
+    overhead = CELL_OVERHEAD_S[host.kind] if kept is None else KEPT_OVERHEAD_S[kept]
     seconds, detail = _cell_seconds(spec, host, overhead, _first_step_s(spec, host), gb / rate, None, io_bound)
     why = f"{rate:.0f} samples/s the device model allows" if io_bound else f"{rate:.0f} samples/s assumed"
     return seconds, "rules", f"{why}; {detail}"
@@ -383,7 +384,8 @@ class KeptProcesses:
         kept = self.idle and config not in self.configs
         if not kept:
             self.idle, self.configs, self.shapes = True, set(), set()
-        seen = _shapes(spec.to_dict()) in self.shapes
+        shapes = _shapes(spec.to_dict())
+        seen = shapes in self.shapes
         self.configs.add(config)
-        self.shapes.add(_shapes(spec.to_dict()))
+        self.shapes.add(shapes)
         return seen if kept else None
