@@ -339,9 +339,12 @@ def _fixed(**default):
     return field(metadata={"fixed": True}, **default)
 
 
-def _from_config(key: str, **default):
-    """A CellSpec field that config key `key` (dotted: `window.steps`) sets for every cell of the grid."""
-    return field(metadata={"config_key": key}, **default)
+def _from_config(key: str, *, since_records: bool = False, **default):
+    """A CellSpec field that config key `key` (dotted: `window.steps`) sets for every cell of the grid.
+
+    since_records: a field added after records were made; `to_dict` (the record's spec, its hash, Snakemake's spec
+    param) leaves it out while it holds its default, so those records stay the measurements of their cells."""
+    return field(metadata={"config_key": key, "since_records": since_records}, **default)
 
 
 @dataclass(frozen=True)
@@ -391,6 +394,9 @@ class CellSpec:
     telemetry_hz: float = _from_config("telemetry_hz", default=10.0)  # resource sampling through the cell; 0: off
     cudnn_benchmark_limit: int | None = _from_config("cudnn_benchmark_limit", default=None)  # None: torch's default
     cold_step: str | bool = _from_config("cold_step", default="auto")  # a step on a random batch in setup (train)
+    # what the torchvision loader's workers hand over: float32 (ToTensor + Normalize in the workers, the seed's
+    # recipe) or uint8 (the same crop and flip; normalised on the device, as opencv does)
+    torchvision_transport: str = _from_config("torchvision.transport", since_records=True, default="float32")
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
@@ -406,7 +412,11 @@ class CellSpec:
         return cell_id(self.loader, self.tier, self.gpus, self.batch_size, self.precision, self.parallel, self.repeat)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for f in fields(self):
+            if f.metadata.get("since_records") and d[f.name] == f.default:
+                del d[f.name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> CellSpec:

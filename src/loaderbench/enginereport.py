@@ -20,9 +20,13 @@ def load(cells_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(cells_dir).glob("*.json"))]
 
 
-def _config_key(cid: str) -> tuple:
-    d = parse_cell_id(cid)
-    return d["loader"], d["tier"], d["gpus"], d["batch_size"], d["precision"], d["parallel"]
+def _config_key(record: dict) -> tuple:
+    """(loader, tier, gpus, batch, precision, parallel); the loader named with its transport when not the default
+    ("torchvision[uint8]"), so such cells are never compared with or pooled into the seed recipe's."""
+    d = parse_cell_id(record["cell_id"])
+    transport = (record.get("spec") or {}).get("torchvision_transport")
+    loader = f"{d['loader']}[{transport}]" if transport else d["loader"]
+    return loader, d["tier"], d["gpus"], d["batch_size"], d["precision"], d["parallel"]
 
 
 def report(records: list[dict], ceiling: dict | None = None) -> dict:
@@ -46,7 +50,7 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
     by_config: dict[tuple, list[float]] = defaultdict(list)
     steal_of: dict[tuple, list[float | None]] = defaultdict(list)
     for r in ok:
-        k = _config_key(r["cell_id"])
+        k = _config_key(r)
         by_config[k].append(r["metrics"]["samples_per_s"])
         steal_of[k].append(_foreign(r).get("steal"))
     median = {k: statistics.median(v) for k, v in by_config.items()}

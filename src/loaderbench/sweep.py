@@ -22,7 +22,8 @@ FIELDS = {f.name for f in dataclasses.fields(CellSpec)}
 TYPES = {f.name: f.type for f in dataclasses.fields(CellSpec)}
 # Settings that only change how files are read and prepared: the `synthetic` cell (no file) is the same under them,
 # so a variant touching only these reuses the first variant's synthetic cell instead of measuring it again.
-LOADER_ONLY = {"dali_threads", "dali_prefetch", "dali_hw_decoder_load", "workers", "prefetch_factor"}
+LOADER_ONLY = {"dali_threads", "dali_prefetch", "dali_hw_decoder_load", "workers", "prefetch_factor",
+               "torchvision_transport"}
 # CellSpec's `_fixed` fields: the cell's identity, and where its tier lies (`cache` stays settable: cold vs warm is an
 # experiment of its own)
 FIXED = {f.name for f in dataclasses.fields(CellSpec) if f.metadata.get("fixed")}

@@ -177,6 +177,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
             "hw_decoder_load": spec.dali_hw_decoder_load,
             "dont_use_mmap": spec.tier_kind == "emulated",
             "cpus": place.others if place else None,
+            "transport": spec.torchvision_transport,
         },
     )
     batches = get_loader(spec.loader).build(ctx)
