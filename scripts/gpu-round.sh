@@ -4,10 +4,12 @@
 #   1. scripts/reuse-check.sh: kept dp processes against fresh ones (torchvision, synthetic, dali-cpu; 4 rounds). If a
 #      cell fails, or kept/fresh is off by more than REUSE_TOLERANCE (default 0.10, the drift seen between
 #      processes), host.reuse_processes is turned off in this copy's two configs below, and steps.log says so.
+#      REUSE_CHECK=0 skips it (kept processes stay as the configs say).
 #   2. `loaderbench ceiling` (config/h200x2-engine.yaml): the synthetic cell against a pinned bare loop.
 #   3. config/h200x2-engine.yaml through the pipeline (`gpu-study.sh start`, ENGINE_MIN minutes at most), packed.
-#   4. config/h200x2-study.yaml: the records in RESUME (default study-4's bundle) are added where the engine run left
-#      none and adopted, then its missing cells run until END_MIN minutes after this script started.
+#   4. config/h200x2-study.yaml: the engine run's records move to DEST/engine-results (its pack has them), the
+#      records in RESUME (default study-4's bundle) are copied in and adopted, then the study's missing cells run
+#      until END_MIN minutes after this script started.
 # Run after `gpu-study.sh setup` and `prep DEST` (the study's dataset and tiers). DEST/steps.log says what ran;
 # DEST/DONE marks the end. Poll with `scripts/gpu-study.sh wait DEST SECONDS OUT` (it packs DEST and the records);
 # stop with `scripts/gpu-study.sh stop DEST`.
@@ -25,6 +27,7 @@ setsid nohup bash -c '
   echo $$ > "$dest/driver.pid"  # `scripts/gpu-study.sh stop DEST` ends this run and the runs it started
   step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
   engine=config/h200x2-engine.yaml study=config/h200x2-study.yaml
+  if [ "${REUSE_CHECK:-1}" = 0 ]; then step "reuse check skipped (REUSE_CHECK=0)"; else
   step reuse check; mkdir -p "$dest/reuse"
   scripts/reuse-check.sh "$study" "$dest/reuse" torchvision_ram_g1_b256_amp_dp_r0 synthetic_ram_g1_b256_amp_dp_r0 \
     dali-cpu_ram_g1_b256_amp_dp_r0 > "$dest/reuse/table.txt" 2>&1
@@ -43,6 +46,7 @@ EOF
     sed -i "s/^  reuse_processes: true/  reuse_processes: false/" "$engine" "$study"
     step "kept processes OFF for the rest: the check above is outside +-${REUSE_TOLERANCE:-0.10} or a cell failed"
   else step "kept processes stay on"; fi
+  fi
   step ceiling
   CONFIG=$engine scripts/gpu-study.sh ceiling "$dest/ceiling" > /dev/null 2>&1
   tail -4 "$dest/ceiling/ceiling.log" >> "$dest/steps.log"
@@ -53,10 +57,12 @@ EOF
   cat "$dest/engine/steps.log" >> "$dest/steps.log"
   step study
   resume=${RESUME:-docs/results/2026-11-30-h200x2/study-4/bundle}
-  for f in "$resume"/cells/*.json "$resume"/telemetry/*; do  # where the engine run left no record of the cell
-    to=results/cells; case $f in */telemetry/*) to=results/telemetry ;; esac
-    [ -e "$to/${f##*/}" ] || cp "$f" "$to/"
-  done
+  # the study sees its own records only: the engine measured some of its cells under other settings
+  mkdir -p "$dest/engine-results" results/cells results/telemetry
+  mv results/cells results/telemetry "$dest/engine-results/"
+  mkdir -p results/cells results/telemetry
+  cp "$resume"/cells/*.json results/cells/
+  cp "$resume"/telemetry/* results/telemetry/ 2>/dev/null
   python3 -m loaderbench adopt --config "$study" >> "$dest/steps.log" 2>&1
   left=$(( end_min - SECONDS / 60 ))
   step "study: $left minutes"

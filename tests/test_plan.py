@@ -155,6 +155,23 @@ def test_the_nearest_measured_configuration_gives_rate_first_step_and_window(pro
     assert cell.seconds == pytest.approx(overhead + m["first_step_s"] + 9 * step + window + JOB_S)
 
 
+def test_a_window_that_never_settled_predicts_a_longer_one_at_its_maximum(project, h200_records):
+    """A neighbour whose adaptive window reached its maximum unconverged says nothing about when a longer one would
+    settle: that cell is predicted at its own maximum, not at the neighbour's window (engine-3's 30 s dali-cpu)."""
+    raw = yaml.safe_load(ENGINE.read_text())
+    raw["window"]["max_seconds"] = 30
+    raw["window"]["min_seconds"] = 1  # another window rule: the records are neighbours, not this configuration
+    cfg = validate_config(raw, base_dir=REPO)
+    plan = make_plan(cfg, [], host=host_of_records(h200_records), host_dirs=[h200_records])
+    cells = {c.cell: c for c in plan.cells}
+    unsettled = _record(h200_records / "dali-cpu_ram_g1_b256_amp_ddp_r0.json")
+    settled = _record(h200_records / "dali-cpu_ram_g2_b256_amp_ddp_r0.json")
+    assert unsettled["metrics"]["window"]["converged"] is False and settled["metrics"]["window"]["converged"]
+    assert "window 30." in cells["dali-cpu_ram_g1_b256_amp_ddp_r0"].detail
+    window = re.search(r"window ([0-9.]+) s", cells["dali-cpu_ram_g2_b256_amp_ddp_r0"].detail)
+    assert float(window.group(1)) == pytest.approx(settled["metrics"]["time_s"], abs=0.06)
+
+
 def test_a_backlog_filled_during_setup_costs_compute_not_loading(project, h200_records):
     """A worker-fed loader fills its prefetch during setup: its warm-up is those batches at the compute's pace, and
     one step that waits - not backlog + 2 steps at the loader's pace (study-2: torchvision's warm-up was 3-6 s, the

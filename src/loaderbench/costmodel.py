@@ -20,6 +20,8 @@ rules); fresh cells are predicted from fresh records. Every cell also costs Snak
 
 from __future__ import annotations
 
+import math
+
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -145,6 +147,7 @@ class _Measured:
     kept: bool = False  # measured by a process kept from an earlier cell (warmstart's reuse)
     startup_s: float | None = None  # interpreter and imports (a kept process skips them)
     cold_step_s: float | None = None  # CUDA's start and cuDNN's plans (a kept process skips them for shapes it ran)
+    unsettled: bool = False  # an adaptive window that reached its maximum unconverged: a longer one runs longer
 
     @property
     def overhead_s(self) -> float | None:
@@ -175,11 +178,12 @@ def measured_of(record: dict) -> _Measured | None:
     mode = (m.get("window") or {}).get("mode")
     compute = (m.get("compute_ms") or {}).get("mean")
     starts = record.get("process_start") or []
+    unsettled = (m.get("window") or {}).get("converged") is False
     return _Measured(record["spec"], float(record["wall_s"]), window, warmup, first, m.get("samples_per_s"),
                      mode == "adaptive" or (mode is None and record["spec"].get("window_max_s") is not None),
                      None if compute is None else compute / 1e3, m.get("global_batch"),
                      bool(starts) and all(s.get("reused") for s in starts), m.get("startup_s"),
-                     m.get("cold_step_s"))  # fmt: skip
+                     m.get("cold_step_s"), unsettled)  # fmt: skip
 
 
 def _kept_overhead(spec: dict, fresh: list[_Measured], kept: list[_Measured],
@@ -344,7 +348,9 @@ def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float
             over = _kept_overhead(d, pool, reused, kept)[0]
             overhead = overhead if over is None else over
         first = _median(m.first_step_s for m in (near if same_loader else mine))
-        hint = _median(m.window_s for m in near if m.adaptive) if same_loader and not io_bound else None
+        # a window that never settled says only that this one runs to its own maximum
+        hint = (_median(math.inf if m.unsettled else m.window_s for m in near if m.adaptive)
+                if same_loader and not io_bound else None)  # fmt: skip
         # the neighbours' compute per step, for this cell's global batch
         compute = _median(m.compute_s * gb / m.global_batch for m in near if m.compute_s and m.global_batch)
         seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind] if overhead is None else overhead,
