@@ -7,9 +7,11 @@
 #      REUSE_CHECK=0 skips it (kept processes stay as the configs say).
 #   2. `loaderbench ceiling` (config/h200x2-engine.yaml): the synthetic cell against a pinned bare loop.
 #   3. config/h200x2-engine.yaml through the pipeline (`gpu-study.sh start`, ENGINE_MIN minutes at most), packed.
-#   4. config/h200x2-study.yaml: the engine run's records move to DEST/engine-results (its pack has them), the
-#      records in RESUME (default study-4's bundle) are copied in and adopted, then the study's missing cells run
-#      until END_MIN minutes after this script started.
+#   4. the study (STUDY, default config/h200x2-study.yaml): the engine run's records move to DEST/engine-results
+#      (its pack has them), the records in RESUME (default study-4's bundle; RESUME=none: no records) are copied in
+#      and adopted, then the study's missing cells run until END_MIN minutes after this script started.
+# On a host with one GPU: REUSE_CHECK=0 STUDY=config/h200-sweep.yaml RESUME=none (the engine's 2-GPU cells are
+# recorded `skipped`, with the reason).
 # Run after `gpu-study.sh setup` and `prep DEST` (the study's dataset and tiers). DEST/steps.log says what ran;
 # DEST/DONE marks the end. Poll with `scripts/gpu-study.sh wait DEST SECONDS OUT` (it packs DEST and the records);
 # stop with `scripts/gpu-study.sh stop DEST`.
@@ -26,7 +28,7 @@ setsid nohup bash -c '
   dest=$1; end_min=$2
   echo $$ > "$dest/driver.pid"  # `scripts/gpu-study.sh stop DEST` ends this run and the runs it started
   step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
-  engine=config/h200x2-engine.yaml study=config/h200x2-study.yaml
+  engine=config/h200x2-engine.yaml study=${STUDY:-config/h200x2-study.yaml}
   if [ "${REUSE_CHECK:-1}" = 0 ]; then step "reuse check skipped (REUSE_CHECK=0)"; else
   step reuse check; mkdir -p "$dest/reuse"
   scripts/reuse-check.sh "$study" "$dest/reuse" torchvision_ram_g1_b256_amp_dp_r0 synthetic_ram_g1_b256_amp_dp_r0 \
@@ -61,8 +63,10 @@ EOF
   mkdir -p "$dest/engine-results" results/cells results/telemetry
   mv results/cells results/telemetry "$dest/engine-results/"
   mkdir -p results/cells results/telemetry
-  cp "$resume"/cells/*.json results/cells/
-  cp "$resume"/telemetry/* results/telemetry/ 2>/dev/null
+  if [ "$resume" != none ]; then
+    cp "$resume"/cells/*.json results/cells/
+    cp "$resume"/telemetry/* results/telemetry/ 2>/dev/null
+  fi
   python3 -m loaderbench adopt --config "$study" >> "$dest/steps.log" 2>&1
   left=$(( end_min - SECONDS / 60 ))
   step "study: $left minutes"
