@@ -5,8 +5,8 @@
 #      cell fails, or kept/fresh is off by more than REUSE_TOLERANCE (default 0.10, the drift seen between
 #      processes), host.reuse_processes is turned off in this copy's two configs below, and steps.log says so.
 #      REUSE_CHECK=0 skips it (kept processes stay as the configs say).
-#   2. `loaderbench ceiling` (config/h200x2-engine.yaml): the synthetic cell against a pinned bare loop.
-#   3. config/h200x2-engine.yaml through the pipeline (`gpu-study.sh start`, ENGINE_MIN minutes at most), packed.
+#   2. `loaderbench ceiling` (the engine's config): the synthetic cell against a pinned bare loop.
+#   3. the engine grid (ENGINE, default config/h200x2-engine.yaml) through the pipeline (`gpu-study.sh start`, ENGINE_MIN minutes at most), packed.
 #   4. the study (STUDY, default config/h200x2-study.yaml): the engine run's records move to DEST/engine-results
 #      (its pack has them), the records in RESUME (default study-4's bundle; RESUME=none: no records) are copied in
 #      and adopted, then the study's missing cells run until END_MIN minutes after this script started.
@@ -28,7 +28,7 @@ setsid nohup bash -c '
   dest=$1; end_min=$2
   echo $$ > "$dest/driver.pid"  # `scripts/gpu-study.sh stop DEST` ends this run and the runs it started
   step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
-  engine=config/h200x2-engine.yaml study=${STUDY:-config/h200x2-study.yaml}
+  engine=${ENGINE:-config/h200x2-engine.yaml} study=${STUDY:-config/h200x2-study.yaml}
   if [ "${REUSE_CHECK:-1}" = 0 ]; then step "reuse check skipped (REUSE_CHECK=0)"; else
   step reuse check; mkdir -p "$dest/reuse"
   scripts/reuse-check.sh "$study" "$dest/reuse" torchvision_ram_g1_b256_amp_dp_r0 synthetic_ram_g1_b256_amp_dp_r0 \

@@ -88,3 +88,21 @@ def test_the_setting_reaches_the_spec_and_changes_its_hash(tmp_path):
     assert CellSpec.from_dict(uint8.to_dict()) == uint8
     with pytest.raises(ConfigError, match="transport"):
         validate_config({**cfg, "torchvision": {"transport": "float16"}})
+
+
+def test_the_setting_is_torchvisions_alone(tmp_path):
+    """Other loaders' cells keep their specs (and records) when torchvision's transport changes, so a config may set
+    it at the top and share its other cells with a config that does not."""
+    cfg = tiny_config(tmp_path, loaders=["torchvision", "opencv"])
+    base, uint8 = validate_config(cfg), validate_config({**cfg, "torchvision": {"transport": "uint8"}})
+    other = "opencv_disk-a_g1_b4_fp32_dp_r0"
+    assert cell_spec(uint8, other) == cell_spec(base, other)
+    assert spec_hash(cell_spec(uint8, other)) == spec_hash(cell_spec(base, other))
+    # a part that sets it shares its other loaders' cells with a part that does not
+    parts = {**cfg, "parts": [
+        {"name": "a", "loaders": ["opencv"]},
+        {"name": "b", "loaders": ["torchvision", "opencv"], "torchvision": {"transport": "uint8"}},
+    ]}  # fmt: skip
+    shared = validate_config(parts)
+    assert cell_spec(shared, other) == cell_spec(base, other)
+    assert cell_spec(shared, "torchvision_disk-a_g1_b4_fp32_dp_r0").torchvision_transport == "uint8"

@@ -164,8 +164,10 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path) -> None:
         part["cell_timeout_s"] = pc["cell_timeout_s"]
         for cid in _part_cells(part):
             other = owner.setdefault(cid, part)
-            if other is not part and other["settings"] != part["settings"]:
-                differ = sorted(k for k in part["settings"] if part["settings"][k] != other["settings"][k])
+            loader = parse_cell_id(cid)["loader"]
+            mine, theirs = loader_settings(part["settings"], loader), loader_settings(other["settings"], loader)
+            if other is not part and mine != theirs:
+                differ = sorted(k for k in mine if mine[k] != theirs[k])
                 raise ConfigError(f"{where}: cell {cid} is also in part {other['name']!r} with other settings "
                                   f"({', '.join(differ)}); a cell has one spec")  # fmt: skip
         parts.append(part)
@@ -339,12 +341,14 @@ def _fixed(**default):
     return field(metadata={"fixed": True}, **default)
 
 
-def _from_config(key: str, *, since_records: bool = False, **default):
+def _from_config(key: str, *, since_records: bool = False, loaders: tuple[str, ...] = (), **default):
     """A CellSpec field that config key `key` (dotted: `window.steps`) sets for every cell of the grid.
 
     since_records: a field added after records were made; `to_dict` (the record's spec, its hash, Snakemake's spec
-    param) leaves it out while it holds its default, so those records stay the measurements of their cells."""
-    return field(metadata={"config_key": key, "since_records": since_records}, **default)
+    param) leaves it out while it holds its default, so those records stay the measurements of their cells.
+    loaders: a setting of these loaders only; every other loader's cell keeps its default (`loader_settings`), so
+    setting it neither changes nor re-measures their cells."""
+    return field(metadata={"config_key": key, "since_records": since_records, "loaders": loaders}, **default)
 
 
 @dataclass(frozen=True)
@@ -396,7 +400,8 @@ class CellSpec:
     cold_step: str | bool = _from_config("cold_step", default="auto")  # a step on a random batch in setup (train)
     # what the torchvision loader's workers hand over: float32 (ToTensor + Normalize in the workers, the seed's
     # recipe) or uint8 (the same crop and flip; normalised on the device, as opencv does)
-    torchvision_transport: str = _from_config("torchvision.transport", since_records=True, default="float32")
+    torchvision_transport: str = _from_config("torchvision.transport", since_records=True, loaders=("torchvision",),
+                                              default="float32")  # fmt: skip
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
@@ -425,6 +430,14 @@ class CellSpec:
 
 # Which config key sets which CellSpec field for every cell, read off the fields (`_from_config`).
 CONFIG_KEYS = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "config_key" in f.metadata}
+# Settings of some loaders only (`_from_config(loaders=...)`): field -> (its loaders, its default)
+_LOADER_SCOPED = {f.name: (f.metadata["loaders"], f.default) for f in fields(CellSpec) if f.metadata.get("loaders")}
+
+
+def loader_settings(settings: dict, loader: str) -> dict:
+    """A part's settings as a cell of `loader` takes them: another loader's setting at its default."""
+    return {k: (v if k not in _LOADER_SCOPED or loader in _LOADER_SCOPED[k][0] else _LOADER_SCOPED[k][1])
+            for k, v in settings.items()}  # fmt: skip
 
 
 def cell_id(loader: str, tier: str, gpus: int, batch_size: int, precision: str, parallel: str, repeat: int) -> str:
@@ -502,7 +515,7 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     tier = cfg["storage"][d["tier"]]
     settings = part["settings"] if part else {name: _config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
-    return CellSpec(**d, **settings, tier_path=tier["path"], dataset=cfg["dataset"]["name"],
+    return CellSpec(**d, **loader_settings(settings, d["loader"]), tier_path=tier["path"], dataset=cfg["dataset"]["name"],
                     seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
                     read_path=tier_read_path(tier), device_model=tier["model"])  # fmt: skip
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import CellSpec, ConfigError, cell_id, cell_spec
+from .config import CellSpec, ConfigError, cell_id, cell_spec, loader_settings
 
 FIELDS = {f.name for f in dataclasses.fields(CellSpec)}
 TYPES = {f.name: f.type for f in dataclasses.fields(CellSpec)}
@@ -59,7 +59,7 @@ def sweep(cfg: dict, variants: list[str], loaders: list[str], tier: str, batch_s
                 if lo == "synthetic" and name != parsed[0][0] and set(overrides) <= LOADER_ONLY:
                     continue
                 base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, "dp", r), in_grid=False)
-                spec = dataclasses.replace(base, **overrides)
+                spec = dataclasses.replace(base, **loader_settings(overrides, lo))
                 rec = run_cell(spec, manifest, Path(out_dir) / name / f"{spec.cell_id}.json", host=host)
                 records.setdefault((name, lo), []).append(rec)
     rows = []
