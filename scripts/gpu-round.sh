@@ -8,7 +8,7 @@
 #   2. `loaderbench ceiling` (the engine's config): the synthetic cell against a pinned bare loop.
 #   3. the engine grid (ENGINE, default config/h200x2-engine.yaml) through the pipeline (`gpu-study.sh start`, ENGINE_MIN minutes at most), packed.
 #   4. the study (STUDY, default config/h200x2-study.yaml): the engine run's records move to DEST/engine-results
-#      (its pack has them), the records in RESUME (default study-4's bundle; RESUME=none: no records) are copied in
+#      (its pack has them), the records in RESUME (default: the finished study's bundle, docs/results/2026-12-01-h200x2/study; RESUME=none: no records) are copied in
 #      and adopted, then the study's missing cells run until END_MIN minutes after this script started.
 # On a host with one GPU: REUSE_CHECK=0 STUDY=config/h200-sweep.yaml RESUME=none (the engine's 2-GPU cells are
 # recorded `skipped`, with the reason).
@@ -58,11 +58,17 @@ EOF
   scripts/gpu-study.sh pack "$dest/engine" "$dest/engine-out" > /dev/null 2>&1
   cat "$dest/engine/steps.log" >> "$dest/steps.log"
   step study
-  resume=${RESUME:-docs/results/2026-11-30-h200x2/study-4/bundle}
+  resume=${RESUME:-docs/results/2026-12-01-h200x2/study/bundle}
   # the study sees its own records only: the engine measured some of its cells under other settings
   mkdir -p "$dest/engine-results" results/cells results/telemetry
   mv results/cells results/telemetry "$dest/engine-results/"
   mkdir -p results/cells results/telemetry
+  # and Snakemake forgets their specs: a study cell of the same id whose record RESUME brings would otherwise be
+  # measured again, its params (the spec of the engine run) "changed" (2026-12-01: 11 cells, 3 minutes of a lease)
+  moved=(); for f in "$dest"/engine-results/cells/*.json "$dest"/engine-results/telemetry/*; do
+    [ -e "$f" ] && moved+=("results/${f#"$dest"/engine-results/}"); done
+  [ ${#moved[@]} -eq 0 ] || python3 -m snakemake --cores 1 --configfile "$study" --cleanup-metadata "${moved[@]}" \
+    >> "$dest/steps.log" 2>&1
   if [ "$resume" != none ]; then
     cp "$resume"/cells/*.json results/cells/
     cp "$resume"/telemetry/* results/telemetry/ 2>/dev/null
