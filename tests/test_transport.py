@@ -18,7 +18,7 @@ from loaderbench.staged import class_names
 from tests.conftest import staged_disk, tiny_config
 from tests.test_cold_step import _ctx, _layout
 
-STUDY_RECORDS = Path(__file__).resolve().parents[1] / "docs/results/2026-11-30-h200x2/study-4/bundle/cells"
+STUDY_RECORDS = Path(__file__).resolve().parents[1] / "docs/results/2026-12-01-h200x2/study/bundle/cells"
 
 
 @pytest.fixture(scope="module")
