@@ -125,3 +125,43 @@ def test_gpu_study_stop_ends_the_whole_run_and_releases_the_lock(tmp_path):
     proc = study("start", "run2", "0")
     assert proc.returncode == 0 and "released a stale Snakemake lock" in (checkout / "run2/steps.log").read_text()
     study("stop", "run2")
+
+
+def test_gpu_study_start_measures_a_spreading_configuration_once_more(tmp_path):
+    """Issue 14: configurations whose repeats spread over spread_warn are rerun once, and flagged if they still do.
+    `gpu-study.sh start` requeues them (`loaderbench respread`) after the parts and measures them again in the same
+    run. spread_warn 0 makes any two real repeats spread over it; the ledger keeps the configuration from a second
+    rerun, the first records stay in superseded/, and the table is built over the new ones."""
+    import time
+
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts/gpu-study.sh", checkout / "scripts")
+    for name in ("Snakefile", "workflow", "profiles", "src"):
+        (checkout / name).symlink_to(REPO / name)
+    cfg = {"dataset": {"images": 24, "classes": 2}, "storage": {"disk": str(tmp_path / "tier")},
+           "loaders": ["synthetic"], "batch_sizes": [4], "precisions": ["fp32"], "crop_size": 32, "workers": 1,
+           "warmup_steps": 1, "window": {"steps": 3}, "repeats": 2, "spread_warn": 0.0,
+           "baseline": {"loader": "synthetic", "tier": "disk", "gpus": 1, "batch_size": 4, "precision": "fp32"}}  # fmt: skip
+    (checkout / "c.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "tier").mkdir()
+    env = {**_with_python3(tmp_path), "CONFIG": "c.yaml"}
+    proc = subprocess.run(["bash", "scripts/gpu-study.sh", "start", "run", "5"], cwd=checkout, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    deadline = time.time() + 400
+    while time.time() < deadline and not (checkout / "run/DONE").exists():
+        time.sleep(2)
+    steps = (checkout / "run/steps.log").read_text()
+    assert (checkout / "run/DONE").exists(), steps
+    assert "requeued synthetic_disk_g1_b4_fp32_dp" in steps, steps
+    ledger = json.loads((checkout / "results/respread.json").read_text())
+    assert list(ledger) == ["synthetic_disk_g1_b4_fp32_dp"]
+    first = sorted((checkout / "results/cells/superseded").glob("*.json"))
+    assert len(first) == 2  # both repeats' first records, kept
+    for r in (0, 1):
+        new = json.loads((checkout / f"results/cells/synthetic_disk_g1_b4_fp32_dp_r{r}.json").read_text())
+        old = json.loads(next(p for p in first if p.name.startswith(f"synthetic_disk_g1_b4_fp32_dp_r{r}.")).read_text())
+        assert new["status"] == "ok" and new["started_at"] > old["finished_at"]  # measured again, after
+    assert "kept the first record" not in steps  # nothing was left unmeasured
+    assert (checkout / "results/tables/repeats.csv").exists()
