@@ -63,16 +63,12 @@ EOF
   mkdir -p "$dest/engine-results" results/cells results/telemetry
   mv results/cells results/telemetry "$dest/engine-results/"
   mkdir -p results/cells results/telemetry
-  # and Snakemake forgets their specs: a study cell of the same id whose record RESUME brings would otherwise be
-  # measured again, its params (the spec of the engine run) "changed" (2026-12-01: 11 cells, 3 minutes of a lease)
-  moved=(); for f in "$dest"/engine-results/cells/*.json "$dest"/engine-results/telemetry/*; do
-    [ -e "$f" ] && moved+=("results/${f#"$dest"/engine-results/}"); done
-  [ ${#moved[@]} -eq 0 ] || python3 -m snakemake --cores 1 --configfile "$study" --cleanup-metadata "${moved[@]}" \
-    >> "$dest/steps.log" 2>&1
   if [ "$resume" != none ]; then
     cp "$resume"/cells/*.json results/cells/
     cp "$resume"/telemetry/* results/telemetry/ 2>/dev/null
   fi
+  # adopt also clears the params Snakemake stored for these outputs when the engine measured the same cell ids under
+  # other settings (2026-12-01: without it, 11 cells and 3 minutes of a lease were measured again)
   python3 -m loaderbench adopt --config "$study" >> "$dest/steps.log" 2>&1
   left=$(( end_min - SECONDS / 60 ))
   step "study: $left minutes"

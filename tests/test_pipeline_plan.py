@@ -4,6 +4,7 @@ deleted cell, only the new cells of a grid edit, one cell forced by its record; 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from loaderbench.config import cell_ids, validate_config
-from tests.conftest import cell_record, snakemake, tiny_config, write_config
+from tests.conftest import REPO, cell_record, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e
 FORCED = "torchvision_disk-a_g1_b4_fp32_dp_r0"
@@ -120,6 +121,34 @@ def test_records_carried_to_a_fresh_project_are_not_measured_again(finished_run,
     plan = snakemake(tmp_path, "--configfile", str(cfg_path), "-n").stdout
     assert job_counts(plan)["cell"] == 2
     assert "cells/opencv_disk-a_g1_b4_fp32_dp_r0.json" in plan and "cells/torchvision_disk-a_g1_b4_amp_dp_r0.json" in plan
+
+
+def test_adopting_a_record_clears_the_params_another_configuration_left(finished_run, tmp_path):
+    """A host that measured a cell under another configuration keeps that run's params for its output; a params
+    change is a rerun trigger, so a carried record of the current spec would be measured again (a lease lost 11
+    cells to it). `loaderbench adopt` clears the adopted records' stored metadata."""
+    work, cfg_path = finished_run
+    record = work / "results/cells" / f"{FORCED}.json"
+    timeline = work / "results/telemetry" / f"{FORCED}.csv"
+    kept = record.read_bytes()
+    times = {p: (p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in (record, timeline)}
+    other = yaml.safe_load(cfg_path.read_text())
+    other["warmup_steps"] = other["warmup_steps"] + 1  # another spec for every cell
+    other_path = tmp_path / "other.yaml"
+    other_path.write_text(yaml.safe_dump(other))
+    snakemake(work, f"results/cells/{FORCED}.json", "--configfile", str(other_path))  # measured under the other
+    record.write_bytes(kept)  # the record of the current spec comes back, as from another host
+    plan = snakemake(work, "--configfile", str(cfg_path), "-n").stdout
+    assert job_counts(plan)["cell"] == 1 and "Params have changed" in plan  # what adopt must prevent
+    adopt = [sys.executable, "-m", "loaderbench", "adopt", "--config", str(cfg_path), "--snakefile", str(REPO / "Snakefile")]
+    out = subprocess.run(adopt, cwd=work, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "stored metadata of the" in out.stdout, out.stdout
+    plan = snakemake(work, "--configfile", str(cfg_path), "-n").stdout
+    assert job_counts(plan).get("cell", 0) == 0, plan
+    assert record.read_bytes() == kept
+    for p, (atime, mtime) in times.items():  # the run's tables stay newer than its records, for the other tests
+        os.utime(p, ns=(atime, mtime))
 
 
 def test_forcing_one_cells_record_plans_exactly_one_cell_job(finished_run):

@@ -206,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "current spec on the same data as up to date, so Snakemake measures only the missing cells")
     s.add_argument("--config", required=True)
     s.add_argument("--results", default=RESULTS.root)
+    s.add_argument("--snakefile", default="Snakefile",
+                   help="the workflow whose stored metadata of the adopted records is cleared (default ./Snakefile)")
     s.set_defaults(func=commands.cmd_adopt)
 
     s = sub.add_parser("where", help="print where a run keeps a file (the results layout), e.g. `where cell ID`")

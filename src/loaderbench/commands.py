@@ -325,7 +325,11 @@ def cmd_adopt(a) -> int:
     Snakemake would measure every cell again. A record whose spec_hash is its cell's current spec and whose
     manifest_sha256 is its tier's current manifest measured this very configuration on this very data: it and its
     timeline get the current time, and Snakemake leaves them be. Every other record is left as it is (and
-    re-measured)."""
+    re-measured).
+
+    On a host that ran another configuration over the same output paths, Snakemake also keeps that run's params for
+    them, and a params change is a rerun trigger: the adopted records' stored metadata is cleared too
+    (`snakemake --cleanup-metadata`, with `--snakefile`)."""
     from .records import load_records, spec_hash
 
     cfg = _cfg(a)
@@ -339,6 +343,7 @@ def cmd_adopt(a) -> int:
             data[tier] = None
     paths = sorted(Path(layout.cells).glob("*.json"))
     counts = {"adopted": 0, "not in this grid": 0, "another spec": 0, "other data or not staged": 0}
+    adopted: list[Path] = []
     for rec in load_records(paths)[0]:
         cid = rec["cell_id"]
         if cid not in grid:
@@ -352,11 +357,29 @@ def cmd_adopt(a) -> int:
             for f in (Path(layout.cell(cid)), Path(layout.timeline(cid))):
                 if f.is_file():
                     os.utime(f)
+                    adopted.append(f)
         counts[why] += 1
         if why != "adopted":
             print(f"  {cid}: {why} (measured again)", file=sys.stderr)
     print(f"{len(paths)} records in {layout.cells}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    if adopted:
+        print(_forget_metadata(adopted, Path(a.config), Path(a.snakefile)))
     return 0
+
+
+def _forget_metadata(outputs: list[Path], config: Path, snakefile: Path) -> str:
+    """Clear Snakemake's stored metadata of `outputs` (this directory's workflow), so that params stored by a run of
+    another configuration do not trigger their rerun. Returns what was done, for the user."""
+    import subprocess
+
+    if not snakefile.is_file():
+        return f"Snakemake's stored metadata left as it is: no workflow at {snakefile} (--snakefile)"
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "--directory", str(Path.cwd()), "--cores", "1",
+           "--configfile", str(config), "--cleanup-metadata", *map(str, outputs)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"snakemake --cleanup-metadata failed ({out.returncode}): {out.stderr[-2000:]}")
+    return f"Snakemake's stored metadata of the {len(outputs)} adopted outputs cleared"
 
 
 def cmd_where(a) -> int:
