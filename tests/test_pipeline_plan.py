@@ -114,10 +114,11 @@ def test_records_carried_to_a_fresh_project_are_not_measured_again(finished_run,
     other.write_text(json.dumps({**rec, "manifest_sha256": "0" * 64}))
     assert job_counts(snakemake(tmp_path, "--configfile", str(cfg_path), "-n").stdout)["cell"] == 10  # all, before
     snakemake(tmp_path, "--configfile", str(cfg_path), "--until", "stage")
-    out = subprocess.run([sys.executable, "-m", "loaderbench", "adopt", "--config", str(cfg_path)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    adopt = [sys.executable, "-m", "loaderbench", "adopt", "--config", str(cfg_path), "--snakefile", str(REPO / "Snakefile")]
+    out = subprocess.run(adopt, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "9 records in results/cells: 8 adopted" in out.stdout and "1 other data or not staged" in out.stdout
+    assert "0 had some, 16 none" in out.stdout  # a fresh project: Snakemake stored nothing for the 8 records, 8 timelines
     plan = snakemake(tmp_path, "--configfile", str(cfg_path), "-n").stdout
     assert job_counts(plan)["cell"] == 2
     assert "cells/opencv_disk-a_g1_b4_fp32_dp_r0.json" in plan and "cells/torchvision_disk-a_g1_b4_amp_dp_r0.json" in plan
@@ -143,7 +144,7 @@ def test_adopting_a_record_clears_the_params_another_configuration_left(finished
     adopt = [sys.executable, "-m", "loaderbench", "adopt", "--config", str(cfg_path), "--snakefile", str(REPO / "Snakefile")]
     out = subprocess.run(adopt, cwd=work, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "stored metadata of the" in out.stdout, out.stdout
+    assert "stored metadata of the adopted outputs cleared:" in out.stdout, out.stdout
     plan = snakemake(work, "--configfile", str(cfg_path), "-n").stdout
     assert job_counts(plan).get("cell", 0) == 0, plan
     assert record.read_bytes() == kept
