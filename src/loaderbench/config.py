@@ -515,8 +515,8 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     tier = cfg["storage"][d["tier"]]
     settings = part["settings"] if part else {name: _config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
-    return CellSpec(**d, **loader_settings(settings, d["loader"]), tier_path=tier["path"], dataset=cfg["dataset"]["name"],
-                    seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
+    return CellSpec(**d, **loader_settings(settings, d["loader"]), tier_path=tier["path"],
+                    dataset=cfg["dataset"]["name"], seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
                     read_path=tier_read_path(tier), device_model=tier["model"])  # fmt: skip
 
 

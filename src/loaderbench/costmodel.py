@@ -21,7 +21,6 @@ rules); fresh cells are predicted from fresh records. Every cell also costs Snak
 from __future__ import annotations
 
 import math
-
 import statistics
 from collections import Counter
 from dataclasses import dataclass

@@ -137,3 +137,15 @@ def normalize_uint8_nhwc(x: torch.Tensor, channels_last: bool, dtype: torch.dtyp
     out = torch.empty(x.shape, dtype=dtype, device=x.device)
     x = torch.addcmul(shift, x, scale, out=out).permute(0, 3, 1, 2)
     return x if channels_last else x.contiguous()
+
+
+def uint8_to_device(ctx: LoaderContext) -> Callable:
+    """`forever`'s to_device for a DataLoader batch of uint8 NHWC images and labels: both to the device, the images
+    normalised there (`normalize_uint8_nhwc`) into the layout and dtype the model takes."""
+
+    def to_device(batch):
+        images, labels = batch
+        images = images.to(ctx.device, non_blocking=True)
+        return normalize_uint8_nhwc(images, ctx.channels_last, ctx.dtype), labels.to(ctx.device, non_blocking=True)
+
+    return to_device

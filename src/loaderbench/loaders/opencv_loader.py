@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torchvision.transforms as T
 
-from .common import CROP_RATIO, CROP_SCALE, LoaderContext, SampleDataset, forever, normalize_uint8_nhwc
+from .common import CROP_RATIO, CROP_SCALE, LoaderContext, SampleDataset, forever, uint8_to_device
 
 _NO_SIZE = torch.empty(1, 1, 1)
 
@@ -50,10 +50,4 @@ def dataset(samples: list[tuple[str, int]], crop_size: int) -> SampleDataset:
 def build(ctx: LoaderContext):
     samples, _ = ctx.samples()
     loader = ctx.dataloader(dataset(samples, ctx.crop_size))
-
-    def to_device(batch):
-        images, labels = batch
-        images = images.to(ctx.device, non_blocking=True)
-        return normalize_uint8_nhwc(images, ctx.channels_last, ctx.dtype), labels.to(ctx.device, non_blocking=True)
-
-    return forever(loader, to_device)
+    return forever(loader, uint8_to_device(ctx))

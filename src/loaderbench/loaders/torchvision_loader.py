@@ -8,14 +8,14 @@ global batch: engine-2 measured float32 at 0.71 of ddp there).
 
 from __future__ import annotations
 
-import torchvision.transforms as T
-import torchvision.transforms.functional as F
 import numpy as np
 import torch
+import torchvision.transforms as T
+import torchvision.transforms.functional as F
 from torchvision.datasets.folder import default_loader
 
 from .common import (CROP_RATIO, CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, LoaderContext, SampleDataset, forever,
-                     normalize_uint8_nhwc)  # fmt: skip
+                     uint8_to_device)  # fmt: skip
 
 TRANSPORTS = ("float32", "uint8")
 
@@ -57,15 +57,13 @@ def build(ctx: LoaderContext):
     dataset = SampleDataset(samples, load(transform(ctx.crop_size, transport)))
     loader = ctx.dataloader(dataset)
     ctx.info.update(transport=transport)
+    if transport == "uint8":
+        return forever(loader, uint8_to_device(ctx))
 
     def to_device(batch):
         images, labels = batch
-        labels = labels.to(ctx.device, non_blocking=True)
-        if transport == "uint8":
-            images = images.to(ctx.device, non_blocking=True)
-            return normalize_uint8_nhwc(images, ctx.channels_last, ctx.dtype), labels
         # float32 from the workers (ToTensor + Normalize, as the seed); layout and dtype change in the same copy
         images = images.to(ctx.device, non_blocking=True).to(ctx.dtype, memory_format=ctx.memory_format)
-        return images, labels
+        return images, labels.to(ctx.device, non_blocking=True)
 
     return forever(loader, to_device)
