@@ -17,7 +17,7 @@ from loaderbench import placement
 from loaderbench.parallel import ReplicaThreads
 from loaderbench.runcell import phases
 from loaderbench.watchdog import Beat, Heartbeat, StallRule, describe, read
-from loaderbench.window import StopRule, relative_halfwidth, warm_up
+from loaderbench.window import StopRule, is_burst_start, relative_halfwidth, timed_window, warm_up, whole_bursts
 
 
 def ends(durations):
@@ -294,3 +294,53 @@ def test_the_warm_up_ends_once_the_loader_made_a_step_wait():
     durations, drained_at = warm_up(step, _Loader(0, 0.01), 40, lambda: None, _Beat(), min_steps=2,
                                     agree_drained=lambda done: done and next(votes))
     assert drained_at == 4
+
+
+class _Bursts:
+    """A worker-fed loader after its warm-up: the rest of a burst (`burst` - 1 batches) at once, then each burst's
+    first batch after `gap_s` (its workers' batch time), the rest of it at once."""
+
+    def __init__(self, burst: int, gap_s: float):
+        self.burst, self.gap_s, self.given = burst, gap_s, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.given += 1
+        if self.given % self.burst == 0:
+            time.sleep(self.gap_s)
+        return (self.given,)
+
+
+def test_a_worker_fed_loaders_window_is_cut_back_to_whole_bursts():
+    """Bursts of 5 batches: 60 ms steps, a 200 ms wait before each burst's first step - 10 steps/s over whole bursts.
+    A 1.2 s maximum falls inside the third burst, whose fast steps without their wait would read 11.3 steps/s."""
+    rule = StopRule(max_seconds=1.2, min_seconds=0.1, precision=0.02, burst=5)
+    win = timed_window(lambda *b: time.sleep(0.06), _Bursts(5, 0.2), rule, lambda: None, _Beat(), lambda v: v, None,
+                       "bursts", 1, False)  # fmt: skip
+    assert win.extra["whole_bursts"]["steps"] == win.steps == 10  # 2 whole bursts; steps 11-14 (no wait) cut
+    assert win.extra["whole_bursts"]["cut_steps"] == 4 and len(win.step_end) == len(win.waits) == 10
+    assert win.steps / win.elapsed_s == pytest.approx(10.0, rel=0.04)
+    assert win.extra["whole_bursts"]["cut_s"] == pytest.approx(0.24, abs=0.04)
+    # a loader that never makes a step wait keeps its window; one delivering a batch a step is not cut either
+    win = timed_window(lambda *b: time.sleep(0.01), _Loader(10**6, 0.0), StopRule(max_seconds=0.3, burst=5),
+                       lambda: None, _Beat(), lambda v: v, None, "steady", 1, False)  # fmt: skip
+    assert win.extra["whole_bursts"]["cut_steps"] == 0 and win.steps == len(win.step_end)
+    win = timed_window(lambda *b: time.sleep(0.01), _Bursts(5, 0.2), StopRule(max_seconds=0.6), lambda: None,
+                       _Beat(), lambda v: v, None, "one a step", 1, False)  # fmt: skip
+    assert "whole_bursts" not in win.extra
+
+
+def test_a_worker_fed_loaders_precision_is_judged_at_a_bursts_first_step_only():
+    steady = ends([0.1] * 40)
+    rule = StopRule(max_seconds=30, min_seconds=3, precision=0.02, burst=5)
+    assert rule.done(steady, burst_start=True) and not rule.done(steady, burst_start=False)
+    assert StopRule(max_seconds=30, min_seconds=3, precision=0.02).done(steady, burst_start=False)  # burst 1
+    assert StopRule(max_seconds=3, burst=5).done(steady, burst_start=False)  # the maximum stops it anywhere
+    # a burst's first step: a long wait; inside a burst, or a late worker's shorter wait: not
+    waits, step_end = [0.0, 0.0, 0.5, 0.0, 0.1], ends([0.05, 0.05, 0.55, 0.05, 0.15])
+    assert [is_burst_start(waits, step_end, j, max(waits[: j + 1])) for j in range(5)] == \
+        [False, False, True, False, False]  # fmt: skip
+    assert whole_bursts(waits, step_end, 2) == 3 and whole_bursts(waits, step_end, 4) is None
+    assert whole_bursts(waits, step_end, 1) is None

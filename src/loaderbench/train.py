@@ -244,7 +244,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     marks["window_start"] = time.time()
     win = timed_window(
         step, batches, rule, sync, heartbeat,
-        agree_stop=lambda done: bool(parallel.agree_max(dist, int(done))),
+        agree_max=lambda value: parallel.agree_max(dist, value),
         cuda_timer=(lambda: torch.cuda.Event(enable_timing=True)) if kind == "cuda" else None,
         label=spec.cell_id, samples_per_step=global_batch, show_progress=dist.is_main,
     )  # fmt: skip
@@ -295,7 +295,8 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "window": {"mode": rule.mode, "min_s": rule.min_seconds if rule.mode == "adaptive" else None,
                    "max_s": rule.max_seconds, "precision": rule.precision if rule.mode == "adaptive" else None,
                    "ci95_rel_halfwidth": win.halfwidth, "converged": win.converged,
-                   "burst": rule.burst, "batch_s": batch_durations(win.step_end, burst=rule.burst),
+                   "burst": rule.burst, "whole_bursts": win.extra.get("whole_bursts"),
+                   "batch_s": batch_durations(win.step_end, burst=rule.burst),
                    "trace": trace(win.step_end)},  # fmt: skip
         "warmup_steps": len(warm),
         "warmup_steps_max": warmup,  # the backlog bound; fewer ran when the loader's backlog was found used up
