@@ -402,6 +402,8 @@ class CellSpec:
     # recipe) or uint8 (the same crop and flip; normalised on the device, as opencv does)
     torchvision_transport: str = _from_config("torchvision.transport", since_records=True, loaders=("torchvision",),
                                               default="float32")  # fmt: skip
+    # steps profiled after the window (torch.profiler; stepprofile): a record's metrics.profile; 0: none
+    profile_steps: int = _from_config("profile_steps", since_records=True, default=0)
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and

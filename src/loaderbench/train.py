@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import parallel, placement, summary
+from . import parallel, placement, stepprofile, summary
 from .config import CellSpec
 from .parallel import env_rank
 from .provenance import gpu_memory_used_mb
@@ -253,6 +253,9 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     final_loss = float(win.loss.detach().float().item())
 
     peak_gpu = [torch.cuda.max_memory_allocated(i) / 2**20 for i in gpu_ids]
+    profile = None
+    if spec.profile_steps:  # outside the window; every rank profiles as many steps (ddp's all-reduce pairs them)
+        profile = stepprofile.run(step, batches, spec.profile_steps, sync, kind, heartbeat.beat)
     rank_summary = {
         "rank": dist.rank,
         "device": str(device),
@@ -262,6 +265,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "peak_gpu_mem_mb": peak_gpu,
         "process_rss_mb": _peak_rss_mb(),
         "loader_info": ctx.info,
+        "profile": profile,
     }
     ranks = parallel.gather(dist, rank_summary)
     rss = _process_tree_rss_mb()
@@ -335,6 +339,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "warnings": warnings,
         "workers": ctx.info.get("workers"),
         "loader_info": ctx.info,
+        "profile": [r["profile"] for r in ranks] if spec.profile_steps else None,  # one per rank (stepprofile)
         "device": {"type": kind, "count": count, "used": spec.gpus if kind == "cuda" else 0},
         "amp_dtype": str(amp_dtype).replace("torch.", "") if spec.precision == "amp" else None,
         "peak_gpu_mem_mb": [m for r in ranks for m in r["peak_gpu_mem_mb"]],

@@ -1,0 +1,142 @@
+"""Where a cell's steps spend the device's time: `profile_steps` more steps after the window, under torch.profiler.
+
+A cell's record says how fast it ran and how long its step waited for data; it does not say what the GPU did in the
+step. Two processes of the same dali-cpu cell on the 2 x H200 host ran 33 and 43 ms of device time a step with the
+GPU 81% and 63% busy (docs/results/2026-12-01-h200x2/study): only the device's own timeline tells a step slowed by
+another stream's kernels (a DALI pipeline's resize on the same GPU) from one that idles between kernels (launches
+that come late) or in copies. This module runs the steps, outside the window (the profiler costs time), and reduces
+CUPTI's activity records to a few figures per GPU:
+
+- `busy_ms`: time a kernel, copy or memset of any stream ran, per step (the union of their intervals);
+- `streams`: per stream, kernel, copy and memset time per step; the stream with the most kernel time is `main` (the
+  training step's), the rest are `other` (a loader's own streams: DALI, nvJPEG);
+- `main_idle_ms`: time within the profiled span the main stream ran nothing, per step;
+- `overlap_ms`: time a kernel of another stream ran while one of the main stream did, per step;
+- `top_kernels`: the kernels with the most time, with their stream's role and calls per step;
+
+and, on the host, the CUDA runtime calls with the most time (launches, synchronisations, copies) per step.
+Without a GPU the profile has host operators only, and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+TOP = 8
+
+
+def run(step, batches, steps: int, sync, device_type: str, beat=None) -> dict:
+    """Run `steps` training steps under torch.profiler and summarise them (`summarize`); `beat(seconds)` after each
+    step (the watchdog's heartbeat)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            t = time.perf_counter()
+            step(*next(batches))
+            if beat is not None:
+                beat(time.perf_counter() - t)
+        sync()
+    wall = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    events = [_event(e) for e in prof.profiler.kineto_results.events()]
+    out = summarize(events, steps)
+    out.update(wall_s=round(wall, 4), summarize_s=round(time.perf_counter() - t1, 3))
+    return out
+
+
+def _event(e) -> dict:
+    return {"name": e.name(), "kind": str(e.activity_type()), "gpu": str(e.device_type()).endswith("CUDA"),
+            "device": e.device_index(), "stream": e.device_resource_id(), "start": e.start_ns(),
+            "end": e.start_ns() + e.duration_ns()}  # fmt: skip
+
+
+def _kind(ev: dict) -> str:
+    """kernel, copy or memset (GPU); runtime (a CUDA runtime or driver call on the host); op (anything else)."""
+    if ev["gpu"]:
+        name = ev["name"].lower()
+        return "copy" if ev["kind"] == "gpu_memcpy" or name.startswith("memcpy") else \
+            "memset" if ev["kind"] == "gpu_memset" or name.startswith("memset") else "kernel"  # fmt: skip
+    return "runtime" if ev["kind"] in ("cuda_runtime", "cuda_driver") else "op"
+
+
+def union_ns(intervals) -> int:
+    """Total length of the union of (start, end) intervals."""
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def overlap_ns(a, b) -> int:
+    """Length of the intersection of the unions of interval lists `a` and `b`."""
+    return union_ns(a) + union_ns(b) - union_ns(list(a) + list(b))
+
+
+def summarize(events: list[dict], steps: int) -> dict:
+    """The profile's figures (module docstring) from events as `_event` makes them, per step of `steps`."""
+    per = 1e6 * max(1, steps)  # ns -> ms per step
+    gpu = [e for e in events if e["gpu"] and e["end"] > e["start"]]
+    out = {"steps": steps, "gpus": {}}
+    by_device = defaultdict(list)
+    for e in gpu:
+        by_device[e["device"]].append(e)
+    for device, evs in sorted(by_device.items()):
+        span = max(e["end"] for e in evs) - min(e["start"] for e in evs)
+        streams = defaultdict(lambda: {"kernel": [], "copy": [], "memset": []})
+        names = defaultdict(lambda: [0, 0, None])  # name -> [ns, calls, stream]
+        for e in evs:
+            k = _kind(e)
+            streams[e["stream"]][k].append((e["start"], e["end"]))
+            if k == "kernel":
+                n = names[e["name"]]
+                n[0] += e["end"] - e["start"]
+                n[1] += 1
+                n[2] = e["stream"]
+        kernel_ns = {s: union_ns(v["kernel"]) for s, v in streams.items()}
+        main = max(kernel_ns, key=kernel_ns.get) if kernel_ns else None
+        main_all = [iv for k in ("kernel", "copy", "memset") for iv in streams[main][k]] if main is not None else []
+        others = [iv for s, v in streams.items() if s != main for iv in v["kernel"]]
+        out["gpus"][str(device)] = {
+            "span_ms": round(span / per, 3),
+            "busy_ms": round(union_ns((e["start"], e["end"]) for e in evs) / per, 3),
+            "main_stream": main,
+            "main_idle_ms": round((span - union_ns(main_all)) / per, 3),
+            "overlap_ms": round(overlap_ns(streams[main]["kernel"], others) / per, 3) if main is not None else 0.0,
+            "streams": {
+                str(s): {"role": "main" if s == main else "other",
+                         **{f"{k}_ms": round(union_ns(v[k]) / per, 3) for k in ("kernel", "copy", "memset")},
+                         "kernels_per_step": round(len(v["kernel"]) / max(1, steps), 1)}
+                for s, v in sorted(streams.items(), key=lambda kv: -kernel_ns[kv[0]])
+            },  # fmt: skip
+            "top_kernels": [
+                {"name": name[:100], "stream": "main" if st == main else "other", "ms": round(ns / per, 3),
+                 "calls": round(calls / max(1, steps), 1)}
+                for name, (ns, calls, st) in sorted(names.items(), key=lambda kv: -kv[1][0])[:TOP]
+            ],  # fmt: skip
+        }
+    host = defaultdict(lambda: [0, 0])
+    for e in events:
+        if not e["gpu"] and _kind(e) == "runtime":
+            h = host[e["name"]]
+            h[0] += e["end"] - e["start"]
+            h[1] += 1
+    out["host_runtime"] = [{"name": n, "ms": round(ns / per, 3), "calls": round(c / max(1, steps), 1)}
+                           for n, (ns, c) in sorted(host.items(), key=lambda kv: -kv[1][0])[:TOP]]  # fmt: skip
+    if not gpu:
+        ops = defaultdict(int)
+        for e in events:
+            if _kind(e) == "op":
+                ops[e["name"]] += e["end"] - e["start"]
+        out["note"] = "no GPU activity (a CPU device): host operators only, inclusive of the operators they call"
+        out["host_ops"] = [{"name": n, "ms": round(ns / per, 3)} for n, ns in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP]]
+    return out
