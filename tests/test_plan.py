@@ -332,3 +332,22 @@ def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
     # off a GPU host (the CPU quickstart) nothing is predicted kept
     cpu = make_plan(validate_config({**raw, "host": {"reuse_processes": True}}, base_dir=REPO), [], host=CPU2)
     assert not any("kept process" in c.detail for c in cpu.cells)
+
+
+def test_profiled_steps_add_their_time_to_a_cells_prediction(project, h200_records):
+    """`profile_steps` runs steps under the profiler after the window: a cell that profiles is predicted longer, by
+    its steps at the neighbour's pace (slowed by the profiler) and the reduction of their events."""
+    from loaderbench.costmodel import PROFILE_SUMMARY_S, PROFILED_STEP_FACTOR
+
+    raw = yaml.safe_load(ENGINE.read_text())
+    plain = make_plan(validate_config(raw, base_dir=REPO), [], host=host_of_records(h200_records),
+                      host_dirs=[h200_records])  # fmt: skip
+    raw["profile_steps"] = 20
+    profiled = make_plan(validate_config(raw, base_dir=REPO), [], host=host_of_records(h200_records),
+                         host_dirs=[h200_records])  # fmt: skip
+    before = {c.cell: c for c in plain.cells}["synthetic_ram_g1_b256_amp_dp_r0"]
+    after = {c.cell: c for c in profiled.cells}["synthetic_ram_g1_b256_amp_dp_r0"]
+    step_s = 256 / float(re.search(r"([0-9]+) samples/s", after.detail).group(1))
+    assert "20 profiled steps" in after.detail and "profiled" not in before.detail
+    assert after.seconds - before.seconds == pytest.approx(20 * step_s * PROFILED_STEP_FACTOR + PROFILE_SUMMARY_S,
+                                                           abs=0.05)  # fmt: skip

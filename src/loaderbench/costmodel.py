@@ -58,6 +58,9 @@ PREFILL_SHARE = 0.5
 # Records of kept processes replace it.
 KEPT_OVERHEAD_S = {True: 1.5, False: 8.0}  # only GPU hosts keep processes (KeptProcesses)
 JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spawn, bookkeeping: 0.9 s on the H200 host)
+# Steps profiled after the window (`profile_steps`) run slower under the profiler, and their events are reduced after:
+# a guess until records of the configuration exist (they replace it: their wall has it)
+PROFILED_STEP_FACTOR, PROFILE_SUMMARY_S = 1.5, 2.0
 # Spec fields that do not change what a cell costs: a record with the rest equal is the same configuration.
 # cold_step moves the device's cold start from the first warm-up step into setup, overlapped with the loader's
 # start-up: a cell costs about what it did without it, or less (and records from before it have no cold_step).
@@ -299,7 +302,10 @@ def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, ste
         else:
             window, how = longest, "at its maximum (rate unknown)"
     detail = f"overhead {overhead:.1f} + warm-up {warm_steps} steps {warmup:.1f} + window {window:.1f} s ({how})"
-    return overhead + warmup + window + JOB_S, detail
+    profiled = spec.profile_steps * step_s * PROFILED_STEP_FACTOR + PROFILE_SUMMARY_S if spec.profile_steps else 0.0
+    if profiled:
+        detail += f" + {spec.profile_steps} profiled steps {profiled:.1f} s"
+    return overhead + warmup + window + profiled + JOB_S, detail
 
 
 def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float,
