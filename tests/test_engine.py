@@ -298,37 +298,46 @@ def test_the_warm_up_ends_once_the_loader_made_a_step_wait():
 
 class _Bursts:
     """A worker-fed loader after its warm-up: the rest of a burst (`burst` - 1 batches) at once, then each burst's
-    first batch after `gap_s` (its workers' batch time), the rest of it at once."""
+    first batch after `gap_s` (its workers' batch time), the rest of it at once; `ready` more batches at once first
+    (a round made before the warm-up ended)."""
 
-    def __init__(self, burst: int, gap_s: float):
-        self.burst, self.gap_s, self.given = burst, gap_s, 0
+    def __init__(self, burst: int, gap_s: float, ready: int = 0):
+        self.burst, self.gap_s, self.ready, self.given = burst, gap_s, ready, 0
 
     def __iter__(self):
         return self
 
     def __next__(self):
         self.given += 1
-        if self.given % self.burst == 0:
+        if self.given > self.ready and (self.given - self.ready) % self.burst == 0:
             time.sleep(self.gap_s)
         return (self.given,)
 
 
-def test_a_worker_fed_loaders_window_is_cut_back_to_whole_bursts():
+def _window(loader, rule, step_s, lead_wait=0.0):
+    return timed_window(lambda *b: time.sleep(step_s), loader, rule, lambda: None, _Beat(), lambda v: v, None,
+                        "w", 1, False, lead_wait=lead_wait)  # fmt: skip
+
+
+def test_a_worker_fed_loaders_window_is_cut_to_whole_bursts():
     """Bursts of 5 batches: 60 ms steps, a 200 ms wait before each burst's first step - 10 steps/s over whole bursts.
     A 1.2 s maximum falls inside the third burst, whose fast steps without their wait would read 11.3 steps/s."""
     rule = StopRule(max_seconds=1.2, min_seconds=0.1, precision=0.02, burst=5)
-    win = timed_window(lambda *b: time.sleep(0.06), _Bursts(5, 0.2), rule, lambda: None, _Beat(), lambda v: v, None,
-                       "bursts", 1, False)  # fmt: skip
-    assert win.extra["whole_bursts"]["steps"] == win.steps == 10  # 2 whole bursts; steps 11-14 (no wait) cut
-    assert win.extra["whole_bursts"]["cut_steps"] == 4 and len(win.step_end) == len(win.waits) == 10
+    win = _window(_Bursts(5, 0.2), rule, 0.06, lead_wait=0.2)  # the warm-up ended on a burst's first step
+    cut = win.extra["whole_bursts"]
+    assert cut["steps"] == win.steps == 10 and cut["cut_head_steps"] == 0 and cut["cut_tail_steps"] == 4
+    assert len(win.step_end) == len(win.waits) == 10 and win.steps / win.elapsed_s == pytest.approx(10.0, rel=0.04)
+    assert cut["cut_s"] == pytest.approx(0.24, abs=0.04)
+    # a warm-up that ended on a short wait with a round of 5 batches made: 9 steps at once, then the next burst's
+    # first (10 steps in 0.8 s, not 1.0) - cut, with the window's steps up to and with that burst start
+    win = _window(_Bursts(5, 0.2, ready=5), StopRule(max_seconds=1.6, min_seconds=0.1, burst=5), 0.06, lead_wait=0.01)
+    cut = win.extra["whole_bursts"]
+    assert cut["cut_head_steps"] == 10 and win.steps == 10 and cut["cut_tail_steps"] == 0  # 2 bursts, 1.8 s
     assert win.steps / win.elapsed_s == pytest.approx(10.0, rel=0.04)
-    assert win.extra["whole_bursts"]["cut_s"] == pytest.approx(0.24, abs=0.04)
     # a loader that never makes a step wait keeps its window; one delivering a batch a step is not cut either
-    win = timed_window(lambda *b: time.sleep(0.01), _Loader(10**6, 0.0), StopRule(max_seconds=0.3, burst=5),
-                       lambda: None, _Beat(), lambda v: v, None, "steady", 1, False)  # fmt: skip
-    assert win.extra["whole_bursts"]["cut_steps"] == 0 and win.steps == len(win.step_end)
-    win = timed_window(lambda *b: time.sleep(0.01), _Bursts(5, 0.2), StopRule(max_seconds=0.6), lambda: None,
-                       _Beat(), lambda v: v, None, "one a step", 1, False)  # fmt: skip
+    win = _window(_Loader(10**6, 0.0), StopRule(max_seconds=0.3, burst=5), 0.01)
+    assert win.extra["whole_bursts"]["cut_tail_steps"] == 0 and win.steps == len(win.step_end)
+    win = _window(_Bursts(5, 0.2), StopRule(max_seconds=0.6), 0.01)
     assert "whole_bursts" not in win.extra
 
 
@@ -342,5 +351,7 @@ def test_a_worker_fed_loaders_precision_is_judged_at_a_bursts_first_step_only():
     waits, step_end = [0.0, 0.0, 0.5, 0.0, 0.1], ends([0.05, 0.05, 0.55, 0.05, 0.15])
     assert [is_burst_start(waits, step_end, j, max(waits[: j + 1])) for j in range(5)] == \
         [False, False, True, False, False]  # fmt: skip
-    assert whole_bursts(waits, step_end, 2) == 3 and whole_bursts(waits, step_end, 4) is None
-    assert whole_bursts(waits, step_end, 1) is None
+    assert whole_bursts(waits, step_end, 2) is None  # one burst start: nothing whole between two
+    assert whole_bursts(waits, step_end, 2, lead_wait=0.5) == (-1, 2)  # the window's start is one
+    assert whole_bursts(waits, step_end, 4, lead_wait=0.5) is None  # 3 steps apart: less than a burst
+    assert whole_bursts(waits, step_end, 1, lead_wait=0.5) is None

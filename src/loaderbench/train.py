@@ -231,9 +231,10 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         first["s"] = time.perf_counter() - t_setup
         pin()  # workers, DALI and replica threads exist now
 
+    warm_waits = []
     warm, drained_at = warm_up(step, batches, warmup, sync, heartbeat, on_first_step=after_first_step,
                                min_steps=spec.warmup_steps,
-                               agree_drained=lambda done: not parallel.agree_max(dist, int(not done)))
+                               agree_drained=lambda done: not parallel.agree_max(dist, int(not done)), waits=warm_waits)
     pin()  # again: threads started during the warm-up (a new epoch's pin-memory thread) go where they belong
     t_warm = time.perf_counter()
 
@@ -246,7 +247,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         step, batches, rule, sync, heartbeat,
         agree_max=lambda value: parallel.agree_max(dist, value),
         cuda_timer=(lambda: torch.cuda.Event(enable_timing=True)) if kind == "cuda" else None,
-        label=spec.cell_id, samples_per_step=global_batch, show_progress=dist.is_main,
+        label=spec.cell_id, samples_per_step=global_batch, show_progress=dist.is_main, lead_wait=warm_waits[-1],
     )  # fmt: skip
     marks["window_end"] = time.time()
     heartbeat.phase("teardown")

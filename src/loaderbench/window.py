@@ -12,12 +12,14 @@ at the first step, after `min_seconds`, at which the 95% confidence interval of 
 `precision` (relative half-width; 0.02 = +-2%) - or at `max_seconds`, then saying it never got there.
 
 Whole bursts: DataLoader workers that start together deliver their batches together, then the step waits a worker's
-batch time (31 torchvision workers at batch 256 on an H200: 31 batches in 1.2 s, then a 2.5 s wait). The window starts
-after a burst's first step (the warm-up ends on it), so it holds whole bursts only if it also ends after a burst's
-first step. A window that stopped inside a burst would count that burst's fast steps without its wait: 0 to +13% on
-torchvision's 12 s windows in the 2 x H200 study. So for a worker-fed loader the window's precision is judged only
-at a burst's first step, and a window stopped at its maximum is cut back to the last one (`whole_bursts`): its time
-is then the device's, from the window's start to the end of that step (CUDA events; the step's own end on a CPU).
+batch time (31 torchvision workers at batch 256 on an H200: 31 batches in 1.2 s, then a 2.5 s wait). A window holds
+whole bursts only if it starts and ends just after a burst's first step; one that stopped inside a burst counts that
+burst's fast steps without their wait, and one that started on a round of batches already made (a warm-up that ended
+on a late worker's short wait) counts them too: on the 2 x H200 study's 12 s windows of opencv, a first burst of 1.1 s
+against 2.0-2.2 s for every later one (+3%), and up to +13% for a stop inside a burst. So for a worker-fed loader the
+precision is judged only at a burst's first step, and the window is cut to the steps between the first and the last
+burst start it holds (`whole_bursts`; its own start counts when the warm-up's last step started a burst): its time
+is then the device's, between the ends of those two steps (CUDA events; the steps' own ends on a CPU).
 """
 
 from __future__ import annotations
@@ -119,17 +121,25 @@ def is_burst_start(waits: list[float], step_end: list[float], j: int, longest: f
     return drained(waits[j], step) and waits[j] >= BURST_GAP_SHARE * longest
 
 
-def whole_bursts(waits: list[float], step_end: list[float], burst: int) -> int | None:
-    """How many of the window's steps make whole bursts of a worker-fed loader (`burst` > 1): up to and with the
-    last step that started a burst, at least one burst's worth of steps; None: no such step (all of them count)."""
+def whole_bursts(waits: list[float], step_end: list[float], burst: int,
+                 lead_wait: float = 0.0) -> tuple[int, int] | None:  # fmt: skip
+    """(first, last): the window's steps first+1..last make whole bursts of a worker-fed loader (`burst` > 1), from
+    the end of a step that started a burst to the end of a later one, at least a burst's worth of steps apart; first
+    = -1 is the window's start, when the warm-up ended on a burst's first step (`lead_wait`, that step's wait, is a
+    burst start's). None: no such pair (every step counts).
+
+    A warm-up can end on a late worker's short wait with a whole round of batches ready (the 2 x H200 study: the first
+    31 steps of opencv's window in 1.1 s, every later 31 in 2.0-2.2 s): those steps are not a burst of the steady
+    state, and they are cut as the steps after the last burst start are."""
     if burst <= 1:
         return None
-    longest, keep = 0.0, None
-    for j, w in enumerate(waits):
-        longest = max(longest, w)
-        if j + 1 >= burst and is_burst_start(waits, step_end, j, longest):
-            keep = j + 1
-    return keep
+    longest = max([lead_wait, *waits])
+    starts = [j for j in range(len(waits)) if is_burst_start(waits, step_end, j, longest)]
+    if lead_wait >= max(DRAIN_MIN_S, BURST_GAP_SHARE * longest):
+        starts.insert(0, -1)
+    if not starts or starts[-1] - starts[0] < burst:
+        return None
+    return starts[0], starts[-1]
 
 
 @dataclass
@@ -156,7 +166,7 @@ def drained(wait_s: float, step_s: float) -> bool:
 
 
 def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None, min_steps: int | None = None,
-            agree_drained=None) -> tuple[list[float], int | None]:  # fmt: skip
+            agree_drained=None, waits: list | None = None) -> tuple[list[float], int | None]:  # fmt: skip
     """Run untimed steps (at least one); returns their host durations and the step after which the backlog was
     found used up (None: all `steps` ran).
 
@@ -165,13 +175,16 @@ def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None, min_
     `drained`): a batch that was not ready means nothing prepared ahead is left, and from then on batches arrive as
     fast as the loader makes them - its steady state. A worker-fed loader then starts the window at a burst's
     start. On a slow tier (an HDD) this saves most of the warm-up: the backlog would take minutes there.
-    `agree_drained(bool) -> bool` makes every rank of a ddp cell end at the same step (all of them drained)."""
+    `agree_drained(bool) -> bool` makes every rank of a ddp cell end at the same step (all of them drained);
+    `waits`, a list, gets each step's wait for its batch."""
     durations = []
     stopped = None
     for i in range(max(1, steps)):
         t = time.perf_counter()
         batch = next(batches)
         wait = time.perf_counter() - t
+        if waits is not None:
+            waits.append(wait)
         step(*batch)
         if i == 0:
             sync()  # the first step carries autotuning and lazy initialisation: keep it out of the next ones
@@ -192,9 +205,9 @@ def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None, min_
 
 
 def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda_timer, label: str,
-                 samples_per_step: int, show_progress: bool) -> WindowResult:  # fmt: skip
+                 samples_per_step: int, show_progress: bool, lead_wait: float = 0.0) -> WindowResult:  # fmt: skip
     """The measured loop. `agree_max(int) -> int` (the largest of every rank's value; ddp) makes every rank stop at
-    the same step and keep the same whole bursts."""
+    the same step and keep the same whole bursts; `lead_wait`: the last warm-up step's wait for its batch."""
     waits: list[float] = []
     computes: list = []
     step_end: list[float] = []
@@ -247,14 +260,23 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
     n = len(step_end)
     # a worker-fed loader's window cut back to whole bursts: the group's last burst start any rank saw (ddp ranks
     # wait for each other: one that waited for its batch starts the burst for all); a fixed number of steps is kept
-    keep = agree_max(whole_bursts(waits, step_end, rule.burst) or 0) if rule.mode != "steps" else 0
-    if 0 < keep < n:
+    cut = whole_bursts(waits, step_end, rule.burst, lead_wait) if rule.mode != "steps" else None
+    # every rank: the latest first and last burst start any rank saw (+2: -1 is the window's start, 0 is none)
+    first, last = agree_max(cut[0] + 2 if cut else 0) - 2, agree_max(cut[1] + 2 if cut else 0) - 2
+    if first >= -1 and last - first >= rule.burst and (first, last) != (-1, n - 1):
+
+        def end(j):  # seconds from the window's start to the end of step j: the device's clock on a GPU
+            return 0.0 if j < 0 else start.elapsed_time(computes[j][1]) / 1000.0 if cuda_timer else step_end[j]
+
         full = elapsed
-        elapsed = start.elapsed_time(computes[keep - 1][1]) / 1000.0 if cuda_timer else step_end[keep - 1]
-        waits, computes, step_end = waits[:keep], computes[:keep], step_end[:keep]
-        extra["whole_bursts"] = {"steps": keep, "cut_steps": n - keep, "cut_s": round(full - elapsed, 4)}
+        elapsed = end(last) - end(first)
+        base = step_end[first] if first >= 0 else 0.0
+        waits, computes = waits[first + 1 : last + 1], computes[first + 1 : last + 1]
+        step_end = [t - base for t in step_end[first + 1 : last + 1]]
+        extra["whole_bursts"] = {"steps": last - first, "cut_head_steps": first + 1, "cut_tail_steps": n - 1 - last,
+                                 "cut_s": round(full - elapsed, 4)}  # fmt: skip
     elif rule.burst > 1:
-        extra["whole_bursts"] = {"steps": n, "cut_steps": 0, "cut_s": 0.0}
+        extra["whole_bursts"] = {"steps": n, "cut_head_steps": 0, "cut_tail_steps": 0, "cut_s": 0.0}
     if cuda_timer:
         computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
     hw = relative_halfwidth(step_end, burst=rule.burst)
