@@ -355,3 +355,13 @@ def test_a_worker_fed_loaders_precision_is_judged_at_a_bursts_first_step_only():
     assert whole_bursts(waits, step_end, 2, lead_wait=0.5) == (-1, 2)  # the window's start is one
     assert whole_bursts(waits, step_end, 4, lead_wait=0.5) is None  # 3 steps apart: less than a burst
     assert whole_bursts(waits, step_end, 1, lead_wait=0.5) is None
+
+
+def test_a_worker_fed_loader_stops_once_its_whole_bursts_know_the_rate():
+    """Steady bursts of 5 (0.3 s each): the precision is reached over 5 whole bursts, judged at a burst's first
+    step, also after a start on a round of batches made before the window (cut, not judged)."""
+    rule = StopRule(max_seconds=10, min_seconds=0.5, precision=0.02, burst=5)
+    for ready, lead in ((0, 0.2), (5, 0.01)):
+        win = _window(_Bursts(5, 0.2, ready=ready), rule, 0.02, lead_wait=lead)
+        assert win.converged and win.steps == 25 and win.elapsed_s == pytest.approx(1.5, rel=0.05)
+        assert win.steps / win.elapsed_s == pytest.approx(5 / 0.3, rel=0.04)

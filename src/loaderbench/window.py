@@ -52,10 +52,10 @@ class StopRule:
     def mode(self) -> str:
         return "steps" if self.steps else ("seconds" if self.seconds else "adaptive")
 
-    def done(self, step_end: list[float], burst_start: bool = True) -> bool:
+    def done(self, step_end: list[float], burst_start: bool = True, judged: list[float] | None = None) -> bool:
         """Whether the window stops after its last step (`burst_start`: that step started a burst, see
-        `is_burst_start`; a worker-fed loader's precision is judged only there, where the window holds whole
-        bursts)."""
+        `is_burst_start`; a worker-fed loader's precision is judged only there, on `judged`: the step ends of the
+        window's whole bursts, from its first burst start - `whole_bursts`)."""
         n, t = len(step_end), step_end[-1]
         if self.steps:
             return n >= self.steps
@@ -65,7 +65,7 @@ class StopRule:
             return True
         if t < self.min_seconds or n < MIN_BATCHES or (self.burst > 1 and not burst_start):
             return False
-        hw = relative_halfwidth(step_end, burst=self.burst)
+        hw = relative_halfwidth(step_end if judged is None else judged, burst=self.burst)
         return hw is not None and hw <= self.precision
 
 
@@ -140,6 +140,12 @@ def whole_bursts(waits: list[float], step_end: list[float], burst: int,
     if not starts or starts[-1] - starts[0] < burst:
         return None
     return starts[0], starts[-1]
+
+
+def _rebased(step_end: list[float], first: int, last: int) -> list[float]:
+    """The step ends of steps first+1..last, from the end of step `first` (-1: the window's start)."""
+    base = step_end[first] if first >= 0 else 0.0
+    return [t - base for t in step_end[first + 1 : last + 1]]
 
 
 @dataclass
@@ -250,8 +256,12 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
             print(f"  {label}: {len(step_end)} steps in {shown:.0f} s, {len(step_end) * samples_per_step / shown:.1f} "
                   f"samples/s{known} (host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
         longest = max(longest, waits[-1])
+        judged = None
         at_start = rule.burst > 1 and is_burst_start(waits, step_end, len(step_end) - 1, longest)
-        if agree_max(int(rule.done(step_end, at_start))):
+        if at_start and rule.mode == "adaptive":  # precision over the whole bursts so far
+            cut = whole_bursts(waits, step_end, rule.burst, lead_wait)
+            judged = _rebased(step_end, cut[0], cut[1]) if cut else []
+        if agree_max(int(rule.done(step_end, at_start, judged))):
             break
     sync()
     elapsed = time.perf_counter() - t0
@@ -270,9 +280,8 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
 
         full = elapsed
         elapsed = end(last) - end(first)
-        base = step_end[first] if first >= 0 else 0.0
         waits, computes = waits[first + 1 : last + 1], computes[first + 1 : last + 1]
-        step_end = [t - base for t in step_end[first + 1 : last + 1]]
+        step_end = _rebased(step_end, first, last)
         extra["whole_bursts"] = {"steps": last - first, "cut_head_steps": first + 1, "cut_tail_steps": n - 1 - last,
                                  "cut_s": round(full - elapsed, 4)}  # fmt: skip
     elif rule.burst > 1:
