@@ -76,6 +76,13 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
         out["process_starts"] = {"warm": sum(bool(s["warm"]) for s in starts),
                                  "reused": sum(bool(s.get("reused")) for s in starts),
                                  "plain": dict(_count(s["how"] for s in starts if not s["warm"]))}  # fmt: skip
+    cuts = [w["whole_bursts"] for w in windows if w.get("whole_bursts")]
+    if cuts:  # worker-fed windows cut to whole bursts (window.whole_bursts)
+        cut = [c for c in cuts if c.get("cut_head_steps") or c.get("cut_tail_steps")]
+        out["whole_bursts"] = {"windows": len(cuts), "cut": len(cut),
+                               "cut_head_steps": sorted(c.get("cut_head_steps", 0) for c in cut),
+                               "cut_tail_steps": sorted(c.get("cut_tail_steps", c.get("cut_steps", 0)) for c in cut)}  # fmt: skip
+    out["profiles"] = [_profile_line(r) for r in ok if r["metrics"].get("profile")]
     warned = defaultdict(int)
     for r in ok:
         for w in warnings_of(r["metrics"]):
@@ -84,6 +91,23 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
     if ceiling:
         out["ceiling"] = {k: ceiling[k] for k in ("synthetic_samples_per_s", "bare_samples_per_s", "synthetic_over_bare",
                                                   "placement") if k in ceiling}  # fmt: skip
+    return out
+
+
+def _profile_line(record: dict) -> dict:
+    """A profiled cell's device time per step on its first GPU (stepprofile): the span, the busy time, the training
+    stream's kernels and idle time, other streams' kernels and how much of them ran under the training stream's."""
+    prof = record["metrics"]["profile"][0]
+    out = {"cell": record["cell_id"], "samples_per_s": record["metrics"]["samples_per_s"]}
+    gpus = prof.get("gpus") or {}
+    if gpus:
+        g = gpus[min(gpus)]
+        streams = g["streams"].values()
+        out.update(span_ms=g["span_ms"], busy_ms=g["busy_ms"], main_idle_ms=g["main_idle_ms"],
+                   overlap_ms=g["overlap_ms"],
+                   main_kernel_ms=sum(x["kernel_ms"] for x in streams if x["role"] == "main"),
+                   other_kernel_ms=sum(x["kernel_ms"] for x in streams if x["role"] == "other"),
+                   copy_ms=sum(x["copy_ms"] for x in streams))  # fmt: skip
     return out
 
 
@@ -153,6 +177,20 @@ def render(rep: dict) -> str:
             m = f["median_split_cores"]
             text += (f"; in the {f['split_cells']} cells that split it, median steal {m['steal']:.2f}, interrupts "
                      f"{m['irq']:.2f}, other processes {m['processes']:.2f} cores")
+        lines.append(text)
+    if rep.get("whole_bursts"):
+        b = rep["whole_bursts"]
+        lines.append(f"whole bursts: {b['cut']} of {b['windows']} worker-fed windows cut (steps cut at the start "
+                     f"{b['cut_head_steps']}, at the end {b['cut_tail_steps']})")  # fmt: skip
+    for p in rep.get("profiles", []):
+        text = f"profile   {p['cell']:40s} {p['samples_per_s']:9.1f}/s"
+        if "span_ms" in p:
+            text += (f": per step {p['span_ms']:.1f} ms on GPU, busy {p['busy_ms']:.1f}; training stream kernels "
+                     f"{p['main_kernel_ms']:.1f}, idle {p['main_idle_ms']:.1f}; other streams' kernels "
+                     f"{p['other_kernel_ms']:.1f} ({p['overlap_ms']:.1f} under the training stream's); copies "
+                     f"{p['copy_ms']:.1f}")  # fmt: skip
+        else:
+            text += ": no GPU activity (a CPU device)"
         lines.append(text)
     for w, n in sorted(rep["warnings"].items()):
         lines.append(f"warning   {n} cell(s): {w}")
