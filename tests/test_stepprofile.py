@@ -12,7 +12,7 @@ import pytest
 from loaderbench.config import cell_spec
 from loaderbench.records import validate_record
 from loaderbench.runcell import run_cell
-from loaderbench.stepprofile import overlap_ns, summarize, union_ns
+from loaderbench.stepprofile import overlap_ns, run, summarize, union_ns
 from tests.conftest import staged_disk
 
 
@@ -49,6 +49,26 @@ def test_the_profile_splits_a_gpus_time_into_streams_idle_and_overlap():
     assert s9["role"] == "other" and s9["kernel_ms"] == pytest.approx(1.5) and s9["kernels_per_step"] == 0.5
     assert [k["name"] for k in g["top_kernels"]] == ["conv", "bn", "resize"] and g["top_kernels"][0]["calls"] == 1
     assert p["host_runtime"] == [{"name": "cudaLaunchKernel", "ms": 0.25, "calls": 0.5}] and "note" not in p
+
+
+def test_events_without_an_activity_type_are_told_apart_by_name():
+    """torch 2.11 (the GPU host's) has no activity_type() on its events: copies, memsets and runtime calls by name."""
+    events = [gpu("conv", 7, 0, 6, kind=None), gpu("Memcpy HtoD (Pinned -> Device)", 7, 7, 8, kind=None),
+              gpu("Memset (Device)", 7, 8, 9, kind=None),
+              {"name": "cudaStreamSynchronize", "kind": None, "gpu": False, "device": -1, "stream": 0, "start": 0,
+               "end": int(2e6)},
+              {"name": "aten::conv2d", "kind": None, "gpu": False, "device": -1, "stream": 0, "start": 0, "end": 10}]
+    s = summarize(events, 1)["gpus"]["0"]["streams"]["7"]
+    assert (s["kernel_ms"], s["copy_ms"], s["memset_ms"]) == (6.0, 1.0, 1.0)
+    assert summarize(events, 1)["host_runtime"] == [{"name": "cudaStreamSynchronize", "ms": 2.0, "calls": 1.0}]
+
+
+def test_a_profile_that_fails_says_why_and_keeps_the_cell():
+    def step(*batch):
+        raise RuntimeError("CUPTI is not there")
+
+    p = run(step, iter([(1,)] * 3), 2, lambda: None, "cpu")
+    assert p["steps"] == 2 and p["error"] == "RuntimeError: CUPTI is not there" and "step" in p["traceback"]
 
 
 def test_a_cpu_cell_with_profile_steps_records_its_host_profile(staged, tmp_path):

@@ -99,6 +99,8 @@ def _profile_line(record: dict) -> dict:
     stream's kernels and idle time, other streams' kernels and how much of them ran under the training stream's."""
     prof = record["metrics"]["profile"][0]
     out = {"cell": record["cell_id"], "samples_per_s": record["metrics"]["samples_per_s"]}
+    if prof.get("error"):
+        return {**out, "error": prof["error"]}
     gpus = prof.get("gpus") or {}
     if gpus:
         g = gpus[min(gpus)]
@@ -189,6 +191,8 @@ def render(rep: dict) -> str:
                      f"{p['main_kernel_ms']:.1f}, idle {p['main_idle_ms']:.1f}; other streams' kernels "
                      f"{p['other_kernel_ms']:.1f} ({p['overlap_ms']:.1f} under the training stream's); copies "
                      f"{p['copy_ms']:.1f}")  # fmt: skip
+        elif "error" in p:
+            text += f": the profile failed ({p['error']})"
         else:
             text += ": no GPU activity (a CPU device)"
         lines.append(text)

@@ -20,7 +20,9 @@ Without a GPU the profile has host operators only, and says so.
 
 from __future__ import annotations
 
+import re
 import time
+import traceback
 from collections import defaultdict
 
 TOP = 8
@@ -28,7 +30,15 @@ TOP = 8
 
 def run(step, batches, steps: int, sync, device_type: str, beat=None) -> dict:
     """Run `steps` training steps under torch.profiler and summarise them (`summarize`); `beat(seconds)` after each
-    step (the watchdog's heartbeat)."""
+    step (the watchdog's heartbeat). A profile that fails says why ({"error": ...}): the cell's window is measured
+    already, and stays its record."""
+    try:
+        return _run(step, batches, steps, sync, device_type, beat)
+    except Exception as e:  # noqa: BLE001 - any failure of the profiler or the reduction; the window stands
+        return {"steps": steps, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=4)}
+
+
+def _run(step, batches, steps: int, sync, device_type: str, beat) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
@@ -50,9 +60,14 @@ def run(step, batches, steps: int, sync, device_type: str, beat=None) -> dict:
 
 
 def _event(e) -> dict:
-    return {"name": e.name(), "kind": str(e.activity_type()), "gpu": str(e.device_type()).endswith("CUDA"),
+    # activity_type() is newer than torch 2.11 (the GPU host's): without it, the kind is told from the name (_kind)
+    kind = e.activity_type() if hasattr(e, "activity_type") else None
+    return {"name": e.name(), "kind": None if kind is None else str(kind), "gpu": str(e.device_type()).endswith("CUDA"),
             "device": e.device_index(), "stream": e.device_resource_id(), "start": e.start_ns(),
             "end": e.start_ns() + e.duration_ns()}  # fmt: skip
+
+
+RUNTIME = re.compile(r"^cu(da)?[A-Z]")  # cudaLaunchKernel, cudaStreamSynchronize, cuLaunchKernelEx, ...
 
 
 def _kind(ev: dict) -> str:
@@ -61,6 +76,8 @@ def _kind(ev: dict) -> str:
         name = ev["name"].lower()
         return "copy" if ev["kind"] == "gpu_memcpy" or name.startswith("memcpy") else \
             "memset" if ev["kind"] == "gpu_memset" or name.startswith("memset") else "kernel"  # fmt: skip
+    if ev["kind"] is None:
+        return "runtime" if RUNTIME.match(ev["name"]) else "op"
     return "runtime" if ev["kind"] in ("cuda_runtime", "cuda_driver") else "op"
 
 
