@@ -379,3 +379,18 @@ def test_a_worker_fed_loader_stops_once_its_whole_bursts_know_the_rate():
         win = _window(_Bursts(5, 0.2, ready=ready), rule, 0.02, lead_wait=lead)
         assert win.converged and win.steps == 25 and win.elapsed_s == pytest.approx(1.5, rel=0.05)
         assert win.steps / win.elapsed_s == pytest.approx(5 / 0.3, rel=0.04)
+
+
+def test_batch_means_of_a_worker_fed_loader_follow_its_cycles_not_its_worker_count():
+    """15 workers with 4 batches each ahead delivered about 32 batches a cycle on the 1-GPU H200 host: batches of 15
+    steps cut across its cycles (+-35%); batches of whole cycles, between its burst starts, know the rate."""
+    from loaderbench.window import burst_bounds, cycle_batches
+
+    durations = ([0.5] + [0.03] * 31) * 8  # 8 cycles of 32 steps, each opened by a 0.5 s wait
+    step_end = ends(durations)
+    waits = [0.47 if d == 0.5 else 0.0 for d in durations]
+    assert relative_halfwidth(step_end, burst=15) > 0.1
+    bounds = burst_bounds(waits, step_end, 15)
+    assert bounds == list(range(0, 256, 32)) and len(cycle_batches(step_end, bounds)) == 7
+    assert relative_halfwidth(step_end, bounds=bounds) == pytest.approx(0.0, abs=1e-9)
+    assert cycle_batches(step_end, bounds[:5]) == []  # 4 cycles: fewer than 5 batch means

@@ -301,7 +301,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
                    "max_s": rule.max_seconds, "precision": rule.precision if rule.mode == "adaptive" else None,
                    "ci95_rel_halfwidth": win.halfwidth, "converged": win.converged,
                    "burst": rule.burst, "whole_bursts": win.extra.get("whole_bursts"),
-                   "batch_s": batch_durations(win.step_end, burst=rule.burst),
+                   "batch_s": batch_durations(win.step_end, burst=rule.burst, bounds=win.extra.get("bounds")),
                    "trace": trace(win.step_end)},  # fmt: skip
         "warmup_steps": len(warm),
         "warmup_steps_max": warmup,  # the backlog bound; fewer ran when the loader's backlog was found used up

@@ -19,7 +19,9 @@ on a late worker's short wait) counts them too: on the 2 x H200 study's 12 s win
 against 2.0-2.2 s for every later one (+3%), and up to +13% for a stop inside a burst. So for a worker-fed loader the
 precision is judged only at a burst's first step, and the window is cut to the steps between the first and the last
 burst start it holds (`whole_bursts`; its own start counts when the warm-up's last step started a burst): its time
-is then the device's, between the ends of those two steps (CUDA events; the steps' own ends on a CPU).
+is then the device's, between the ends of those two steps (CUDA events; the steps' own ends on a CPU). Its batch means
+are over whole cycles, from one burst start to the next (`cycle_batches`): a cycle need not be as many batches as
+there are workers (15 workers with 4 batches each ahead: about 32 a cycle on the 1-GPU H200 host).
 """
 
 from __future__ import annotations
@@ -52,10 +54,11 @@ class StopRule:
     def mode(self) -> str:
         return "steps" if self.steps else ("seconds" if self.seconds else "adaptive")
 
-    def done(self, step_end: list[float], burst_start: bool = True, judged: list[float] | None = None) -> bool:
+    def done(self, step_end: list[float], burst_start: bool = True, halfwidth: float | None = None) -> bool:
         """Whether the window stops after its last step (`burst_start`: that step started a burst, see
-        `is_burst_start`; a worker-fed loader's precision is judged only there, on `judged`: the step ends of the
-        window's whole bursts, from its first burst start - `whole_bursts`)."""
+        `is_burst_start`; a worker-fed loader's precision is judged only there, as `halfwidth`: that of the window's
+        whole cycles so far - `burst_bounds`, `cycle_batches`; inf: not known yet; None: from batches of `burst`
+        steps)."""
         n, t = len(step_end), step_end[-1]
         if self.steps:
             return n >= self.steps
@@ -65,7 +68,7 @@ class StopRule:
             return True
         if t < self.min_seconds or n < MIN_BATCHES or (self.burst > 1 and not burst_start):
             return False
-        hw = relative_halfwidth(step_end if judged is None else judged, burst=self.burst)
+        hw = halfwidth if halfwidth is not None else relative_halfwidth(step_end, burst=self.burst)
         return hw is not None and hw <= self.precision
 
 
@@ -76,7 +79,8 @@ def trace(step_end: list[float], points: int = 50) -> list[list[float]]:
     return [[i, round(step_end[i - 1], 5)] for i in idx]
 
 
-def batch_durations(step_end: list[float], batches: int = BATCHES, burst: int = 1) -> list[float]:
+def batch_durations(step_end: list[float], batches: int = BATCHES, burst: int = 1,
+                    bounds: list[int] | None = None) -> list[float]:  # fmt: skip
     """Durations of the window's batches of consecutive steps, the raw material of the batch means; [] with too few
     steps.
 
@@ -84,7 +88,10 @@ def batch_durations(step_end: list[float], batches: int = BATCHES, burst: int = 
     bursts of `burst` (= workers) batches, then waits a worker's batch time - on an H200, 31 torchvision workers at
     batch 256 gave 0.4 s and 3 s alternating. A batch of steps that spans whole bursts does not swing with the phase.
     Up to `batches` batches are made, as few as MIN_BATCHES (of one burst, or one step, each): slow steps (a loader
-    on an HDD takes seconds a step) are known from few of them."""
+    on an HDD takes seconds a step) are known from few of them. With `bounds` (burst starts): batches of whole
+    cycles (`cycle_batches`)."""
+    if bounds is not None:
+        return [d for d, _ in cycle_batches(step_end, bounds, batches)]
     unit = max(1, burst)
     bursts = len(step_end) // unit
     k = min(batches, bursts)
@@ -95,10 +102,29 @@ def batch_durations(step_end: list[float], batches: int = BATCHES, burst: int = 
     return [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, k)]
 
 
-def relative_halfwidth(step_end: list[float], batches: int = BATCHES, burst: int = 1) -> float | None:
+def cycle_batches(step_end: list[float], bounds: list[int], batches: int = BATCHES) -> list[tuple[float, int]]:
+    """(seconds, steps) of up to `batches` batches of whole cycles of a worker-fed loader: a cycle is the steps after
+    one burst start up to and with the next (`bounds`: the burst starts, indices into `step_end`, -1 the window's
+    start). Its bursts need not be its workers' number of batches: 15 workers with 4 batches each ahead delivered
+    about 32 batches a cycle on the 1-GPU H200 host. [] with fewer than MIN_BATCHES cycles."""
+    n = len(bounds) - 1
+    k = min(batches, n)
+    if k < MIN_BATCHES:
+        return []
+    edges = [bounds[(i * n) // k] for i in range(k + 1)]
+    end = [0.0 if j < 0 else step_end[j] for j in edges]
+    return [(end[i + 1] - end[i], edges[i + 1] - edges[i]) for i in range(k)]
+
+
+def relative_halfwidth(step_end: list[float], batches: int = BATCHES, burst: int = 1,
+                       bounds: list[int] | None = None) -> float | None:  # fmt: skip
     """Relative half-width of the 95% confidence interval of the mean batch duration (batch means over the step end
-    times, measured from the window's start; see `batch_durations`); None with too few steps."""
-    durations = batch_durations(step_end, batches, burst)
+    times, measured from the window's start; see `batch_durations`) - with `bounds`, of the mean time per step over
+    batches of whole cycles (`cycle_batches`); None with too few steps."""
+    if bounds is not None:
+        durations = [d / n for d, n in cycle_batches(step_end, bounds, batches)]
+    else:
+        durations = batch_durations(step_end, batches, burst)
     k = len(durations)
     if not k:
         return None
@@ -121,12 +147,11 @@ def is_burst_start(waits: list[float], step_end: list[float], j: int, longest: f
     return drained(waits[j], step) and waits[j] >= BURST_GAP_SHARE * longest
 
 
-def whole_bursts(waits: list[float], step_end: list[float], burst: int,
-                 lead_wait: float = 0.0) -> tuple[int, int] | None:  # fmt: skip
-    """(first, last): the window's steps first+1..last make whole bursts of a worker-fed loader (`burst` > 1), from
-    the end of a step that started a burst to the end of a later one, at least a burst's worth of steps apart; first
-    = -1 is the window's start, when the warm-up ended on a burst's first step (`lead_wait`, that step's wait, is a
-    burst start's). None: no such pair (every step counts).
+def burst_bounds(waits: list[float], step_end: list[float], burst: int, lead_wait: float = 0.0) -> list[int] | None:
+    """The burst starts of a worker-fed loader's window (`burst` > 1: its workers deliver together), by index, -1 for
+    the window's start when the warm-up ended on a burst's first step (`lead_wait`, that step's wait, is a burst
+    start's): the window's whole bursts are the steps after the first of them up to and with the last. None: fewer
+    than a burst's worth of steps between the first and the last (every step counts).
 
     A warm-up can end on a late worker's short wait with a whole round of batches ready (the 2 x H200 study: the first
     31 steps of opencv's window in 1.1 s, every later 31 in 2.0-2.2 s): those steps are not a burst of the steady
@@ -137,9 +162,21 @@ def whole_bursts(waits: list[float], step_end: list[float], burst: int,
     starts = [j for j in range(len(waits)) if is_burst_start(waits, step_end, j, longest)]
     if lead_wait >= max(DRAIN_MIN_S, BURST_GAP_SHARE * longest):
         starts.insert(0, -1)
-    if not starts or starts[-1] - starts[0] < burst:
-        return None
-    return starts[0], starts[-1]
+    return starts if starts and starts[-1] - starts[0] >= burst else None
+
+
+def whole_bursts(waits: list[float], step_end: list[float], burst: int,
+                 lead_wait: float = 0.0) -> tuple[int, int] | None:  # fmt: skip
+    """(first, last): the window's steps first+1..last make whole bursts (`burst_bounds`); None: all count."""
+    bounds = burst_bounds(waits, step_end, burst, lead_wait)
+    return (bounds[0], bounds[-1]) if bounds else None
+
+
+def _judged(step_end: list[float], bounds: list[int], first: int, last: int) -> tuple[list[float], list[int]]:
+    """The step ends of the whole bursts first+1..last, from the end of step `first`, and their burst starts,
+    re-indexed to them (first is -1)."""
+    inner = sorted({first, last, *(j for j in bounds if first <= j <= last)})
+    return _rebased(step_end, first, last), [j - first - 1 for j in inner]
 
 
 def _rebased(step_end: list[float], first: int, last: int) -> list[float]:
@@ -256,12 +293,16 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
             print(f"  {label}: {len(step_end)} steps in {shown:.0f} s, {len(step_end) * samples_per_step / shown:.1f} "
                   f"samples/s{known} (host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
         longest = max(longest, waits[-1])
-        judged = None
+        hw = None
         at_start = rule.burst > 1 and is_burst_start(waits, step_end, len(step_end) - 1, longest)
-        if at_start and rule.mode == "adaptive":  # precision over the whole bursts so far
-            cut = whole_bursts(waits, step_end, rule.burst, lead_wait)
-            judged = _rebased(step_end, cut[0], cut[1]) if cut else []
-        if agree_max(int(rule.done(step_end, at_start, judged))):
+        if at_start and rule.mode == "adaptive":  # precision over the whole bursts so far, cycle by cycle
+            bounds = burst_bounds(waits, step_end, rule.burst, lead_wait)
+            hw = math.inf  # not known: no whole bursts yet, or too few cycles
+            if bounds:
+                judged, cycles = _judged(step_end, bounds, bounds[0], bounds[-1])
+                hw = relative_halfwidth(judged, bounds=cycles)
+                hw = math.inf if hw is None else hw
+        if agree_max(int(rule.done(step_end, at_start, hw))):
             break
     sync()
     elapsed = time.perf_counter() - t0
@@ -270,24 +311,30 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
     n = len(step_end)
     # a worker-fed loader's window cut back to whole bursts: the group's last burst start any rank saw (ddp ranks
     # wait for each other: one that waited for its batch starts the burst for all); a fixed number of steps is kept
-    cut = whole_bursts(waits, step_end, rule.burst, lead_wait) if rule.mode != "steps" else None
+    bounds = burst_bounds(waits, step_end, rule.burst, lead_wait) if rule.mode != "steps" else None
     # every rank: the latest first and last burst start any rank saw (+2: -1 is the window's start, 0 is none)
-    first, last = agree_max(cut[0] + 2 if cut else 0) - 2, agree_max(cut[1] + 2 if cut else 0) - 2
-    if first >= -1 and last - first >= rule.burst and (first, last) != (-1, n - 1):
+    first = agree_max(bounds[0] + 2 if bounds else 0) - 2
+    last = agree_max(bounds[-1] + 2 if bounds else 0) - 2
+    cycles = None
+    if first >= -1 and last - first >= rule.burst:
+        judged, cycles = _judged(step_end, bounds or [], first, last)
+    if cycles and (first, last) != (-1, n - 1):
 
         def end(j):  # seconds from the window's start to the end of step j: the device's clock on a GPU
             return 0.0 if j < 0 else start.elapsed_time(computes[j][1]) / 1000.0 if cuda_timer else step_end[j]
 
         full = elapsed
         elapsed = end(last) - end(first)
-        waits, computes = waits[first + 1 : last + 1], computes[first + 1 : last + 1]
-        step_end = _rebased(step_end, first, last)
+        waits, computes, step_end = waits[first + 1 : last + 1], computes[first + 1 : last + 1], judged
         extra["whole_bursts"] = {"steps": last - first, "cut_head_steps": first + 1, "cut_tail_steps": n - 1 - last,
                                  "cut_s": round(full - elapsed, 4)}  # fmt: skip
     elif rule.burst > 1:
         extra["whole_bursts"] = {"steps": n, "cut_head_steps": 0, "cut_tail_steps": 0, "cut_s": 0.0}
+    if cycles:
+        extra["whole_bursts"]["cycles"] = len(cycles) - 1
+        extra["bounds"] = cycles  # the burst starts of the steps kept: batch means over whole cycles
     if cuda_timer:
         computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
-    hw = relative_halfwidth(step_end, burst=rule.burst)
+    hw = relative_halfwidth(step_end, burst=rule.burst, bounds=cycles)
     converged = (hw is not None and hw <= rule.precision) if rule.mode == "adaptive" else None
     return WindowResult(elapsed, len(step_end), waits, computes, step_end, loss, images_labels, hw, converged, extra)
