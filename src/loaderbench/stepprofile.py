@@ -60,11 +60,14 @@ def _run(step, batches, steps: int, sync, device_type: str, beat) -> dict:
 
 
 def _event(e) -> dict:
-    # activity_type() is newer than torch 2.11 (the GPU host's): without it, the kind is told from the name (_kind)
+    # activity_type() is newer than torch 2.11 (the GPU host's): without it, the kind is told from the name (_kind);
+    # older builds time events in microseconds
     kind = e.activity_type() if hasattr(e, "activity_type") else None
+    start = e.start_ns() if hasattr(e, "start_ns") else 1000 * e.start_us()
+    length = e.duration_ns() if hasattr(e, "duration_ns") else 1000 * e.duration_us()
     return {"name": e.name(), "kind": None if kind is None else str(kind), "gpu": str(e.device_type()).endswith("CUDA"),
-            "device": e.device_index(), "stream": e.device_resource_id(), "start": e.start_ns(),
-            "end": e.start_ns() + e.duration_ns()}  # fmt: skip
+            "device": e.device_index(), "stream": getattr(e, "device_resource_id", lambda: 0)(), "start": start,
+            "end": start + length}  # fmt: skip
 
 
 RUNTIME = re.compile(r"^cu(da)?[A-Z]")  # cudaLaunchKernel, cudaStreamSynchronize, cuLaunchKernelEx, ...
