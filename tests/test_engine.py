@@ -394,3 +394,33 @@ def test_batch_means_of_a_worker_fed_loader_follow_its_cycles_not_its_worker_cou
     assert bounds == list(range(0, 256, 32)) and len(cycle_batches(step_end, bounds)) == 7
     assert relative_halfwidth(step_end, bounds=bounds) == pytest.approx(0.0, abs=1e-9)
     assert cycle_batches(step_end, bounds[:5]) == []  # 4 cycles: fewer than 5 batch means
+
+
+class _SlowImages(torch.utils.data.Dataset):
+    """A worker's batch takes `per_item_s` an image (sleeping, as a decode would take the time): a real DataLoader
+    over it delivers in bursts of its workers' batches."""
+
+    def __init__(self, per_item_s: float):
+        self.per_item_s = per_item_s
+
+    def __len__(self):
+        return 10**6
+
+    def __getitem__(self, i):
+        time.sleep(self.per_item_s)
+        return torch.zeros(1)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 4 sleeping workers on 2 cores: on purpose
+def test_a_real_dataloaders_window_holds_whole_cycles():
+    """4 workers, 8 images a batch at 20 ms each: every worker delivers a batch each 0.16 s, 25 batches/s over whole
+    cycles. The window - after a warm-up that drains the backlog, as a cell's - is cut to its burst starts and its
+    rate is the workers' rate."""
+    loader = iter(torch.utils.data.DataLoader(_SlowImages(0.02), batch_size=8, num_workers=4, prefetch_factor=2))
+    step = lambda *b: time.sleep(0.002)  # noqa: E731 - a step far faster than the loader
+    waits = []
+    warm_up(step, loader, 12, lambda: None, _Beat(), min_steps=2, waits=waits)
+    win = _window(loader, StopRule(max_seconds=2.5, min_seconds=0.5, precision=0.01, burst=4), 0.002, waits[-1])
+    cut = win.extra["whole_bursts"]
+    assert cut["cycles"] >= 5 and win.steps == cut["steps"] and win.steps % 4 == 0
+    assert win.steps / win.elapsed_s == pytest.approx(4 / 0.16, rel=0.08)
