@@ -17,7 +17,8 @@ from loaderbench import placement
 from loaderbench.parallel import ReplicaThreads
 from loaderbench.runcell import phases
 from loaderbench.watchdog import Beat, Heartbeat, StallRule, describe, read
-from loaderbench.window import StopRule, is_burst_start, relative_halfwidth, timed_window, warm_up, whole_bursts
+from loaderbench.window import (StopRule, burst_bounds, is_burst_start, relative_halfwidth, timed_window, warm_up,
+                                whole_bursts)
 
 
 def ends(durations):
@@ -363,12 +364,18 @@ def test_a_worker_fed_loaders_precision_is_judged_at_a_bursts_first_step_only():
     assert StopRule(max_seconds=3, burst=5).done(steady, burst_start=False)  # the maximum stops it anywhere
     # a burst's first step: a long wait; inside a burst, or a late worker's shorter wait: not
     waits, step_end = [0.0, 0.0, 0.5, 0.0, 0.1], ends([0.05, 0.05, 0.55, 0.05, 0.15])
-    assert [is_burst_start(waits, step_end, j, max(waits[: j + 1])) for j in range(5)] == \
+    assert [is_burst_start(waits, step_end, j, 0.5) for j in range(5)] == \
         [False, False, True, False, False]  # fmt: skip
-    assert whole_bursts(waits, step_end, 2) is None  # one burst start: nothing whole between two
-    assert whole_bursts(waits, step_end, 2, lead_wait=0.5) == (-1, 2)  # the window's start is one
-    assert whole_bursts(waits, step_end, 4, lead_wait=0.5) is None  # 3 steps apart: less than a burst
+    # bursts of 4 (a 0.5 s wait before each), a late worker's 0.1 s wait inside the second
+    waits = [0, 0, 0, 0.5, 0, 0.1, 0, 0.5, 0, 0, 0, 0.5]
+    step_end = ends([0.01 + w for w in waits])
+    assert whole_bursts(waits, step_end, 4) == (3, 11)
+    assert whole_bursts(waits, step_end, 4, lead_wait=0.5) == (-1, 11)  # the window's start is one
+    assert whole_bursts(waits, step_end, 9) is None and whole_bursts(waits, step_end, 9, lead_wait=0.5) == (-1, 11)
     assert whole_bursts(waits, step_end, 1, lead_wait=0.5) is None
+    # one stall far longer than every gap between bursts does not hide them (judged against the gaps' median)
+    stalled = waits[:7] + [3.0] + waits[8:]
+    assert burst_bounds(stalled, ends([0.01 + w for w in stalled]), 4) == [3, 7, 11]
 
 
 def test_a_worker_fed_loader_stops_once_its_whole_bursts_know_the_rate():
@@ -384,7 +391,7 @@ def test_a_worker_fed_loader_stops_once_its_whole_bursts_know_the_rate():
 def test_batch_means_of_a_worker_fed_loader_follow_its_cycles_not_its_worker_count():
     """15 workers with 4 batches each ahead delivered about 32 batches a cycle on the 1-GPU H200 host: batches of 15
     steps cut across its cycles (+-35%); batches of whole cycles, between its burst starts, know the rate."""
-    from loaderbench.window import burst_bounds, cycle_batches
+    from loaderbench.window import cycle_batches
 
     durations = ([0.5] + [0.03] * 31) * 8  # 8 cycles of 32 steps, each opened by a 0.5 s wait
     step_end = ends(durations)

@@ -27,6 +27,7 @@ there are workers (15 workers with 4 batches each ahead: about 32 a cycle on the
 from __future__ import annotations
 
 import gc
+import heapq
 import math
 import sys
 import time
@@ -135,16 +136,25 @@ def relative_halfwidth(step_end: list[float], batches: int = BATCHES, burst: int
     return T_975[k - 1] * math.sqrt(var / k) / mean
 
 
-# A wait of at least this share of the window's longest so far starts a burst (a worker-fed loader's waits between
-# bursts are a worker's batch time; a late worker inside a burst makes shorter ones)
+# A wait of at least this share of the gaps between bursts (`gap_reference`) starts a burst (a worker-fed loader's
+# waits between bursts are a worker's batch time; a late worker inside a burst makes shorter ones)
 BURST_GAP_SHARE = 0.5
 
 
-def is_burst_start(waits: list[float], step_end: list[float], j: int, longest: float) -> bool:
+def gap_reference(waits: list[float], burst: int, lead_wait: float = 0.0) -> float:
+    """The wait a burst start is judged against: the median of the longest ceil(n / burst) waits of n steps (as many
+    as a window has burst starts if every burst is `burst` batches), so that one stall longer than every gap between
+    bursts does not hide them."""
+    c = max(1, -(-(len(waits) + 1) // max(1, burst)))
+    top = heapq.nlargest(c, [lead_wait, *waits])
+    return top[len(top) // 2]
+
+
+def is_burst_start(waits: list[float], step_end: list[float], j: int, reference: float) -> bool:
     """Whether step `j` of a window started a burst: it waited for its batch (`drained`), at least BURST_GAP_SHARE
-    of `longest`, the longest wait of steps 0..j."""
+    of `reference` (`gap_reference`)."""
     step = step_end[j] - (step_end[j - 1] if j else 0.0)
-    return drained(waits[j], step) and waits[j] >= BURST_GAP_SHARE * longest
+    return drained(waits[j], step) and waits[j] >= BURST_GAP_SHARE * reference
 
 
 def burst_bounds(waits: list[float], step_end: list[float], burst: int, lead_wait: float = 0.0) -> list[int] | None:
@@ -158,9 +168,9 @@ def burst_bounds(waits: list[float], step_end: list[float], burst: int, lead_wai
     state, and they are cut as the steps after the last burst start are."""
     if burst <= 1:
         return None
-    longest = max([lead_wait, *waits])
-    starts = [j for j in range(len(waits)) if is_burst_start(waits, step_end, j, longest)]
-    if lead_wait >= max(DRAIN_MIN_S, BURST_GAP_SHARE * longest):
+    reference = gap_reference(waits, burst, lead_wait)
+    starts = [j for j in range(len(waits)) if is_burst_start(waits, step_end, j, reference)]
+    if lead_wait >= max(DRAIN_MIN_S, BURST_GAP_SHARE * reference):
         starts.insert(0, -1)
     return starts if starts and starts[-1] - starts[0] >= burst else None
 
@@ -267,7 +277,6 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         start.record()  # the device's clock for a window cut back to whole bursts
     t0 = time.perf_counter()
     last = t0
-    longest = 0.0  # the longest wait so far
     while True:
         tw = time.perf_counter()
         images_labels = next(batches)
@@ -292,9 +301,9 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
             known = f", known to +-{100 * hw:.1f}%" if hw is not None else ""
             print(f"  {label}: {len(step_end)} steps in {shown:.0f} s, {len(step_end) * samples_per_step / shown:.1f} "
                   f"samples/s{known} (host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
-        longest = max(longest, waits[-1])
         hw = None
-        at_start = rule.burst > 1 and is_burst_start(waits, step_end, len(step_end) - 1, longest)
+        at_start = rule.burst > 1 and is_burst_start(waits, step_end, len(step_end) - 1,
+                                                     gap_reference(waits, rule.burst, lead_wait))  # fmt: skip
         if at_start and rule.mode == "adaptive":  # precision over the whole bursts so far, cycle by cycle
             bounds = burst_bounds(waits, step_end, rule.burst, lead_wait)
             hw = math.inf  # not known: no whole bursts yet, or too few cycles
