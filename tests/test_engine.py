@@ -428,6 +428,7 @@ def test_a_real_dataloaders_window_holds_whole_cycles():
     waits = []
     warm_up(step, loader, 12, lambda: None, _Beat(), min_steps=2, waits=waits)
     win = _window(loader, StopRule(max_seconds=2.5, min_seconds=0.5, precision=0.01, burst=4), 0.002, waits[-1])
-    cut = win.extra["whole_bursts"]
-    assert cut["cycles"] >= 5 and win.steps == cut["steps"] and win.steps % 4 == 0
+    cut, bounds = win.extra["whole_bursts"], win.extra["bounds"]
+    # from a burst start to a burst start (its workers may drift apart into smaller bursts: those count too)
+    assert cut["cycles"] >= 5 and win.steps == cut["steps"] and bounds[0] == -1 and bounds[-1] == win.steps - 1
     assert win.steps / win.elapsed_s == pytest.approx(4 / 0.16, rel=0.08)
