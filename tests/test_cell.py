@@ -43,8 +43,6 @@ def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loa
     assert m["prefetch_backlog_batches"] == 1 and m["warmup_steps_max"] == 3
     assert m["warmup_steps"] == 3 or m["warmup_drained_at"] == m["warmup_steps"] >= 2
     assert m["data_wait_ms"]["mean"] >= 0 and m["compute_ms"]["mean"] > 0 and m["final_loss"] > 0
-    # the launching thread's CPU time a step: on a CPU device it computes too, so about the step itself
-    assert m["launch_cpu_ms"]["mean"] > 0 and 0.2 < m["launch_share"] <= 1.2
     assert m["device"]["type"] == "cpu" and m["amp_dtype"] == ("bfloat16" if precision == "amp" else None)
     p = rec["provenance"]
     assert p["versions"]["torch"] and p["versions"]["torchvision"] and p["versions"]["opencv"] and p["versions"]["pillow"]

@@ -76,12 +76,6 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
         out["process_starts"] = {"warm": sum(bool(s["warm"]) for s in starts),
                                  "reused": sum(bool(s.get("reused")) for s in starts),
                                  "plain": dict(_count(s["how"] for s in starts if not s["warm"]))}  # fmt: skip
-    share: dict[str, list[float]] = defaultdict(list)
-    for r in ok:
-        if r["metrics"].get("launch_share") is not None:
-            share[parse_cell_id(r["cell_id"])["loader"]].append(r["metrics"]["launch_share"])
-    if share:  # the launching thread's CPU time over the device time of a step: near 1, launch-bound
-        out["launch_share_median"] = {loader: statistics.median(v) for loader, v in sorted(share.items())}
     cuts = [w["whole_bursts"] for w in windows if w.get("whole_bursts")]
     if cuts:  # worker-fed windows cut to whole bursts (window.whole_bursts)
         cut = [c for c in cuts if c.get("cut_head_steps") or c.get("cut_tail_steps")]
@@ -186,9 +180,6 @@ def render(rep: dict) -> str:
             text += (f"; in the {f['split_cells']} cells that split it, median steal {m['steal']:.2f}, interrupts "
                      f"{m['irq']:.2f}, other processes {m['processes']:.2f} cores")
         lines.append(text)
-    if rep.get("launch_share_median"):
-        lines.append("launching thread's CPU time / device time a step, median by loader: " + ", ".join(
-            f"{loader} {v:.2f}" for loader, v in rep["launch_share_median"].items()))  # fmt: skip
     if rep.get("whole_bursts"):
         b = rep["whole_bursts"]
         lines.append(f"whole bursts: {b['cut']} of {b['windows']} worker-fed windows cut (steps cut at the start "

@@ -23,12 +23,6 @@ def summarize_ms(values_s: list[float]) -> dict:
     return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
-def ratio(part: list[float], whole: list[float]) -> float | None:
-    """sum(part) / sum(whole); None when either is empty or the whole is 0."""
-    total = sum(whole)
-    return float(sum(part) / total) if part and total > 0 else None
-
-
 def half_ratio(step_end: list[float], elapsed: float) -> float | None:
     """Throughput of the window's second half over its first half (1.0 = steady)."""
     steps = len(step_end)

@@ -262,7 +262,6 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "device": str(device),
         "time_s": win.elapsed_s,
         "waits": win.waits,
-        "host_cpu": win.host_cpu,
         "computes": win.computes,
         "peak_gpu_mem_mb": peak_gpu,
         "process_rss_mb": _peak_rss_mb(),
@@ -282,7 +281,6 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     images = win.last_batch[0]
     first_input = images[0] if isinstance(images, list) else images  # a pre-scattered batch: one part per GPU
     all_waits = [w for r in ranks for w in r["waits"]]
-    all_host = [h for r in ranks for h in r["host_cpu"]]
     all_computes = [c for r in ranks for c in r["computes"]]
     ratio = summary.half_ratio(win.step_end, win.elapsed_s)
     warnings = summary.warnings_for(
@@ -297,10 +295,6 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "samples_per_s": steps * global_batch / elapsed,
         "step_ms": 1000.0 * elapsed / steps,
         "data_wait_ms": summary.summarize_ms(all_waits),
-        # the launching thread's CPU time a step, and its share of the step's device time: near 1 a step is bound by
-        # its launches, and anything that slows that thread (a loader's threads on the host) slows the step
-        "launch_cpu_ms": summary.summarize_ms(all_host),
-        "launch_share": summary.ratio(all_host, all_computes),
         "compute_ms": summary.summarize_ms(all_computes),
         "data_wait_fraction": float(sum(ranks[0]["waits"]) / ranks[0]["time_s"]),
         "window": {"mode": rule.mode, "min_s": rule.min_seconds if rule.mode == "adaptive" else None,

@@ -207,7 +207,6 @@ class WindowResult:
     halfwidth: float | None
     converged: bool | None  # adaptive windows only
     extra: dict = field(default_factory=dict)
-    host_cpu: list[float] = field(default_factory=list)  # the launching thread's CPU seconds in each step
 
 
 # The loader made a warm-up step wait (its queue was empty) when the wait took this share of the step and this long.
@@ -264,7 +263,6 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
     the same step and keep the same whole bursts; `lead_wait`: the last warm-up step's wait for its batch."""
     waits: list[float] = []
     computes: list = []
-    host: list[float] = []  # the launching thread's CPU time in each step (launches, autograd, optimizer)
     step_end: list[float] = []
     shown = 0.0
     loss = images_labels = None
@@ -284,7 +282,6 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         images_labels = next(batches)
         tc = time.perf_counter()
         waits.append(tc - tw)
-        h0 = time.thread_time()
         if cuda_timer:
             ev0, ev1 = cuda_timer(), cuda_timer()
             ev0.record()
@@ -294,7 +291,6 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         else:
             loss = step(*images_labels)
             computes.append(time.perf_counter() - tc)
-        host.append(time.thread_time() - h0)
         now = time.perf_counter()
         step_end.append(now - t0)
         heartbeat.beat(now - last)
@@ -339,7 +335,6 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         full = elapsed
         elapsed = end(last) - end(first)
         waits, computes, step_end = waits[first + 1 : last + 1], computes[first + 1 : last + 1], judged
-        host = host[first + 1 : last + 1]
         extra["whole_bursts"] = {"steps": last - first, "cut_head_steps": first + 1, "cut_tail_steps": n - 1 - last,
                                  "cut_s": round(full - elapsed, 4)}  # fmt: skip
     elif rule.burst > 1:
@@ -351,5 +346,4 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
     hw = relative_halfwidth(step_end, burst=rule.burst, bounds=cycles)
     converged = (hw is not None and hw <= rule.precision) if rule.mode == "adaptive" else None
-    return WindowResult(elapsed, len(step_end), waits, computes, step_end, loss, images_labels, hw, converged, extra,
-                        host)  # fmt: skip
+    return WindowResult(elapsed, len(step_end), waits, computes, step_end, loss, images_labels, hw, converged, extra)
