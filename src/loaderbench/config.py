@@ -404,6 +404,8 @@ class CellSpec:
                                               default="float32")  # fmt: skip
     # steps profiled after the window (torch.profiler; stepprofile): a record's metrics.profile; 0: none
     profile_steps: int = _from_config("profile_steps", since_records=True, default=0)
+    # SGD's fused implementation: under amp, GradScaler's overflow check stays on the device (no host sync a step)
+    optimizer_fused: bool = _from_config("optimizer.fused", since_records=True, default=False)
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and

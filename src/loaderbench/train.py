@@ -85,7 +85,11 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
         model = wrap(model)
     model.train()
     criterion = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+    # fused: one kernel set for the update, and GradScaler passes it the overflow flag on the device instead of
+    # reading it on the host mid-step (GradScaler.step's .item(): a synchronisation after which the GPU idles until
+    # the host launches again - dali-cpu's spread on the H200, docs/results/2026-12-01-h200/profile)
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay,
+                                fused=spec.optimizer_fused or None)  # fmt: skip
     if spec.compile:  # compiled by the first step (the cell's warm-up), outside the window
         model = torch.compile(model)
     scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
@@ -99,6 +103,7 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
         scaler.update()
         return loss
 
+    step.optimizer = optimizer  # for the record (fused or not)
     return model, step
 
 
@@ -316,6 +321,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         "input": {"dtype": str(first_input.dtype).replace("torch.", ""),
                   "channels_last": first_input.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
         "compiled": spec.compile,
+        "optimizer": {"name": type(step.optimizer).__name__, "fused": bool(step.optimizer.defaults.get("fused"))},
         "cudnn_benchmark": spec.cudnn_benchmark if kind == "cuda" else None,
         "cudnn_benchmark_limit": torch.backends.cudnn.benchmark_limit if kind == "cuda" else None,
         "placement": {**place.to_dict(), **placed} if place else {"off": f"placement {spec.placement} on {kind}"},
