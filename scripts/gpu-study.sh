@@ -3,8 +3,8 @@
 #   stash DIR...          copy carried bundle parts (.bundles/cN) to /tmp/parts, where the next calls find them
 #   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all the parts are
 #                         there, dali.0-N (DALI; dali.parts says N+1) into /tmp/site; libfuse/fusermount3 from the
-#                         parts' fuse/ folder. .bundles/c0 (smk.0, fuse/, dali.0, dali.parts) and c1-c5 (dali.1-5) are
-#                         33-35 MB each: one part and the working tree (26 MB) must fit a call's 64 MiB
+#                         parts' fuse/ folder. .bundles/c0 (smk.0, fuse/, dali.parts) and c1-c7 (dali.0-6) are
+#                         19-28 MB each: one part and the working tree (32 MB) must fit a call's 64 MiB
 #   prep OUT              host facts, then the dataset made, checked and staged (scripts/gpu-host-prep.sh); records
 #                         carried from an earlier lease are adopted (`loaderbench adopt`): only missing cells run
 #   probe OUT             the first-step probe: cuDNN autotuning on/off/limited, fresh processes (first_step_probe.py)
