@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from dataclasses import replace
@@ -65,6 +66,23 @@ def test_a_fused_optimizer_cell_trains_and_says_so(staged, tmp_path):
     assert rec["status"] == "ok", rec.get("reason")
     assert rec["metrics"]["optimizer"] == {"name": "SGD", "fused": True} and rec["metrics"]["final_loss"] > 0
     assert rec["spec"]["optimizer_fused"] is True and "optimizer_fused" not in plain.to_dict()
+
+
+def test_a_process_that_runs_cell_after_cell_keeps_its_cpus(staged, tmp_path, monkeypatch):
+    """The runner moves its own threads off a cell's launch cores while the cell measures, and gives them their CPUs
+    back after: a sweep (cell after cell in one process) on the H200 lost a core a cell, down to 4 for the 12th. This
+    machine has too few cores for a placement, so the runner's plan is replaced by one (launch on CPU 1, the rest on
+    CPU 0); the affinity is the real one."""
+    from loaderbench import placement
+
+    tmp, cfg = staged
+    monkeypatch.setattr(placement, "for_cell", lambda *a, **k: placement.Placement((1,), (0,)))
+    before = os.sched_getaffinity(0)
+    for r in range(2):
+        spec = cell_spec(cfg, f"synthetic_disk_g1_b4_fp32_dp_r{r}", in_grid=False)
+        run_cell(spec, tmp / "disk.json", tmp_path / f"{spec.cell_id}.json")
+        assert json.loads((tmp_path / f"{spec.cell_id}.json").read_text())["status"] == "ok"
+        assert os.sched_getaffinity(0) == before
 
 
 def test_more_gpus_than_the_host_has_is_a_skip_record(staged, tmp_path):

@@ -84,6 +84,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
             "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
     procs, process_start = [], []
     mount = sampler = samples = None
+    placed_runner: dict[int, set[int]] = {}
     rc, why, culprit, stack_dump, absent = None, busy, None, {}, False
     spawned = exited = None
     contention = None if busy else _contention.Sampler(spec.gpus).start()
@@ -118,7 +119,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
                                   "reused": reused})  # fmt: skip
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
-        _keep_off_launch_cores(spec, mount)
+        placed_runner = _keep_off_launch_cores(spec, mount)
         if procs:
             rc, why, culprit, stack_dump = _wait_all(procs, timeout_s, beats, stacks, stall)
             exited = time.time()
@@ -127,6 +128,10 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
             _kill_tree(proc)  # interrupted: take the ranks and their loader workers down with us
         raise
     finally:
+        # the runner's threads back where they were: a process that runs cell after cell (a sweep, the ceiling, a
+        # bench) otherwise lost a core to each cell's launch cores - a sweep on the H200 ran its 12th cell on 4 CPUs
+        for tid, cpus in placed_runner.items():
+            placement.set_thread_cpus(tid, cpus)
         if sampler:
             samples = sampler.stop()
         if mount:
@@ -311,17 +316,23 @@ def spec_timeout(spec: CellSpec) -> float:
     return auto_timeout({"seconds": spec.window_s, "max_seconds": spec.window_max_s}, spec.compile)
 
 
-def _keep_off_launch_cores(spec: CellSpec, mount) -> None:
+def _keep_off_launch_cores(spec: CellSpec, mount) -> dict[int, set[int]]:
     """The runner's own threads (the sampler, this wait loop) and an emulated tier's server off the cores the
-    measuring processes launch from (they place their own threads)."""
+    measuring processes launch from (they place their own threads). Returns the runner's threads' CPUs before."""
     place = placement.for_cell(spec.placement, spec.gpus, "cuda" if _has_gpu() else "cpu")
     if place is None:
-        return
+        return {}
+    before = {}
     for tid in placement.threads_of(os.getpid()):
+        try:
+            before[tid] = os.sched_getaffinity(tid)
+        except OSError:  # the thread ended meanwhile
+            continue
         placement.set_thread_cpus(tid, place.others)
     server = getattr(mount, "proc", None)
     if server is not None:
         placement.pin_process_tree(server.pid, place.others)
+    return before
 
 
 def _has_gpu() -> bool:
