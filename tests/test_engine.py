@@ -432,3 +432,30 @@ def test_a_real_dataloaders_window_holds_whole_cycles():
     # from a burst start to a burst start (its workers may drift apart into smaller bursts: those count too)
     assert cut["cycles"] >= 5 and win.steps == cut["steps"] and bounds[0] == -1 and bounds[-1] == win.steps - 1
     assert win.steps / win.elapsed_s == pytest.approx(4 / 0.16, rel=0.08)
+
+
+def test_engine_report_reads_a_sweeps_folders_and_keeps_its_variants_apart(tmp_path):
+    """A sweep keeps one folder per variant and a summary list beside them; a fused optimizer is another
+    configuration, never pooled into the plain one's repeats."""
+    import json as _json
+
+    from loaderbench.enginereport import load, report
+
+    def rec(variant, r, sps, fused):
+        d = tmp_path / variant
+        d.mkdir(exist_ok=True)
+        cid = f"synthetic_ram_g1_b256_amp_dp_r{r}"
+        spec = {"optimizer_fused": True} if fused else {}
+        (d / f"{cid}.json").write_text(_json.dumps({"cell_id": cid, "status": "ok", "spec": spec, "metrics": {
+            "samples_per_s": sps, "time_s": 3.0}, "phases_s": {"wall": 8.0, "overhead": 5.0}}))  # fmt: skip
+
+    for r, (a, b) in enumerate([(6300, 8750), (6800, 8650)]):
+        rec("base", r, a, False)
+        rec("fused", r, b, True)
+    (tmp_path / "sweep.json").write_text("[]")
+    (tmp_path / "base" / "superseded").mkdir()
+    (tmp_path / "base" / "superseded" / "x.json").write_text(_json.dumps({"cell_id": "x", "status": "ok"}))
+    records = load(tmp_path)
+    assert len(records) == 4
+    got = {r["config"]: r["samples_per_s"] for r in report(records)["repeats"]}
+    assert got == {"synthetic_ram_1_256_amp_dp": [6300, 6800], "synthetic[fused]_ram_1_256_amp_dp": [8750, 8650]}

@@ -17,15 +17,20 @@ PHASES = ("before_process", "startup", "setup", "warmup", "teardown", "close")
 
 
 def load(cells_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(Path(cells_dir).glob("*.json"))]
+    """The cell records in `cells_dir` and its subfolders (a sweep keeps one folder per variant), superseded ones
+    and other JSON files (a sweep's summary) left out."""
+    found = (json.loads(p.read_text()) for p in sorted(Path(cells_dir).rglob("*.json")) if "superseded" not in p.parts)
+    return [r for r in found if isinstance(r, dict) and "cell_id" in r and "status" in r]
 
 
 def _config_key(record: dict) -> tuple:
-    """(loader, tier, gpus, batch, precision, parallel); the loader named with its transport when not the default
-    ("torchvision[uint8]"), so such cells are never compared with or pooled into the seed recipe's."""
+    """(loader, tier, gpus, batch, precision, parallel); the loader named with its transport and a fused optimizer
+    when not the defaults ("torchvision[uint8]", "synthetic[fused]"), so such cells are never compared with or pooled
+    into the seed recipe's."""
     d = parse_cell_id(record["cell_id"])
-    transport = (record.get("spec") or {}).get("torchvision_transport")
-    loader = f"{d['loader']}[{transport}]" if transport else d["loader"]
+    spec = record.get("spec") or {}
+    tags = [t for t in (spec.get("torchvision_transport"), "fused" if spec.get("optimizer_fused") else None) if t]
+    loader = f"{d['loader']}[{','.join(tags)}]" if tags else d["loader"]
     return loader, d["tier"], d["gpus"], d["batch_size"], d["precision"], d["parallel"]
 
 
