@@ -189,6 +189,43 @@ def _judged(step_end: list[float], bounds: list[int], first: int, last: int) -> 
     return _rebased(step_end, first, last), [j - first - 1 for j in inner]
 
 
+def _at_burst_start(rule: StopRule, waits: list[float], step_end: list[float], lead_wait: float):
+    """(whether the window's last step started a burst, the precision of its whole cycles so far there - inf when
+    not known yet, None when not judged here) for `StopRule.done`."""
+    if rule.burst <= 1:
+        return False, None
+    if not is_burst_start(waits, step_end, len(step_end) - 1, gap_reference(waits, rule.burst, lead_wait)):
+        return False, None
+    if rule.mode != "adaptive":
+        return True, None
+    bounds = burst_bounds(waits, step_end, rule.burst, lead_wait)
+    if not bounds:
+        return True, math.inf  # no whole bursts yet
+    judged, cycles = _judged(step_end, bounds, bounds[0], bounds[-1])
+    hw = relative_halfwidth(judged, bounds=cycles)
+    return True, math.inf if hw is None else hw
+
+
+def _whole_bursts_cut(rule: StopRule, waits, step_end, lead_wait, agree_max, elapsed: float, end):
+    """A worker-fed loader's window cut to whole bursts: (first, last, seconds, cycles, what the record says), the
+    steps first+1..last kept; None for other loaders. Every rank keeps the latest first and last burst start any rank
+    saw (ddp ranks wait for each other: one that waited for its batch starts the burst for all; +2 carries -1, the
+    window's start, and 0, none). `end(j)`: seconds from the window's start to the end of step j."""
+    if rule.burst <= 1:
+        return None
+    n = len(step_end)
+    bounds = burst_bounds(waits, step_end, rule.burst, lead_wait) if rule.mode != "steps" else None  # kept whole
+    first = agree_max(bounds[0] + 2 if bounds else 0) - 2
+    last = agree_max(bounds[-1] + 2 if bounds else 0) - 2
+    if first < -1 or last - first < rule.burst:
+        return -1, n - 1, elapsed, None, {"steps": n, "cut_head_steps": 0, "cut_tail_steps": 0, "cut_s": 0.0}
+    _, cycles = _judged(step_end, bounds or [], first, last)
+    kept = elapsed if (first, last) == (-1, n - 1) else end(last) - end(first)
+    return first, last, kept, cycles, {"steps": last - first, "cut_head_steps": first + 1,
+                                       "cut_tail_steps": n - 1 - last, "cut_s": round(elapsed - kept, 4),
+                                       "cycles": len(cycles) - 1}  # fmt: skip
+
+
 def _rebased(step_end: list[float], first: int, last: int) -> list[float]:
     """The step ends of steps first+1..last, from the end of step `first` (-1: the window's start)."""
     base = step_end[first] if first >= 0 else 0.0
@@ -301,47 +338,24 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
             known = f", known to +-{100 * hw:.1f}%" if hw is not None else ""
             print(f"  {label}: {len(step_end)} steps in {shown:.0f} s, {len(step_end) * samples_per_step / shown:.1f} "
                   f"samples/s{known} (host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
-        hw = None
-        at_start = rule.burst > 1 and is_burst_start(waits, step_end, len(step_end) - 1,
-                                                     gap_reference(waits, rule.burst, lead_wait))  # fmt: skip
-        if at_start and rule.mode == "adaptive":  # precision over the whole bursts so far, cycle by cycle
-            bounds = burst_bounds(waits, step_end, rule.burst, lead_wait)
-            hw = math.inf  # not known: no whole bursts yet, or too few cycles
-            if bounds:
-                judged, cycles = _judged(step_end, bounds, bounds[0], bounds[-1])
-                hw = relative_halfwidth(judged, bounds=cycles)
-                hw = math.inf if hw is None else hw
+        at_start, hw = _at_burst_start(rule, waits, step_end, lead_wait)
         if agree_max(int(rule.done(step_end, at_start, hw))):
             break
     sync()
     elapsed = time.perf_counter() - t0
     gc.enable()
-    extra = {}
-    n = len(step_end)
-    # a worker-fed loader's window cut back to whole bursts: the group's last burst start any rank saw (ddp ranks
-    # wait for each other: one that waited for its batch starts the burst for all); a fixed number of steps is kept
-    bounds = burst_bounds(waits, step_end, rule.burst, lead_wait) if rule.mode != "steps" else None
-    # every rank: the latest first and last burst start any rank saw (+2: -1 is the window's start, 0 is none)
-    first = agree_max(bounds[0] + 2 if bounds else 0) - 2
-    last = agree_max(bounds[-1] + 2 if bounds else 0) - 2
-    cycles = None
-    if first >= -1 and last - first >= rule.burst:
-        judged, cycles = _judged(step_end, bounds or [], first, last)
-    if cycles and (first, last) != (-1, n - 1):
 
-        def end(j):  # seconds from the window's start to the end of step j: the device's clock on a GPU
-            return 0.0 if j < 0 else start.elapsed_time(computes[j][1]) / 1000.0 if cuda_timer else step_end[j]
+    def end(j):  # seconds from the window's start to the end of step j: the device's clock on a GPU
+        return 0.0 if j < 0 else start.elapsed_time(computes[j][1]) / 1000.0 if cuda_timer else step_end[j]
 
-        full = elapsed
-        elapsed = end(last) - end(first)
-        waits, computes, step_end = waits[first + 1 : last + 1], computes[first + 1 : last + 1], judged
-        extra["whole_bursts"] = {"steps": last - first, "cut_head_steps": first + 1, "cut_tail_steps": n - 1 - last,
-                                 "cut_s": round(full - elapsed, 4)}  # fmt: skip
-    elif rule.burst > 1:
-        extra["whole_bursts"] = {"steps": n, "cut_head_steps": 0, "cut_tail_steps": 0, "cut_s": 0.0}
-    if cycles:
-        extra["whole_bursts"]["cycles"] = len(cycles) - 1
-        extra["bounds"] = cycles  # the burst starts of the steps kept: batch means over whole cycles
+    cut = _whole_bursts_cut(rule, waits, step_end, lead_wait, agree_max, elapsed, end)
+    extra, cycles = {}, None
+    if cut is not None:
+        first, last, elapsed, cycles, extra["whole_bursts"] = cut
+        waits, computes = waits[first + 1 : last + 1], computes[first + 1 : last + 1]
+        step_end = _rebased(step_end, first, last)
+        if cycles:
+            extra["bounds"] = cycles  # the burst starts of the steps kept: batch means over whole cycles
     if cuda_timer:
         computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
     hw = relative_halfwidth(step_end, burst=rule.burst, bounds=cycles)
