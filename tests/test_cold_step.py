@@ -3,6 +3,7 @@ the loader delivers it, the loader's work started at build, and the step kept ou
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import replace
 
@@ -71,6 +72,7 @@ def _counted_measure(monkeypatch, spec, tmp):
     def counting(*a, **kw):
         model, step = training_step(*a, **kw)
 
+        @functools.wraps(step)  # keeps what the step carries (its optimizer, for the record)
         def counted(images, labels):
             calls.append(images)
             return step(images, labels)

@@ -314,6 +314,7 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         start.record()  # the device's clock for a window cut back to whole bursts
     t0 = time.perf_counter()
     last = t0
+    cycles_hw = None  # the precision of a worker-fed loader's whole cycles, at its last burst start
     while True:
         tw = time.perf_counter()
         images_labels = next(batches)
@@ -334,11 +335,13 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         last = now
         if show_progress and step_end[-1] - shown >= PROGRESS_S:
             shown = step_end[-1]
-            hw = relative_halfwidth(step_end, burst=rule.burst)
-            known = f", known to +-{100 * hw:.1f}%" if hw is not None else ""
+            # a worker-fed loader's: that of its whole cycles at the last burst start (the stop rule's)
+            hw = relative_halfwidth(step_end) if rule.burst <= 1 else cycles_hw
+            known = f", known to +-{100 * hw:.1f}%" if hw is not None and math.isfinite(hw) else ""
             print(f"  {label}: {len(step_end)} steps in {shown:.0f} s, {len(step_end) * samples_per_step / shown:.1f} "
                   f"samples/s{known} (host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
         at_start, hw = _at_burst_start(rule, waits, step_end, lead_wait)
+        cycles_hw = hw if hw is not None else cycles_hw
         if agree_max(int(rule.done(step_end, at_start, hw))):
             break
     sync()
