@@ -17,8 +17,7 @@ from loaderbench import placement
 from loaderbench.parallel import ReplicaThreads
 from loaderbench.runcell import phases
 from loaderbench.watchdog import Beat, Heartbeat, StallRule, describe, read
-from loaderbench.window import (StopRule, burst_bounds, is_burst_start, relative_halfwidth, timed_window, warm_up,
-                                whole_bursts)
+from loaderbench.window import StopRule, burst_bounds, is_burst_start, relative_halfwidth, timed_window, warm_up
 
 
 def ends(durations):
@@ -369,10 +368,11 @@ def test_a_worker_fed_loaders_precision_is_judged_at_a_bursts_first_step_only():
     # bursts of 4 (a 0.5 s wait before each), a late worker's 0.1 s wait inside the second
     waits = [0, 0, 0, 0.5, 0, 0.1, 0, 0.5, 0, 0, 0, 0.5]
     step_end = ends([0.01 + w for w in waits])
-    assert whole_bursts(waits, step_end, 4) == (3, 11)
-    assert whole_bursts(waits, step_end, 4, lead_wait=0.5) == (-1, 11)  # the window's start is one
-    assert whole_bursts(waits, step_end, 9) is None and whole_bursts(waits, step_end, 9, lead_wait=0.5) == (-1, 11)
-    assert whole_bursts(waits, step_end, 1, lead_wait=0.5) is None
+    assert burst_bounds(waits, step_end, 4) == [3, 7, 11]
+    assert burst_bounds(waits, step_end, 4, lead_wait=0.5) == [-1, 3, 7, 11]  # the window's start is one
+    assert burst_bounds(waits, step_end, 9) is None  # 8 steps from the first start to the last: less than a burst
+    assert burst_bounds(waits, step_end, 9, lead_wait=0.5) == [-1, 3, 7, 11]
+    assert burst_bounds(waits, step_end, 1, lead_wait=0.5) is None
     # one stall far longer than every gap between bursts does not hide them (judged against the gaps' median)
     stalled = waits[:7] + [3.0] + waits[8:]
     assert burst_bounds(stalled, ends([0.01 + w for w in stalled]), 4) == [3, 7, 11]

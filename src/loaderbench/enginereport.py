@@ -86,7 +86,7 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
         cut = [c for c in cuts if c.get("cut_head_steps") or c.get("cut_tail_steps")]
         out["whole_bursts"] = {"windows": len(cuts), "cut": len(cut),
                                "cut_head_steps": sorted(c.get("cut_head_steps", 0) for c in cut),
-                               "cut_tail_steps": sorted(c.get("cut_tail_steps", c.get("cut_steps", 0)) for c in cut)}  # fmt: skip
+                               "cut_tail_steps": sorted(c.get("cut_tail_steps", 0) for c in cut)}  # fmt: skip
     out["profiles"] = [_profile_line(r) for r in ok if r["metrics"].get("profile")]
     warned = defaultdict(int)
     for r in ok:

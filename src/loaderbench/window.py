@@ -18,7 +18,7 @@ burst's fast steps without their wait, and one that started on a round of batche
 on a late worker's short wait) counts them too: on the 2 x H200 study's 12 s windows of opencv, a first burst of 1.1 s
 against 2.0-2.2 s for every later one (+3%), and up to +13% for a stop inside a burst. So for a worker-fed loader the
 precision is judged only at a burst's first step, and the window is cut to the steps between the first and the last
-burst start it holds (`whole_bursts`; its own start counts when the warm-up's last step started a burst): its time
+burst start it holds (`burst_bounds`; its own start counts when the warm-up's last step started a burst): its time
 is then the device's, between the ends of those two steps (CUDA events; the steps' own ends on a CPU). Its batch means
 are over whole cycles, from one burst start to the next (`cycle_batches`): a cycle need not be as many batches as
 there are workers (15 workers with 4 batches each ahead: about 32 a cycle on the 1-GPU H200 host).
@@ -150,11 +150,15 @@ def gap_reference(waits: list[float], burst: int, lead_wait: float = 0.0) -> flo
     return top[len(top) // 2]
 
 
+def _waited(waits: list[float], step_end: list[float], j: int) -> bool:
+    """Whether step `j` of a window waited for its batch (`drained`)."""
+    return drained(waits[j], step_end[j] - (step_end[j - 1] if j else 0.0))
+
+
 def is_burst_start(waits: list[float], step_end: list[float], j: int, reference: float) -> bool:
     """Whether step `j` of a window started a burst: it waited for its batch (`drained`), at least BURST_GAP_SHARE
     of `reference` (`gap_reference`)."""
-    step = step_end[j] - (step_end[j - 1] if j else 0.0)
-    return drained(waits[j], step) and waits[j] >= BURST_GAP_SHARE * reference
+    return _waited(waits, step_end, j) and waits[j] >= BURST_GAP_SHARE * reference
 
 
 def burst_bounds(waits: list[float], step_end: list[float], burst: int, lead_wait: float = 0.0) -> list[int] | None:
@@ -175,34 +179,27 @@ def burst_bounds(waits: list[float], step_end: list[float], burst: int, lead_wai
     return starts if starts and starts[-1] - starts[0] >= burst else None
 
 
-def whole_bursts(waits: list[float], step_end: list[float], burst: int,
-                 lead_wait: float = 0.0) -> tuple[int, int] | None:  # fmt: skip
-    """(first, last): the window's steps first+1..last make whole bursts (`burst_bounds`); None: all count."""
-    bounds = burst_bounds(waits, step_end, burst, lead_wait)
-    return (bounds[0], bounds[-1]) if bounds else None
-
-
-def _judged(step_end: list[float], bounds: list[int], first: int, last: int) -> tuple[list[float], list[int]]:
-    """The step ends of the whole bursts first+1..last, from the end of step `first`, and their burst starts,
-    re-indexed to them (first is -1)."""
-    inner = sorted({first, last, *(j for j in bounds if first <= j <= last)})
-    return _rebased(step_end, first, last), [j - first - 1 for j in inner]
+def _cycles(bounds: list[int], first: int, last: int) -> list[int]:
+    """The burst starts of the steps first+1..last (with `first` and `last`), re-indexed to them: `first` is -1."""
+    return [j - first - 1 for j in sorted({first, last, *(j for j in bounds if first <= j <= last)})]
 
 
 def _at_burst_start(rule: StopRule, waits: list[float], step_end: list[float], lead_wait: float):
     """(whether the window's last step started a burst, the precision of its whole cycles so far there - inf when
     not known yet, None when not judged here) for `StopRule.done`."""
-    if rule.burst <= 1:
+    j = len(step_end) - 1
+    # most steps of a burst do not wait: the gaps' reference (a sort of every wait) only for one that did
+    if rule.burst <= 1 or not _waited(waits, step_end, j):
         return False, None
-    if not is_burst_start(waits, step_end, len(step_end) - 1, gap_reference(waits, rule.burst, lead_wait)):
+    if not is_burst_start(waits, step_end, j, gap_reference(waits, rule.burst, lead_wait)):
         return False, None
     if rule.mode != "adaptive":
         return True, None
     bounds = burst_bounds(waits, step_end, rule.burst, lead_wait)
     if not bounds:
         return True, math.inf  # no whole bursts yet
-    judged, cycles = _judged(step_end, bounds, bounds[0], bounds[-1])
-    hw = relative_halfwidth(judged, bounds=cycles)
+    first, last = bounds[0], bounds[-1]
+    hw = relative_halfwidth(_rebased(step_end, first, last), bounds=_cycles(bounds, first, last))
     return True, math.inf if hw is None else hw
 
 
@@ -219,7 +216,7 @@ def _whole_bursts_cut(rule: StopRule, waits, step_end, lead_wait, agree_max, ela
     last = agree_max(bounds[-1] + 2 if bounds else 0) - 2
     if first < -1 or last - first < rule.burst:
         return -1, n - 1, elapsed, None, {"steps": n, "cut_head_steps": 0, "cut_tail_steps": 0, "cut_s": 0.0}
-    _, cycles = _judged(step_end, bounds or [], first, last)
+    cycles = _cycles(bounds or [], first, last)
     kept = elapsed if (first, last) == (-1, n - 1) else end(last) - end(first)
     return first, last, kept, cycles, {"steps": last - first, "cut_head_steps": first + 1,
                                        "cut_tail_steps": n - 1 - last, "cut_s": round(elapsed - kept, 4),
