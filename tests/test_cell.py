@@ -171,10 +171,14 @@ def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(stag
 
 
 def test_sweep_runs_each_variant_as_real_cells_and_reuses_synthetic_for_loader_only_variants(staged, tmp_path):
+    from loaderbench import warmstart
     from loaderbench.config import ConfigError
     from loaderbench.sweep import parse_variant, render, sweep
 
     tmp, cfg = staged
+    servers = lambda: {c.pid for c in psutil.Process().children(recursive=True)  # noqa: E731
+                       if "loaderbench.warmstart" in " ".join(c.cmdline())}  # fmt: skip
+    env_before, servers_before = os.environ.get(warmstart.ENV_SOCKET), servers()
     rows = sweep(cfg, ["base:", "q3:dali_prefetch=3", "w2:window_steps=4"], ["synthetic", "dali-cpu"], "disk", 4,
                  "fp32", 1, tmp / "disk.json", tmp_path / "sweep")  # fmt: skip
     got = {(r["variant"], r["loader"]): r for r in rows}
@@ -186,6 +190,9 @@ def test_sweep_runs_each_variant_as_real_cells_and_reuses_synthetic_for_loader_o
     assert q3["status"] == "ok" and q3["metrics"]["loader_info"]["prefetch_queue_depth"] == 3
     w2 = json.loads((tmp_path / "sweep/w2/dali-cpu_disk_g1_b4_fp32_dp_r0.json").read_text())
     assert w2["metrics"]["steps"] == 4
+    # each cell a fresh process forked by the sweep's own warm-start server, which is gone afterwards
+    assert [s["how"].startswith("forked by the warm-start server") for s in q3["process_start"]] == [True]
+    assert os.environ.get(warmstart.ENV_SOCKET) == env_before and servers() == servers_before
     assert got[("q3", "dali-cpu")]["au_against"] == "base" and got[("w2", "dali-cpu")]["au_against"] == "w2"
     assert got[("q3", "dali-cpu")]["au"] == pytest.approx(got[("q3", "dali-cpu")]["median"] / got[("base", "synthetic")]["median"])
     assert "q3" in render(rows) and json.loads((tmp_path / "sweep/sweep.json").read_text()) == rows
