@@ -1,6 +1,7 @@
 """Setting sweeps: the same cells under variants of one or more settings (DALI's decoder load, queue depth, threads,
 the input dtype, torch.compile, ...), each cell a real cell job (`runcell`) in a fresh process forked by the sweep's own
-warm-start server (`warmstart.serving`), repeats interleaved across variants so machine drift hits them alike. A tuning experiment, outside the grid: its records go to their own folder.
+warm-start server (`warmstart.serving`), repeats interleaved across variants so machine drift hits them alike. A
+tuning experiment, outside the grid: its records go to their own folder.
 
 A variant is `name:field=value,field=value` over CellSpec fields (`name:` alone keeps the config's settings).
 AU is taken against the `synthetic` cell of the same variant when the sweep has one, else of the first variant
