@@ -436,26 +436,38 @@ def test_a_real_dataloaders_window_holds_whole_cycles():
 
 def test_engine_report_reads_a_sweeps_folders_and_keeps_its_variants_apart(tmp_path):
     """A sweep keeps one folder per variant and a summary list beside them; a fused optimizer is another
-    configuration, never pooled into the plain one's repeats."""
+    configuration, never pooled into the plain one's repeats, and so is any other setting that differs between
+    records of one cell (engine-3's torchvision at 2 and 4 batches ahead were pooled as repeats, 20.6% apart). A
+    setting only some records have (written before it existed) with one value sets none apart."""
     import json as _json
 
     from loaderbench.enginereport import load, report
 
-    def rec(variant, r, sps, fused):
+    def rec(variant, r, sps, fused, loader="synthetic", **spec):
         d = tmp_path / variant
         d.mkdir(exist_ok=True)
-        cid = f"synthetic_ram_g1_b256_amp_dp_r{r}"
-        spec = {"optimizer_fused": True} if fused else {}
+        cid = f"{loader}_ram_g1_b256_amp_dp_r{r}"
+        spec = {"seed": r, "repeat": r, **spec, **({"optimizer_fused": True} if fused else {})}
         (d / f"{cid}.json").write_text(_json.dumps({"cell_id": cid, "status": "ok", "spec": spec, "metrics": {
             "samples_per_s": sps, "time_s": 3.0}, "phases_s": {"wall": 8.0, "overhead": 5.0}}))  # fmt: skip
 
     for r, (a, b) in enumerate([(6300, 8750), (6800, 8650)]):
         rec("base", r, a, False)
         rec("fused", r, b, True)
+        rec("base", r, a - 1000, False, "dali-cpu", dali_threads="auto", workers=4)
+        rec("t8", r, a - 500, False, "dali-cpu", dali_threads=8, workers=4)
+    rec("base", 2, 5400, False, "dali-cpu", workers=4)  # an older record: no dali_threads
     (tmp_path / "sweep.json").write_text("[]")
     (tmp_path / "base" / "superseded").mkdir()
     (tmp_path / "base" / "superseded" / "x.json").write_text(_json.dumps({"cell_id": "x", "status": "ok"}))
     records = load(tmp_path)
-    assert len(records) == 4
-    got = {r["config"]: r["samples_per_s"] for r in report(records)["repeats"]}
-    assert got == {"synthetic_ram_1_256_amp_dp": [6300, 6800], "synthetic[fused]_ram_1_256_amp_dp": [8750, 8650]}
+    assert len(records) == 9
+    got = {r["config"]: sorted(r["samples_per_s"]) for r in report(records)["repeats"]}
+    assert got == {"synthetic_ram_1_256_amp_dp": [6300, 6800], "synthetic[fused]_ram_1_256_amp_dp": [8650, 8750],
+                   "dali-cpu[dali_threads=auto]_ram_1_256_amp_dp": [5300, 5800],
+                   "dali-cpu[dali_threads=8]_ram_1_256_amp_dp": [5800, 6300]}  # fmt: skip
+    # the t8 records gone, the older record and those with dali_threads=auto are one configuration's repeats
+    for p in (tmp_path / "t8").iterdir():
+        p.unlink()
+    got = {r["config"]: sorted(r["samples_per_s"]) for r in report(load(tmp_path))["repeats"]}
+    assert got["dali-cpu_ram_1_256_amp_dp"] == [5300, 5400, 5800]

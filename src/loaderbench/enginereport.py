@@ -5,12 +5,13 @@ read off this report, never asserted in tests."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from .config import parse_cell_id
+from .config import CellSpec, parse_cell_id
 from .records import warnings_of
 
 PHASES = ("before_process", "startup", "setup", "warmup", "teardown", "close")
@@ -23,15 +24,36 @@ def load(cells_dir: Path) -> list[dict]:
     return [r for r in found if isinstance(r, dict) and "cell_id" in r and "status" in r]
 
 
-def _config_key(record: dict) -> tuple:
-    """(loader, tier, gpus, batch, precision, parallel); the loader named with its transport and a fused optimizer
-    when not the defaults ("torchvision[uint8]", "synthetic[fused]"), so such cells are never compared with or pooled
-    into the seed recipe's."""
-    d = parse_cell_id(record["cell_id"])
-    spec = record.get("spec") or {}
-    tags = [t for t in (spec.get("torchvision_transport"), "fused" if spec.get("optimizer_fused") else None) if t]
-    loader = f"{d['loader']}[{','.join(tags)}]" if tags else d["loader"]
-    return loader, d["tier"], d["gpus"], d["batch_size"], d["precision"], d["parallel"]
+# spec fields that name a cell or vary with its repeat, not a setting: never what sets configurations apart
+_NOT_SETTINGS = {f.name for f in dataclasses.fields(CellSpec) if f.metadata.get("fixed")} | {"parallel", "seed"}
+# settings named by a short tag when not the seed recipe's (always, so such cells are never pooled with the recipe's)
+_TAGS = {"torchvision_transport": lambda v: v, "optimizer_fused": lambda v: "fused" if v else None}
+
+
+def _config_keys(records: list[dict]) -> list[tuple]:
+    """Each record's configuration: (loader, tier, gpus, batch, precision, parallel), the loader named with its
+    transport and a fused optimizer when not the defaults ("torchvision[uint8]", "synthetic[fused]"), and with every
+    other setting its spec gives a value that differs between records of the same cell ("dali-cpu[dali_threads=8]",
+    a sweep's variants), so that such cells are never compared with or pooled into each other. A setting that only
+    some records have (added since the others were written) sets them apart only where it takes two values: a record
+    without it then stands apart from both."""
+    ids = [parse_cell_id(r["cell_id"]) for r in records]
+    specs = [r.get("spec") or {} for r in records]
+    same_cell: dict[tuple, list[int]] = defaultdict(list)
+    for i, d in enumerate(ids):
+        same_cell[(d["loader"], d["tier"], d["gpus"], d["batch_size"], d["precision"])].append(i)
+    keys: list[tuple] = [()] * len(records)
+    for members in same_cell.values():
+        named = set.union(*(set(specs[i]) for i in members)) - _NOT_SETTINGS - set(_TAGS)
+        varying = sorted(k for k in named if len({json.dumps(specs[i][k], sort_keys=True) for i in members
+                                                  if k in specs[i]}) > 1)  # fmt: skip
+        for i in members:
+            d, spec = ids[i], specs[i]
+            tags = [t for k, tag in _TAGS.items() if (t := tag(spec.get(k)))]
+            tags += [f"{k}={spec[k]}" for k in varying if k in spec]
+            loader = f"{d['loader']}[{','.join(tags)}]" if tags else d["loader"]
+            keys[i] = (loader, d["tier"], d["gpus"], d["batch_size"], d["precision"], d["parallel"])
+    return keys
 
 
 def report(records: list[dict], ceiling: dict | None = None) -> dict:
@@ -54,8 +76,7 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
         }
     by_config: dict[tuple, list[float]] = defaultdict(list)
     steal_of: dict[tuple, list[float | None]] = defaultdict(list)
-    for r in ok:
-        k = _config_key(r)
+    for r, k in zip(ok, _config_keys(ok)):
         by_config[k].append(r["metrics"]["samples_per_s"])
         steal_of[k].append(_foreign(r).get("steal"))
     median = {k: statistics.median(v) for k, v in by_config.items()}
