@@ -191,7 +191,9 @@ def test_sweep_runs_each_variant_as_real_cells_and_reuses_synthetic_for_loader_o
     w2 = json.loads((tmp_path / "sweep/w2/dali-cpu_disk_g1_b4_fp32_dp_r0.json").read_text())
     assert w2["metrics"]["steps"] == 4
     # each cell a fresh process forked by the sweep's own warm-start server, which is gone afterwards
-    assert [s["how"].startswith("forked by the warm-start server") for s in q3["process_start"]] == [True]
+    starts = [s["how"] for p in sorted((tmp_path / "sweep").rglob("*_r0.json"))
+              for s in json.loads(p.read_text())["process_start"]]
+    assert len(starts) == 5 and all(how.startswith("forked by the warm-start server") for how in starts), starts
     assert os.environ.get(warmstart.ENV_SOCKET) == env_before and servers() == servers_before
     assert got[("q3", "dali-cpu")]["au_against"] == "base" and got[("w2", "dali-cpu")]["au_against"] == "w2"
     assert got[("q3", "dali-cpu")]["au"] == pytest.approx(got[("q3", "dali-cpu")]["median"] / got[("base", "synthetic")]["median"])

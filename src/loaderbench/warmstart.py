@@ -113,6 +113,8 @@ def serving(reuse: bool = False):
         return
     proc, path = _launch(None, reuse)
     try:
+        # the first cell waits for the imports as it would anyway; a cell asks without waiting for the socket
+        serves_this_code(path, reuse=reuse)
         yield
     finally:
         proc.terminate()  # SIGTERM: the server exits, and its idle children die with it (PR_SET_PDEATHSIG)
