@@ -14,6 +14,8 @@
 #                         `loaderbench respread` (configurations whose repeats spread over spread_warn, or with a
 #                         contended cell, measured once more), the rest of the workflow; then the tables and bundle of
 #                         whatever was measured (budget_minutes=0 + trim keeps only measured cells), reports, DONE
+#   sweep DEST ARGS...    `loaderbench sweep --config $CONFIG --out DEST/records ARGS...`, detached (a sweep outlasts a
+#                         call), then its engine report; DEST/DONE when it ends
 #   wait DEST SECONDS [OUT]  poll until DEST/DONE or SECONDS passed; print the progress; with OUT, pack what is
 #                         measured so far into it: a lease's machine that goes idle 30 s is gone with its disk
 #   pack DEST OUT         results into OUT (tarball under 16 MiB) and the reports beside it
@@ -143,6 +145,17 @@ start)
     step done; touch "$dest/DONE"' _ "$dest" "$minutes" "${SMK[@]}" > "$dest/driver.log" 2>&1 < /dev/null &
   echo $! > "$dest/driver.pid"
   echo "started; poll with: scripts/gpu-study.sh wait $dest SECONDS" ;;
+sweep)
+  dest=$1; shift; mkdir -p "$dest"
+  setsid nohup bash -c '
+    dest=$1; shift
+    echo $$ > "$dest/driver.pid"  # the session leader: `stop` ends its session
+    echo "== $(date +%T) sweep $*" >> "$dest/steps.log"
+    python3 -m loaderbench sweep --config "$C" --out "$dest/records" "$@" > "$dest/sweep.log" 2>&1
+    echo "== $(date +%T) sweep rc=$?" >> "$dest/steps.log"
+    python3 -m loaderbench engine-report --cells "$dest/records" --json "$dest/engine-report.json" > "$dest/engine-report.txt" 2>&1
+    echo "== $(date +%T) done" >> "$dest/steps.log"; touch "$dest/DONE"' _ "$dest" "$@" > "$dest/driver.log" 2>&1 < /dev/null &
+  echo "started; poll with: scripts/gpu-study.sh wait $dest SECONDS" ;;
 stop)
   dest=$1
   compgen -G "$dest/driver.pid" > /dev/null || compgen -G "$dest/*/driver.pid" > /dev/null ||
@@ -162,6 +175,7 @@ wait)
   dest=$1; until_s=$((SECONDS + $2))
   while [ ! -f "$dest/DONE" ] && [ $SECONDS -lt $until_s ]; do sleep 10; done
   cat "$dest/steps.log" 2>/dev/null
+  grep -h -E "^cell .*: (ok|failed|skipped|stalled)" "$dest/sweep.log" 2>/dev/null | tail -3
   echo "records: $(ls results/cells 2>/dev/null | wc -l)"; grep -h -E "^\[.*\] (Finished|Error)" "$dest/snakemake.log" 2>/dev/null | tail -3
   ls results/cells 2>/dev/null | tail -3
   if [ -n "${3:-}" ]; then mkdir -p "$3"; tar -czf "$3/partial.tgz" results/cells results/telemetry "$dest" 2>/dev/null; fi
