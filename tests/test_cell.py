@@ -45,7 +45,7 @@ def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loa
     assert m["warmup_steps"] == 3 or m["warmup_drained_at"] == m["warmup_steps"] >= 2
     assert m["data_wait_ms"]["mean"] >= 0 and m["compute_ms"]["mean"] > 0 and m["final_loss"] > 0
     assert m["device"]["type"] == "cpu" and m["amp_dtype"] == ("bfloat16" if precision == "amp" else None)
-    assert m["optimizer"] == {"name": "SGD", "fused": False}
+    assert m["optimizer"] == {"name": "SGD", "fused": True}  # optimizer.fused: true by default
     p = rec["provenance"]
     assert p["versions"]["torch"] and p["versions"]["torchvision"] and p["versions"]["opencv"] and p["versions"]["pillow"]
     assert p["host"]["cpu_model"] and p["tier"]["path"] == str(tmp / "tier") and p["tier"]["fstype"]
@@ -55,17 +55,19 @@ def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loa
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no temp file left behind
 
 
-def test_a_fused_optimizer_cell_trains_and_says_so(staged, tmp_path):
-    """optimizer.fused: SGD's fused implementation (under amp on a GPU it keeps GradScaler's check on the device)."""
+def test_the_plain_optimizer_cell_trains_and_says_so_and_keeps_the_hash_of_records_before_the_setting(staged, tmp_path):
+    """optimizer.fused (SGD's fused implementation, on by default: under amp on a GPU it keeps GradScaler's check on
+    the device) set false: the seed's plain SGD, the cell every record made before the setting measured - its spec
+    leaves the field out, so their hashes still match."""
     tmp, cfg = staged
-    plain = cell_spec(cfg, "synthetic_disk_g1_b4_amp_dp_r0", in_grid=False)
-    spec = replace(plain, optimizer_fused=True)
+    fused = cell_spec(cfg, "synthetic_disk_g1_b4_amp_dp_r0", in_grid=False)
+    spec = replace(fused, optimizer_fused=False)
     out = tmp_path / f"{spec.cell_id}.json"
     run_cell(spec, tmp / "disk.json", out)
     rec = json.loads(out.read_text())
     assert rec["status"] == "ok", rec.get("reason")
-    assert rec["metrics"]["optimizer"] == {"name": "SGD", "fused": True} and rec["metrics"]["final_loss"] > 0
-    assert rec["spec"]["optimizer_fused"] is True and "optimizer_fused" not in plain.to_dict()
+    assert rec["metrics"]["optimizer"] == {"name": "SGD", "fused": False} and rec["metrics"]["final_loss"] > 0
+    assert "optimizer_fused" not in rec["spec"] and fused.to_dict()["optimizer_fused"] is True
 
 
 def test_a_process_that_runs_cell_after_cell_keeps_its_cpus(staged, tmp_path, monkeypatch):

@@ -64,7 +64,9 @@ PROFILED_STEP_FACTOR, PROFILE_SUMMARY_S = 1.5, 2.0
 # Spec fields that do not change what a cell costs: a record with the rest equal is the same configuration.
 # cold_step moves the device's cold start from the first warm-up step into setup, overlapped with the loader's
 # start-up: a cell costs about what it did without it, or less (and records from before it have no cold_step).
-NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset", "cold_step")
+# optimizer_fused changes how fast a step runs, not how long a cell takes (its window is seconds, its overhead the
+# process's): the unfused records of a host predict its fused cells (on by default since the ninth session).
+NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset", "cold_step", "optimizer_fused")
 # The closest measured configuration: these spec fields relaxed last to first (the tier first, the loader last; of
 # other loaders, one fed the same way - loaders.BACKLOG - first).
 NEIGHBOUR_FIELDS = ("loader", "feed", "gpus", "batch_size", "precision", "parallel", "tier")
