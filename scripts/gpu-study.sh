@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The study of config/h200x2-study.yaml on a bare GPU host (issue 14), in the few calls a lease allows. Verbs:
+#   bundle                (here, not there) build .bundles/c0..cN: DALI, Snakemake + jsonschema + mfusepy, libfuse
 #   stash DIR...          copy carried bundle parts (.bundles/cN) to /tmp/parts, where the next calls find them
 #   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all the parts are
 #                         there, dali.0-N (DALI; dali.parts says N+1) into /tmp/site; libfuse/fusermount3 from the
-#                         parts' fuse/ folder. .bundles/c0 (smk.0, fuse/, dali.parts) and c1-c7 (dali.0-6) are
-#                         19-28 MB each: one part and the working tree (32 MB) must fit a call's 64 MiB
+#                         parts' fuse/ folder. .bundles/c0 (dali.0, dali.parts, fuse/) to c7 (dali.7, smk.0) are
+#                         up to 25 MB each: one part and the working tree (32 MB) must fit a call's 64 MiB. Without
+#                         smk.0 no loaderbench command runs there (jsonschema): setup says so
 #   prep OUT              host facts, then the dataset made, checked and staged (scripts/gpu-host-prep.sh); records
 #                         carried from an earlier lease are adopted (`loaderbench adopt`): only missing cells run
 #   probe OUT             the first-step probe: cuDNN autotuning on/off/limited, fresh processes (first_step_probe.py)
@@ -54,6 +56,23 @@ unlock_if_stale() {
 }
 verb=$1; shift
 case $verb in
+bundle)
+  # here, not on the GPU host (nothing can be fetched there): .bundles/c0..cN from PyPI for its Python 3.12 - DALI
+  # for CUDA 13 in parts of 24 MB (one a call), Snakemake with jsonschema and mfusepy less what the host has
+  # (scripts/gpu-host-packages.txt, the device tool's KINDS.md list), and this machine's fusermount3 and libfuse3
+  tool=${OFFLINE_BUNDLE:-../shared/tools/offline-bundle}; work=$(mktemp -d)
+  "$tool" --out "$work/dali" --python 3.12 --no-deps --part-mib 24 nvidia-dali-cuda130==2.4.0 \
+    'nvidia-nvimgcodec-cu13==0.9.*' nvidia-libnvcomp-cu13==5.3.0.16 nvidia-nvjpeg nvidia-nvjpeg2k-cu13 \
+    nvidia-nvtiff-cu13 astunparse gast optree nvtx makefun 'libcst~=1.8' > "$work/dali.log" 2>&1 || { tail "$work/dali.log"; exit 1; }
+  "$tool" --out "$work/smk" --python 3.12 --part-mib 64 --exclude-file scripts/gpu-host-packages.txt \
+    snakemake jsonschema mfusepy > "$work/smk.log" 2>&1 || { tail "$work/smk.log"; exit 1; }
+  rm -rf .bundles; parts=("$work"/dali/part-*)
+  for i in "${!parts[@]}"; do mkdir -p ".bundles/c$i"; cp "${parts[$i]}" ".bundles/c$i/dali.$i"; done
+  echo "${#parts[@]}" > .bundles/c0/dali.parts
+  last=$((${#parts[@]} - 1)); cat "$work"/smk/part-* > ".bundles/c$last/smk.0"  # the last DALI part is the smallest
+  mkdir -p .bundles/c0/fuse
+  cp "$(command -v fusermount3)" .bundles/c0/fuse/ && cp -L "$(ldconfig -p | awk '/libfuse3.so.3 /{print $NF; exit}')" .bundles/c0/fuse/libfuse3.so.3
+  rm -rf "$work"; du -sh .bundles/* ;;
 stash)
   mkdir -p /tmp/parts
   for d in "$@"; do cp -r "$d"/. /tmp/parts/; done
@@ -70,7 +89,8 @@ setup)
   if [ "$n" -gt 0 ] && [ ${#dali[@]} -eq "$n" ] && [ ! -f /tmp/site/.dali ]; then
     cat "${dali[@]}" | xz -dc | tar -x -C /tmp && touch /tmp/site/.dali
   else echo "DALI: ${#dali[@]} of $n parts here"; fi
-  python3 -c 'import snakemake, jsonschema; print("snakemake", snakemake.__version__)'
+  python3 -c 'import snakemake; print("snakemake", snakemake.__version__)' 2>&1 | tail -1
+  PYTHONPATH=src:/tmp/site python3 -c 'import loaderbench.config' 2>&1 | tail -1 | sed 's/^/loaderbench cannot run here: /'
   python3 -c 'import nvidia.dali; print("dali", nvidia.dali.__version__)' 2>&1 | tail -1 ;;
 prep)
   out=$1; mkdir -p "$out"
@@ -152,10 +172,10 @@ sweep)
     echo $$ > "$dest/driver.pid"  # the session leader: `stop` ends its session
     echo "== $(date +%T) sweep $*" >> "$dest/steps.log"
     python3 -m loaderbench sweep --config "$C" --out "$dest/records" "$@" > "$dest/sweep.log" 2>&1
-    echo "== $(date +%T) sweep rc=$?" >> "$dest/steps.log"
+    rc=$?; echo "== $(date +%T) sweep rc=$rc" >> "$dest/steps.log"  # (not $? after $(date): that is the date command)
     python3 -m loaderbench engine-report --cells "$dest/records" --json "$dest/engine-report.json" > "$dest/engine-report.txt" 2>&1
     echo "== $(date +%T) done" >> "$dest/steps.log"; touch "$dest/DONE"' _ "$dest" "$@" > "$dest/driver.log" 2>&1 < /dev/null &
-  echo "started; poll with: scripts/gpu-study.sh wait $dest SECONDS" ;;
+  echo "started; poll with: scripts/gpu-study.sh wait $dest SECONDS \$OUT (pack in that call: the machine goes back 30 s after it)" ;;
 stop)
   dest=$1
   compgen -G "$dest/driver.pid" > /dev/null || compgen -G "$dest/*/driver.pid" > /dev/null ||
