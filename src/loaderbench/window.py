@@ -10,6 +10,11 @@ The adaptive rule (`window.max_seconds`): the step end times are cut into 10 equ
 as few as 5 batches of one step or burst each: see `batch_durations`); the window stops
 at the first step, after `min_seconds`, at which the 95% confidence interval of the mean batch duration is within
 `precision` (relative half-width; 0.02 = +-2%) - or at `max_seconds`, then saying it never got there.
+The interval is the window's own: it holds for noise that forgets within a batch. A host whose speed wanders over
+seconds (dali-cpu on the H200: +-10% from one second to the next, correlated over 2-4 s) moves whole windows, and no
+statistic of one window can see that (simulated: step times correlated over 2 s and 8% apart, 77% of the windows that
+converged to +-2% were more than 2% off the long-run rate; Geyer's autocorrelation time from the window itself did
+not catch it). That is measured across processes instead: repeats, their spread and `spread_warn`.
 
 Whole bursts: DataLoader workers that start together deliver their batches together, then the step waits a worker's
 batch time (31 torchvision workers at batch 256 on an H200: 31 batches in 1.2 s, then a 2.5 s wait). A window holds
