@@ -49,11 +49,22 @@ def parse_variant(text: str) -> tuple[str, dict]:
 def sweep(cfg: dict, variants: list[str], loaders: list[str], tier: str, batch_size: int, precision: str,
           repeats: int, manifest: Path, out_dir: Path, host=None) -> list[dict]:  # fmt: skip
     """Run every (repeat, variant, loader) cell; returns one summary row per (variant, loader)."""
+    from .runcell import run_cell
+
     parsed = [parse_variant(v) for v in variants]
     if len({n for n, _ in parsed}) != len(parsed):
         raise ConfigError("variant names must differ")
+    records: dict[tuple[str, str], list[dict]] = {}
     with warmstart.serving():  # fresh processes forked warm: the repeats still ask what differs between processes
-        records = _run(cfg, parsed, loaders, tier, batch_size, precision, repeats, manifest, out_dir, host)
+        for r in range(repeats):
+            for name, overrides in parsed:
+                for lo in loaders:
+                    if lo == "synthetic" and name != parsed[0][0] and set(overrides) <= LOADER_ONLY:
+                        continue
+                    base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, "dp", r), in_grid=False)
+                    spec = dataclasses.replace(base, **loader_settings(overrides, lo))
+                    rec = run_cell(spec, manifest, Path(out_dir) / name / f"{spec.cell_id}.json", host=host)
+                    records.setdefault((name, lo), []).append(rec)
     rows = []
     for (name, lo), recs in records.items():
         ok = [x["metrics"] for x in recs if x["status"] == "ok"]
@@ -96,20 +107,3 @@ def render(rows: list[dict]) -> str:
                      f"{r['data_wait_ms']:8.1f} {r['setup_s']:7.1f}  {runs}")  # fmt: skip
     return "\n".join(lines)
 
-
-def _run(cfg: dict, parsed: list[tuple[str, dict]], loaders: list[str], tier: str, batch_size: int, precision: str,
-         repeats: int, manifest: Path, out_dir: Path, host) -> dict[tuple[str, str], list[dict]]:  # fmt: skip
-    """The cells, repeat by repeat (each repeat every variant's cells): their records by (variant, loader)."""
-    from .runcell import run_cell
-
-    records: dict[tuple[str, str], list[dict]] = {}
-    for r in range(repeats):
-        for name, overrides in parsed:
-            for lo in loaders:
-                if lo == "synthetic" and name != parsed[0][0] and set(overrides) <= LOADER_ONLY:
-                    continue
-                base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, "dp", r), in_grid=False)
-                spec = dataclasses.replace(base, **loader_settings(overrides, lo))
-                rec = run_cell(spec, manifest, Path(out_dir) / name / f"{spec.cell_id}.json", host=host)
-                records.setdefault((name, lo), []).append(rec)
-    return records

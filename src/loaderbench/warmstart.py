@@ -96,9 +96,7 @@ def start_server(directory: str | os.PathLike | None = None, reuse: bool = False
     that runs Snakemake several times (scripts/gpu-study.sh, a part at a time) starts one for all of them."""
     if in_container():
         return None
-    if os.environ.get(ENV_SOCKET) and serves_this_code(os.environ[ENV_SOCKET], reuse=reuse):
-        return Path(os.environ[ENV_SOCKET])
-    return _launch(directory, reuse)[1]
+    return _named_server(reuse) or _launch(directory, reuse)[1]
 
 
 @contextlib.contextmanager
@@ -107,10 +105,10 @@ def serving(reuse: bool = False):
     overhead a cell on the H200 when each started plainly, 7.6 s forked warm), stopped when they are done, and the
     environment as it was. A server already named in LOADERBENCH_WARM_SOCKET that serves this code with the same
     `reuse` is used as it is, and left running."""
-    before = os.environ.get(ENV_SOCKET)
-    if in_container() or (before and serves_this_code(before, reuse=reuse)):
+    if in_container() or _named_server(reuse):
         yield
         return
+    before = os.environ.get(ENV_SOCKET)
     proc, path = _launch(None, reuse)
     try:
         # the first cell waits for the imports as it would anyway; a cell asks without waiting for the socket
@@ -128,6 +126,13 @@ def serving(reuse: bool = False):
             os.environ.pop(ENV_SOCKET, None)
         else:
             os.environ[ENV_SOCKET] = before
+
+
+def _named_server(reuse: bool) -> Path | None:
+    """The server named in LOADERBENCH_WARM_SOCKET, if it answers, serves this code and keeps dp processes as
+    `reuse` asks (a driver's, used by every run it starts)."""
+    path = os.environ.get(ENV_SOCKET)
+    return Path(path) if path and serves_this_code(path, reuse=reuse) else None
 
 
 def _launch(directory: str | os.PathLike | None, reuse: bool) -> tuple[subprocess.Popen, Path]:
