@@ -185,6 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", help="also write the figures as JSON here")
     _side_measurement(s, commands.cmd_ceiling)
 
+    s = sub.add_parser("crosscheck", help="cells against a bare training loop of the same loader: does the harness "
+                       "slow what it measures? (cell/bare with its interval)")  # fmt: skip
+    s.add_argument("--config", required=True, help="settings (window, warm-up, workers, ...) and the staged tier")
+    s.add_argument("--loaders", nargs="+", required=True, help="built-in loader names (or plugins)")
+    s.add_argument("--tier", help="default: the config's first")
+    s.add_argument("--batch-size", type=int, help="default: the config's largest")
+    s.add_argument("--precision", nargs="+", choices=["fp32", "amp"], default=["fp32"])
+    s.add_argument("--rounds", type=int, default=2, help="cell and bare loop each, alternating (default 2)")
+    s.add_argument("--out", help="folder for crosscheck.json and the cells' records (default <results>/crosscheck)")
+    _side_measurement(s, commands.cmd_crosscheck)
+
     s = sub.add_parser("engine-report", help="the engine's cost and trust: per-cell overhead, convergence, dp/ddp, spread")
     s.add_argument("--cells", default=RESULTS.cells, help="folder of cell records (default %(default)s)")
     s.add_argument("--ceiling", help="a `loaderbench ceiling --json` file to include")

@@ -295,6 +295,28 @@ def cmd_ceiling(a) -> int:
     return 0
 
 
+def cmd_crosscheck(a) -> int:
+    from .crosscheck import crosscheck, render
+
+    cfg = _cfg(a)
+    tier = a.tier or cfg["tiers"][0]
+    batch = a.batch_size or cfg["batch_sizes"][-1]
+    out = Path(a.out or Layout(a.results).crosscheck)
+    if a.rounds < 1:
+        raise ConfigError("--rounds: at least 1")
+    from .loaders import LOADERS
+
+    if unknown := [lo for lo in a.loaders if lo not in LOADERS]:
+        raise ConfigError(f"--loaders: unknown loader(s) {', '.join(unknown)}; known: {', '.join(LOADERS)}")
+    with _measuring(a, "crosscheck", 1, cfg):
+        rows = crosscheck(cfg, a.loaders, tier, batch, a.precision, a.rounds, Path(Layout(a.results).manifest(tier)),
+                          out, host=_host(a, cfg))  # fmt: skip
+    print(f"crosscheck on tier {tier}, 1 GPU x batch {batch}: each cell against a bare loop of its loader, "
+          f"{a.rounds} alternating round(s) in fresh processes; cell/bare [95% interval]; {out / 'crosscheck.json'}")
+    print(render(rows))
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
 def cmd_engine_report(a) -> int:
     from .enginereport import load, render, report
 

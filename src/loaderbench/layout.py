@@ -39,6 +39,7 @@ PATHS = {
     # side measurements outside the grid
     "ceiling": "ceiling",
     "sweep": "sweep",
+    "crosscheck": "crosscheck",  # cells against bare loops of the same loader (crosscheck.json and their records)
 }
 
 

@@ -128,6 +128,40 @@ def cold_batch(ctx, classes: int):
     return images(n, ctx.device), labels
 
 
+def loader_context(spec: CellSpec, data_root: Path, allowed: frozenset[str], device, place: placement.Placement | None,
+                   rank: int = 0, world: int = 1):  # fmt: skip
+    """The LoaderContext a cell builds its loader from (the cell and the crosscheck's bare loop alike). dp: one process
+    takes the global batch (DataParallel splits it); ddp (`world` > 1): each rank loads its own share."""
+    import torch
+
+    from .loaders.common import LoaderContext
+
+    _, input_dtype = dtypes(spec, device.type)
+    return LoaderContext(
+        data_root=data_root,
+        allowed=allowed,
+        batch_size=spec.batch_size if world > 1 else spec.batch_size * spec.gpus,
+        crop_size=spec.crop_size,
+        workers=resolve_workers(spec, place, ranks=world),
+        prefetch_factor=spec.prefetch_factor,
+        seed=spec.seed,
+        device=device if isinstance(device, torch.device) else torch.device(device),
+        channels_last=spec.channels_last,
+        gpus=spec.gpus,
+        dtype=input_dtype,
+        rank=rank,
+        world=world,
+        options={
+            "threads": spec.dali_threads,
+            "prefetch_queue_depth": spec.dali_prefetch,
+            "hw_decoder_load": spec.dali_hw_decoder_load,
+            "dont_use_mmap": spec.tier_kind == "emulated",
+            "cpus": place.others if place else None,
+            "transport": spec.torchvision_transport,
+        },
+    )
+
+
 def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str], heartbeat: Heartbeat | None = None,
             timeout_s: float = 600.0) -> dict | None:  # fmt: skip
     """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure."""
@@ -148,7 +182,6 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     import torch
 
     from .loaders import get_loader
-    from .loaders.common import LoaderContext
 
     device = dist.device
     amp_dtype, input_dtype = dtypes(spec, kind)
@@ -159,33 +192,9 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     ddp = spec.parallel == "ddp"
     # the GPUs this process drives - dp: 0..n-1, ddp: its rank's own
     gpu_ids = ([device.index] if ddp else list(range(spec.gpus))) if kind == "cuda" else []
-    workers = resolve_workers(spec, place, ranks=dist.world if ddp else 1)
-    # dp: one process gets the global batch (DataParallel splits it); ddp: each rank loads its own share
-    global_batch = spec.batch_size * spec.gpus
-    ctx = LoaderContext(
-        data_root=data_root,
-        allowed=allowed,
-        batch_size=spec.batch_size if ddp else global_batch,
-        crop_size=spec.crop_size,
-        workers=workers,
-        prefetch_factor=spec.prefetch_factor,
-        seed=spec.seed,
-        device=device,
-        channels_last=spec.channels_last,
-        gpus=spec.gpus,
-        dtype=input_dtype,
-        rank=dist.rank,
-        world=dist.world,
-        options={
-            "threads": spec.dali_threads,
-            "prefetch_queue_depth": spec.dali_prefetch,
-            "hw_decoder_load": spec.dali_hw_decoder_load,
-            "dont_use_mmap": spec.tier_kind == "emulated",
-            "cpus": place.others if place else None,
-            "transport": spec.torchvision_transport,
-        },
-    )
+    ctx = loader_context(spec, data_root, allowed, device, place, dist.rank, dist.world if ddp else 1)
     batches = get_loader(spec.loader).build(ctx)
+    global_batch = spec.batch_size * spec.gpus
     classes = len(class_names(allowed))  # from the manifest, as the loaders' labels
 
     prescattered = bool(ctx.info.get("prescattered"))

@@ -1,0 +1,84 @@
+"""`loaderbench crosscheck`: real cells against bare loops of the same loader, and a harness slowed on purpose."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import REPO, staged_disk
+from loaderbench.crosscheck import crosscheck, render
+from loaderbench.uncertainty import ratio
+
+# Injected into the measuring processes through PYTHONPATH: every step of a cell's timed window sleeps `DELAY_S`
+# more. The bare loop never calls timed_window, so only the cell's path is slowed.
+SLOW_CELL = """
+import time
+import loaderbench.window as w
+_timed = w.timed_window
+def _slowed(step, *a, **k):
+    def slow(*b):
+        time.sleep({delay})
+        return step(*b)
+    return _timed(slow, *a, **k)
+w.timed_window = _slowed
+"""
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory, small_dataset):
+    return staged_disk(tmp_path_factory, small_dataset, "crosscheck", window={"max_seconds": 3, "min_seconds": 1.5},
+                       warmup_steps=2)  # fmt: skip
+
+
+def test_every_loader_kind_is_crosschecked_against_its_bare_loop(staged, tmp_path):
+    tmp, cfg = staged
+    rows = crosscheck(cfg, ["torchvision", "dali-cpu", "synthetic"], "disk", 4, ["fp32"], 1, tmp / "disk.json",
+                      tmp_path)  # fmt: skip
+    assert [r["status"] for r in rows] == ["ok"] * 3, render(rows)
+    saved = json.loads((tmp_path / "crosscheck.json").read_text())
+    assert [r["loader"] for r in saved["rows"]] == ["torchvision", "dali-cpu", "synthetic"]
+    for r in rows:
+        q = r["cell_over_bare"]
+        assert r["cell_samples_per_s"][0] > 0 and r["bare_samples_per_s"][0] > 0
+        assert q["value"] == pytest.approx(r["cell_samples_per_s"][0] / r["bare_samples_per_s"][0])
+        assert q["low"] < q["value"] < q["high"] and 0.4 < q["value"] < 2.5  # 2 shared cores: +-30% between processes
+    assert (tmp_path / "cells" / "torchvision_disk_g1_b4_fp32_dp_r0.json").is_file()  # a real cell record
+
+
+def test_a_harness_slowed_on_purpose_reads_below_one_with_an_interval_that_excludes_it(staged, tmp_path, monkeypatch):
+    tmp, cfg = staged
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_CELL.format(delay=0.05))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+    rows = crosscheck(cfg, ["synthetic"], "disk", 4, ["fp32"], 2, tmp / "disk.json", tmp_path / "out")
+    q = rows[0]["cell_over_bare"]
+    assert rows[0]["status"] == "ok" and q["rounds"] == 2
+    assert q["high"] < 1.0, render(rows)  # the 50 ms a step shows, and the interval says so
+    assert "harness costs the loader" in render(rows)
+
+
+def test_the_ratios_interval_adds_window_and_round_noise():
+    one = ratio([(90.0, 100.0, 0.02, 0.02)])
+    assert one.value == pytest.approx(0.9) and one.halfwidth == pytest.approx(0.0287, abs=2e-4)
+    assert one.differs_from(1.0) and not one.differs_from(0.9)
+    spread = ratio([(90.0, 100.0, 0.0, 0.0), (110.0, 100.0, 0.0, 0.0)])  # two rounds 20% apart: no difference
+    assert not spread.differs_from(1.0) and spread.rounds == 2
+    tight = ratio([(50.0, 100.0, 0.01, 0.01), (51.0, 100.0, 0.01, 0.01)])
+    assert tight.differs_from(1.0) and tight.high < 0.55
+    with pytest.raises(ValueError):
+        ratio([])
+
+
+def test_the_cli_names_an_unknown_loader(staged, tmp_path):
+    import subprocess
+
+    tmp, _ = staged
+    cfg = tmp / "c.yaml"
+    cfg.write_text("dataset: {name: ds}\nstorage: {disk: " + str(tmp / "tier") + "}\n")
+    out = subprocess.run([sys.executable, "-m", "loaderbench", "crosscheck", "--config", str(cfg), "--loaders",
+                          "nope"], capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 2 and "unknown loader(s) nope" in out.stderr
