@@ -35,6 +35,11 @@ ENGINE = H200X2.parent.parent / "config.yaml"  # the configuration those records
 CPU2 = Host((), 2, "a 2-core CPU host")
 
 
+def engine_raw() -> dict:
+    """That configuration as it was measured: cuDNN autotuning on, the default then."""
+    return {**yaml.safe_load(ENGINE.read_text()), "cudnn_benchmark": True}
+
+
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     """An empty project folder as the working directory (the plan reads results/ and resources/ relative to it)."""
@@ -49,7 +54,7 @@ def h200_records(tmp_path) -> Path:
     since they were measured, which changes every hash."""
     out = tmp_path / "bundle/cells"
     shutil.copytree(H200X2, out)
-    cfg = load_config(ENGINE)
+    cfg = validate_config(engine_raw(), base_dir=REPO)
     for f in out.glob("*.json"):
         rec = json.loads(f.read_text())
         rec["spec_hash"] = spec_hash(cell_spec(cfg, rec["cell_id"]))
@@ -121,7 +126,7 @@ def test_an_emulated_tier_is_predicted_at_its_device_models_rate(project):
 
 
 def test_same_host_records_of_the_same_configuration_give_its_wall_time(project, h200_records):
-    cfg = load_config(ENGINE)
+    cfg = validate_config(engine_raw(), base_dir=REPO)
     host = host_of_records(h200_records)
     assert host.gpu_models == ("NVIDIA H200", "NVIDIA H200") and host.cpus_usable == 31
     plan = make_plan(cfg, [project / "results/cells"], host=host, host_dirs=[h200_records])
@@ -133,7 +138,7 @@ def test_same_host_records_of_the_same_configuration_give_its_wall_time(project,
 
 
 def test_records_in_the_results_measured_the_cells_and_cost_nothing_more(project, h200_records):
-    cfg = load_config(ENGINE)
+    cfg = validate_config(engine_raw(), base_dir=REPO)
     plan = make_plan(cfg, [h200_records], host=CPU2)  # the records' spec_hash is the config's cells' own
     assert all(c.measured and c.seconds == 0 for c in plan.cells)
     assert plan.parts[0].measured == 12 and plan.parts[0].to_run == 0
@@ -141,7 +146,7 @@ def test_records_in_the_results_measured_the_cells_and_cost_nothing_more(project
 
 
 def test_the_nearest_measured_configuration_gives_rate_first_step_and_window(project, h200_records):
-    raw = yaml.safe_load(ENGINE.read_text())
+    raw = engine_raw()
     raw["batch_sizes"] = [128]
     cfg = validate_config(raw, base_dir=REPO)
     plan = make_plan(cfg, [], host=host_of_records(h200_records), host_dirs=[h200_records])
@@ -158,7 +163,7 @@ def test_the_nearest_measured_configuration_gives_rate_first_step_and_window(pro
 def test_a_window_that_never_settled_predicts_a_longer_one_at_its_maximum(project, h200_records):
     """A neighbour whose adaptive window reached its maximum unconverged says nothing about when a longer one would
     settle: that cell is predicted at its own maximum, not at the neighbour's window (engine-3's 30 s dali-cpu)."""
-    raw = yaml.safe_load(ENGINE.read_text())
+    raw = engine_raw()
     raw["window"]["max_seconds"] = 30
     raw["window"]["min_seconds"] = 1  # another window rule: the records are neighbours, not this configuration
     cfg = validate_config(raw, base_dir=REPO)
@@ -178,7 +183,7 @@ def test_a_backlog_filled_during_setup_costs_compute_not_loading(project, h200_r
     old model's 62 steps at 131 ms gave 8 s)."""
     from loaderbench.costmodel import PREFILL_SHARE, _warmup
 
-    spec = cell_spec(load_config(ENGINE), "torchvision_ram_g1_b256_amp_dp_r0")
+    spec = cell_spec(validate_config(engine_raw(), base_dir=REPO), "torchvision_ram_g1_b256_amp_dp_r0")
     steps, seconds = _warmup(spec, backlog=62, overhead=10.0, first=0.2, step_s=0.131, compute_s=0.036)
     ready = int(PREFILL_SHARE * 10.0 / 0.131)  # 38 of the 62 batches
     assert steps == ready + 1 and seconds == pytest.approx(0.2 + (ready - 1) * 0.036 + 0.131)
@@ -192,7 +197,7 @@ def test_a_backlog_filled_during_setup_costs_compute_not_loading(project, h200_r
 
 def test_another_hosts_records_are_ignored_unless_planning_for_that_host(project, h200_records, capsys):
     config = project / "engine-b128.yaml"
-    raw = yaml.safe_load(ENGINE.read_text())
+    raw = engine_raw()
     raw["batch_sizes"] = [128]
     config.write_text(yaml.safe_dump(raw))
     here = this_host()
@@ -296,7 +301,7 @@ def test_the_workflow_builds_only_the_kept_cells_and_refuses_over_budget(tmp_pat
 def test_budget_zero_with_trim_closes_a_study_on_its_measured_cells(project, h200_records):
     """A study stopped at its deadline: budget_minutes 0 with trim measures nothing more and keeps what is measured,
     the baseline too when it was not measured - and is not refused."""
-    raw = yaml.safe_load(ENGINE.read_text())
+    raw = engine_raw()
     raw.update(budget_minutes=0, trim=True)
     cfg = validate_config(raw, base_dir=REPO)
     measured = sorted(p.stem for p in h200_records.glob("*.json"))[:5]
@@ -312,7 +317,7 @@ def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
     """host.reuse_processes: a dp cell after a dp cell (the run order groups them) is predicted without the start-up
     and cold step its records paid; the first dp cell of a repeat (after ddp cells), ddp cells and another repeat of
     a configuration the process measured start anew, at their records' wall time."""
-    raw = yaml.safe_load(ENGINE.read_text())
+    raw = engine_raw()
     raw["repeats"] = 2
     host = host_of_records(h200_records)
     fresh = make_plan(validate_config(raw, base_dir=REPO), [], host=host, host_dirs=[h200_records])
@@ -339,7 +344,7 @@ def test_profiled_steps_add_their_time_to_a_cells_prediction(project, h200_recor
     its steps at the neighbour's pace (slowed by the profiler) and the reduction of their events."""
     from loaderbench.costmodel import PROFILE_SUMMARY_S, PROFILED_STEP_FACTOR
 
-    raw = yaml.safe_load(ENGINE.read_text())
+    raw = engine_raw()
     plain = make_plan(validate_config(raw, base_dir=REPO), [], host=host_of_records(h200_records),
                       host_dirs=[h200_records])  # fmt: skip
     raw["profile_steps"] = 20
