@@ -82,3 +82,28 @@ def test_the_cli_names_an_unknown_loader(staged, tmp_path):
     out = subprocess.run([sys.executable, "-m", "loaderbench", "crosscheck", "--config", str(cfg), "--loaders",
                           "nope"], capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 2 and "unknown loader(s) nope" in out.stderr
+
+
+@pytest.mark.e2e
+def test_the_bundle_shows_the_crosscheck_of_its_results_folder(tmp_path):
+    """A pipeline run, then `loaderbench crosscheck` on its staged tier, then the pipeline again: the bundle is built
+    anew and shows cell/bare for the loader."""
+    import subprocess
+
+    from conftest import snakemake, tiny_config, write_config
+
+    cfg = tiny_config(tmp_path, loaders=["torchvision"], precisions=["fp32"],
+                      storage={"disk-a": str(tmp_path / "tier-a")})  # fmt: skip
+    cfg_path = write_config(tmp_path, cfg)
+    snakemake(tmp_path, "--configfile", str(cfg_path))
+    index = tmp_path / "results/bundle/index.html"
+    assert "Does the harness slow the loader?" not in index.read_text()
+    out = subprocess.run([sys.executable, "-m", "loaderbench", "crosscheck", "--config", str(cfg_path), "--loaders",
+                          "torchvision", "--batch-size", "4", "--rounds", "1", "--results", "results"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "torchvision  fp32 cell" in out.stdout and "cell/bare" in out.stdout
+    snakemake(tmp_path, "--configfile", str(cfg_path))
+    page = index.read_text()
+    assert "Does the harness slow the loader?" in page and "<td>torchvision</td><td>fp32</td>" in page
+    assert (tmp_path / "results/bundle/tables/crosscheck.json").is_file()

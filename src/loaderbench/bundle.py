@@ -46,7 +46,7 @@ def _by_name(files: list[Path], wanted: tuple[str, ...], what: str) -> dict[str,
 def make_bundle(
     config_json: Path, table_files: list[Path], figure_files: list[Path], check_json: Path, check_report: Path,
     manifests: list[Path], cell_files: list[Path], captions_dir: Path, out_dir: Path, zip_path: Path,
-    timeline_files: list[Path] = (),
+    timeline_files: list[Path] = (), crosscheck_files: list[Path] = (),
 ) -> Path:  # fmt: skip
     """index.html in `out_dir` with the tables, figures (the registry's, in its order), cell records, timelines
     and provenance copied beside it; the folder zipped to `zip_path`."""
@@ -88,9 +88,12 @@ def make_bundle(
     captions = load_captions(captions_dir)
     diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
     recs = json.loads(tables["recommendations.json"].read_text())
+    crosscheck = [json.loads(Path(f).read_text()) for f in crosscheck_files]
+    for i, f in enumerate(crosscheck_files):
+        shutil.copyfile(f, out_dir / "tables" / (f"crosscheck{i or ''}.json"))
     (out_dir / "index.html").write_text(
         _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
-                    {Path(f).name for f in timeline_files})
+                    {Path(f).name for f in timeline_files}, _crosscheck_html(crosscheck))
     )
     tmp = zip_path.with_name(f".{zip_path.name}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
@@ -99,6 +102,34 @@ def make_bundle(
                 z.write(f, Path("bundle") / f.relative_to(out_dir))
     tmp.replace(zip_path)
     return out_dir / "index.html"
+
+
+def _crosscheck_html(summaries: list[dict]) -> str:
+    """The crosscheck's cell/bare per loader (`loaderbench crosscheck`): how much the harness costs what it measures."""
+    if not summaries:
+        return ""
+    e = html.escape
+    rows = []
+    for s in summaries:
+        for r in s["rows"]:
+            q = r.get("cell_over_bare")
+            if q is None:
+                rows.append(f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td><td colspan='4'>failed: "
+                            f"{e('; '.join(r['reasons']))}</td></tr>")  # fmt: skip
+                continue
+            verdict = "the harness costs the loader" if q["high"] < 1 else \
+                "no measurable difference" if q["low"] <= 1 else "cell faster than the bare loop"  # fmt: skip
+            rates = lambda xs: ", ".join(f"{x:.0f}" for x in xs)  # noqa: E731
+            rows.append(f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td>"
+                        f"<td>{rates(r['cell_samples_per_s'])}</td><td>{rates(r['bare_samples_per_s'])}</td>"
+                        f"<td>{q['value']:.3f} [{q['low']:.3f}, {q['high']:.3f}]</td><td>{verdict}</td></tr>")  # fmt: skip
+    head = summaries[0]
+    return ("<h2>Does the harness slow the loader? (crosscheck)</h2>"
+            f"<p>Each cell against a bare training loop of the same loader object in a fresh process (tier "
+            f"{e(str(head.get('tier')))}, batch {head.get('batch_size')}, {head.get('rounds')} alternating round(s)); "
+            "cell/bare with its 95% interval. Also as <a href='tables/crosscheck.json'>crosscheck.json</a>.</p>"
+            "<table><tr><th>Dataloader</th><th>precision</th><th>cell Samples/s</th><th>bare Samples/s</th>"
+            "<th>cell/bare [95%]</th><th>verdict</th></tr>" + "".join(rows) + "</table>")  # fmt: skip
 
 
 def _reread_note(records: list, e) -> list[str]:
@@ -114,7 +145,7 @@ def _reread_note(records: list, e) -> list[str]:
 
 def _index_html(
     config: dict, table: pd.DataFrame, check: dict, tiers: list, provenance: dict, records: list, captions: dict,
-    diagnosis: pd.DataFrame, recs: list[dict], timelines: set[str],
+    diagnosis: pd.DataFrame, recs: list[dict], timelines: set[str], crosscheck: str = "",
 ) -> str:  # fmt: skip
     e = html.escape
     status = Counter(r["status"] for r in records)
@@ -144,6 +175,7 @@ def _index_html(
         "</ul>" if recs else "<li>none: no two cells of this grid differ in one setting</li></ul>",
         "<p>Also as <a href='tables/diagnosis.md'>diagnosis.md</a>, <a href='tables/diagnosis.csv'>diagnosis.csv</a> "
         "(with the stall attribution) and <a href='tables/recommendations.json'>recommendations.json</a>.</p>",
+        crosscheck,
         "<h2>Figures</h2>",
     ]
     for name in FIGURES:

@@ -163,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cells", nargs="+", required=True)
     _required(s, "--captions", "--out-dir", "--zip")
     s.add_argument("--timelines", nargs="*", help="the cells' telemetry timeline CSVs, copied into the bundle")
+    s.add_argument("--crosscheck", nargs="*", help="a `loaderbench crosscheck` summary (crosscheck.json) to show")
     s.set_defaults(func=commands.cmd_bundle)
 
     s = sub.add_parser("bench", help="loader-only throughput (images/s, no model) on a staged tier")

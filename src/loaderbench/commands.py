@@ -237,7 +237,7 @@ def cmd_bundle(a) -> int:
     index = make_bundle(
         Path(a.config_json), paths(a.tables), paths(a.figures), Path(a.check), Path(a.check_report),
         paths(a.manifests), paths(a.cells), Path(a.captions), Path(a.out_dir), Path(a.zip),
-        timeline_files=paths(a.timelines),
+        timeline_files=paths(a.timelines), crosscheck_files=paths(a.crosscheck),
     )  # fmt: skip
     print(f"bundle: {index.resolve()}  (zip: {Path(a.zip).resolve()})")
     return 0

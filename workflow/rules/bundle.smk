@@ -11,6 +11,7 @@ rule bundle:
         manifests=[R.manifest(t) for t in TIERS],
         cells=get_cell_files(),
         timelines=[R.timeline(c) for c in CELLS],
+        crosscheck=get_crosscheck(),
     output:
         bundle=directory(R.bundle),
         zip=R.bundle_zip,
@@ -24,4 +25,5 @@ rule bundle:
         "lb bundle --config-json {input.config:q} --tables {input.tables:q} --figures {input.figures:q} "
         "--check {input.check:q} --check-report {input.check_report:q} --manifests {input.manifests:q} "
         "--cells {input.cells:q} --captions {params.captions:q} --timelines {input.timelines:q} "
+        "--crosscheck {input.crosscheck:q} "
         "--out-dir {output.bundle:q} --zip {output.zip:q} 2> {log} && cat {log}"

@@ -227,6 +227,12 @@ def set_aside_unreadable_records():
 set_aside_unreadable_records()
 
 
+def get_crosscheck():
+    """The summary `loaderbench crosscheck` wrote for this results folder, if it ran (the bundle shows it)."""
+    path = Path(R.crosscheck, "crosscheck.json")
+    return [str(path)] if path.is_file() else []
+
+
 def get_final_output():
     # Cell records are targets in their own right: a deleted or missing one is recomputed (with what depends
     # on it) even though the bundle already exists; an intermediate file alone would be left missing.
