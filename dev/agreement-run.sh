@@ -5,7 +5,8 @@
 #   2. `loaderbench crosscheck` of config/h200-peers.yaml (cells against bare loops), then PyTorch's ImageNet example
 #      and DALI's ResNet-50 example (mixed and --dali_cpu), unmodified from .peers/, on a hard-linked view of the same
 #      staged files (benchmarks/peers.py);
-#   3. `loaderbench crosscheck` of config/h200-agreement.yaml: every loader, fp32 and amp, at default settings.
+#   3. `loaderbench crosscheck` of config/h200-agreement.yaml: every loader, fp32 and amp, at default settings;
+#   4. a sweep of thread placement (auto against off) at the peers' settings.
 # Start it detached and poll with `scripts/gpu-study.sh wait DEST SECONDS`:
 #   setsid nohup dev/agreement-run.sh DEST > DEST.log 2>&1 < /dev/null &
 # Needs the carried bundle unpacked (`scripts/gpu-study.sh setup`): DALI, and jsonschema from smk.0.
@@ -14,13 +15,13 @@ cd "$(dirname "$0")/.."
 repo=$PWD dest=$1
 mkdir -p "$dest"/{before,after,peers}
 export PYTHONPATH=$repo/src:/tmp/site PYTHONUNBUFFERED=1 LOADERBENCH_GIT_COMMIT=${LOADERBENCH_GIT_COMMIT:-unknown}
-A=config/h200-agreement.yaml P=config/h200-peers.yaml man=results/staging/ram.json
+A=${AGREEMENT_CONFIG:-config/h200-agreement.yaml} P=${PEERS_CONFIG:-config/h200-peers.yaml} man=results/staging/ram.json
 step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
 step host; scripts/host-facts.sh > "$dest/host.txt" 2>&1
 step prep; t0=$SECONDS
 scripts/gpu-host-prep.sh "$A" > "$dest/prep.log" 2>&1 || { step "prep failed"; touch "$dest/DONE"; exit 1; }
 echo "prep $((SECONDS - t0)) s" >> "$dest/prep.log"
-cell=torchvision_ram_g1_b256_fp32_dp
+cell=${PEERS_CELL:-torchvision_ram_g1_b256_fp32_dp}
 step "before/after: $cell, 2 each, alternating"
 for r in 0 1; do
   PYTHONPATH=$repo/.before/src:/tmp/site python3 -m loaderbench run-cell --config "$P" --cell "${cell}_r$r" \
@@ -50,4 +51,7 @@ step "crosscheck of every loader at default settings"
 python3 -m loaderbench crosscheck --config "$A" --precision fp32 amp --rounds 1 --out "$dest/crosscheck" \
   --loaders torchvision dali-cpu dali-sc synthetic opencv nvjpeg dali-mc > "$dest/crosscheck.log" 2>&1
 python3 -m loaderbench engine-report --cells "$dest/crosscheck/cells" > "$dest/crosscheck/engine-report.txt" 2>&1
+step "placement: auto against off at the peers' settings"
+python3 -m loaderbench sweep --config "$P" --variant auto: --variant off:placement=off --tier ram \
+  --precision fp32 --repeats 1 --loaders torchvision dali-sc dali-cpu --out "$dest/placement" > "$dest/placement.log" 2>&1
 step done; touch "$dest/DONE"
