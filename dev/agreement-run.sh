@@ -12,6 +12,14 @@
 # Needs the carried bundle unpacked (`scripts/gpu-study.sh setup`): DALI, and jsonschema from smk.0.
 set -u
 cd "$(dirname "$0")/.."
+# Run from a private copy: the device tool syncs the working tree at every call, and a file it replaces or removes
+# under a running job breaks that job (one run lost its prep and a cell to "No module named loaderbench..."), and
+# ignored folders not named in the call's carry (.peers, .before) are gone after the next call.
+if [ -z "${AGREEMENT_PRIVATE:-}" ]; then
+  priv=/tmp/agreement-repo; rm -rf "$priv"; mkdir -p "$priv"
+  tar -c --exclude=./.bundles --exclude=./results --exclude=./resources . | tar -x -C "$priv"
+  AGREEMENT_PRIVATE=1 exec "$priv/dev/agreement-run.sh" "$@"
+fi
 repo=$PWD dest=$1
 mkdir -p "$dest"/{before,after,peers}
 export PYTHONPATH=$repo/src:/tmp/site PYTHONUNBUFFERED=1 LOADERBENCH_GIT_COMMIT=${LOADERBENCH_GIT_COMMIT:-unknown}

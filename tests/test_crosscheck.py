@@ -46,6 +46,8 @@ def test_every_loader_kind_is_crosschecked_against_its_bare_loop(staged, tmp_pat
         assert q["value"] == pytest.approx(r["cell_samples_per_s"][0] / r["bare_samples_per_s"][0])
         assert q["low"] < q["value"] < q["high"] and 0.4 < q["value"] < 2.5  # 2 shared cores: +-30% between processes
     assert (tmp_path / "cells" / "torchvision_disk_g1_b4_fp32_dp_r0.json").is_file()  # a real cell record
+    bare = json.loads((tmp_path / "bare" / "torchvision_disk_g1_b4_fp32_dp_r0.json").read_text())
+    assert bare["samples_per_s"] == rows[0]["bare_samples_per_s"][0] and bare["workers"] == 1
 
 
 def test_a_harness_slowed_on_purpose_reads_below_one_with_an_interval_that_excludes_it(staged, tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from . import warmstart
 from .config import CellSpec, ConfigError, cell_id, cell_spec
 from .staged import Staged, class_names
 from .uncertainty import ratio
+from .util import atomic_write_json
 from .window import burst_bounds, relative_halfwidth, warm_up
 
 
@@ -118,15 +119,16 @@ def crosscheck(cfg: dict, loaders: list[str], tier: str, batch_size: int, precis
                         else:
                             seconds = max(spec.window_min_s, spec.window_s or 0.0, _window_s(cells) or 0.0)
                             try:
-                                bares.append(_bare_process(spec, manifest, seconds, cfg["cell_timeout_s"]))
+                                bare = _bare_process(spec, manifest, seconds, cfg["cell_timeout_s"])
                             except (RuntimeError, subprocess.TimeoutExpired) as e:
                                 reasons.append(f"bare loop: {e}")
+                                continue
+                            bares.append(bare)
+                            atomic_write_json(Path(out_dir) / "bare" / f"{spec.cell_id}.json", bare)
                 rows.append(_row(lo, precision, batch_size, tier, cells, bares, reasons))
-    out = Path(out_dir) / "crosscheck.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"tier": tier, "batch_size": batch_size, "rounds": rounds, "rows": rows}, indent=2))
-    tmp.replace(out)
+                # after every configuration: an interrupted crosscheck keeps what it measured
+                atomic_write_json(Path(out_dir) / "crosscheck.json",
+                                  {"tier": tier, "batch_size": batch_size, "rounds": rounds, "rows": rows})  # fmt: skip
     return rows
 
 
