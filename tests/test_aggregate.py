@@ -136,3 +136,19 @@ def test_an_au_above_the_ceiling_is_flagged_implausible_and_others_are_not():
     t = table([row("synthetic", "hdd", 1, 1000.0), row("dali-sc", "ssd", 1, 1100.0), row("dali-cpu", "ssd", 1, 1040.0)])
     assert "implausible: AU 1.10 > 1.05 (ceiling or cell disturbed)" in t.loc[("dali-sc", "ssd", 1, 128, "fp32"), "warnings"]
     assert "implausible" not in str(t.loc[("dali-cpu", "ssd", 1, 128, "fp32"), "warnings"])
+
+
+def test_a_cells_interval_comes_from_its_repeats_else_its_window_widened_by_the_runs_noise():
+    """opencv's 3 repeats give the run's noise between processes (relative sd 2%) and their own interval;
+    torchvision's single window of +-1% is widened by that noise."""
+    reps = [row("opencv", "ram", 1, v, repeat=i) for i, v in enumerate([98.0, 100.0, 102.0])]
+    one = row("torchvision", "hdd", 1, 100.0)
+    one.update(window_halfwidth=0.01, converged=True, contended=True)
+    t = table([*reps, one])
+    op, tv = t.loc[("opencv", "ram", 1, 128, "fp32")], t.loc[("torchvision", "hdd", 1, 128, "fp32")]
+    assert op["halfwidth_basis"] == "3 repeats" and op["halfwidth"] == pytest.approx(4.303 * 2 / math.sqrt(3) / 100)
+    assert tv["halfwidth"] == pytest.approx(math.hypot(0.01, 1.96 * 0.02)) and "noise between processes (2.0%)" in \
+        tv["halfwidth_basis"]  # fmt: skip
+    assert bool(tv["contended"]) and bool(tv["converged"]) and not bool(op["contended"])
+    alone = table([one])  # no repeated cell: the window's interval, said to be only that
+    assert alone.iloc[0]["halfwidth"] == pytest.approx(0.01) and "window only" in alone.iloc[0]["halfwidth_basis"]

@@ -10,14 +10,15 @@ from loaderbench.diagnose import attribute, diagnose, recommendations, render_ma
 
 
 def cell(loader, disk, step_ms, kind="path", gpus=1, batch=128, precision="fp32", parallel="dp", wait_ms=None,
-         device="cuda", steps=100):  # fmt: skip
-    """One row of the cells table for a cell whose step took `step_ms` (median over repeats)."""
+         device="cuda", steps=100, halfwidth=0.02, repeats=3, contended=False, converged=True):  # fmt: skip
+    """One row of the cells table for a cell whose step took `step_ms` (median over repeats), its rate known to
+    +-`halfwidth` (95%)."""
     return {
         "loader": loader, "tier": disk, "gpus": gpus, "batch_size": batch, "precision": precision,
         "parallel": parallel, "tier_kind": kind, "time_s": steps * step_ms / 1000, "steps": steps,
         "samples_per_s": 1000 * gpus * batch / step_ms, "data_wait_ms": wait_ms if wait_ms is not None else 0.0,
         "device": device, "cpu_pct": 50.0, "gpu_util_pct": np.nan, "disk_read_mb_s": 120.0, "pcie_rx_mb_s": np.nan,
-        "status": "ok",
+        "status": "ok", "halfwidth": halfwidth, "repeats_ok": repeats, "contended": contended, "converged": converged,
     }  # fmt: skip
 
 
@@ -97,20 +98,60 @@ def test_recommendations_are_computed_from_the_cells():
     recs = recommendations(d, {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128,
                                "precision": "fp32", "parallel": "dp"})  # fmt: skip
     text = "\n".join(r["topic"] + ": " + r["text"] for r in recs)
-    # loader: dali-sc 914 samples/s vs torchvision 197 on hdd = 4.64x
-    assert "On hdd, use dali-sc" in text and "4.64x torchvision" in text
+    # loader: dali-sc 914 samples/s vs torchvision 197 on hdd = 4.64x, each known to +-2%
+    assert "On hdd, use dali-sc: 914 samples/s, 4.64x [4.51, 4.77] torchvision" in text
     # storage: ssd 2.50x hdd for torchvision
-    assert "torchvision: ssd instead of hdd gives 2.50x" in text
+    assert "torchvision: ssd instead of hdd gives 2.50x [2.43, 2.57]" in text and "worth it" in text
     # batch: 256 vs 128 on hdd is 1.00x, and the loader sets the pace (no RAM tier here: prep and fetch together)
-    assert "torchvision on hdd: batch 256 vs 128 gives 1.00x, barely matters: the loader sets the pace" in text
-    assert "synthetic on hdd: batch 256 vs 128 gives 1.11x, worth it" in text
+    assert ("torchvision on hdd: batch 256 vs 128 gives 1.00x [0.97, 1.03], no measurable difference: the loader sets "
+            "the pace") in text  # fmt: skip
+    assert "synthetic on hdd: batch 256 vs 128 gives 1.11x [1.08, 1.14], a measurable gain" in text
     # GPUs: 2 GPUs give 2*1000*128/600 / (1000*128/650) = 2.17x > 1.6 -> pays off
-    assert "2 GPUs give 2.17x one GPU" in text and "pays off" in text
-    assert all(r["cells"] for r in recs)
+    assert "2 GPUs give 2.17x [2.11, 2.23] one GPU" in text and "pays off" in text
+    assert all(r["cells"] and r["interval"]["low"] < r["interval"]["high"] for r in recs)
     close = recommendations(diagnose(table([cell("synthetic", "ram", 100.0, kind="ram"),
                                             cell("torchvision", "ram", 104.0, kind="ram"),
                                             cell("opencv", "ram", 101.0, kind="ram")])),
                             {"loader": "torchvision", "gpus": 1, "batch_size": 128, "precision": "fp32"})  # fmt: skip
-    assert "On ram, the loader hardly matters: the best, opencv, is 1.03x torchvision" in close[0]["text"]
+    assert "On ram, the loader hardly matters: the best, opencv, is 1.03x" in close[0]["text"]
     md = render_markdown(d, recs)
     assert "| torchvision/hdd/g1/b128/fp32/dp |" in md and "CPU-prep-bound" in md and "# Recommendations" in md
+
+
+BASE = {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 128, "precision": "fp32"}
+
+
+def test_equal_cells_within_their_noise_carry_no_recommendation():
+    """Two batch sizes 6% apart, each measured once and known to +-8% (2 shared cores): inside the interval."""
+    rows = [cell("synthetic", "ram", 100.0, kind="ram"),
+            cell("torchvision", "ram", 200.0, kind="ram", halfwidth=0.08, repeats=1),
+            cell("torchvision", "ram", 377.0, kind="ram", batch=256, halfwidth=0.08, repeats=1)]  # fmt: skip
+    rec = next(r for r in recommendations(diagnose(table(rows)), BASE) if r["topic"] == "batch size"
+               and r["cells"][0].startswith("torchvision"))  # fmt: skip
+    assert rec["verdict"] == "no measurable difference" and "no measurable difference" in rec["text"]
+    assert "worth it" not in rec["text"] and "slower" not in rec["text"]
+    assert rec["interval"]["low"] < 1 < rec["interval"]["high"]
+
+
+def test_a_2x_difference_with_tight_repeats_is_recommended_with_its_interval():
+    rows = [cell("synthetic", "ram", 100.0, kind="ram"), cell("torchvision", "ram", 200.0, kind="ram", halfwidth=0.01),
+            cell("dali-cpu", "ram", 100.0, kind="ram", halfwidth=0.01)]  # fmt: skip
+    rec = next(r for r in recommendations(diagnose(table(rows)), BASE) if r["topic"] == "loader")
+    assert rec["verdict"] == "measured" and rec["text"].startswith("On ram, use dali-cpu: 1280 samples/s, 2.00x [1.97, 2.03]")
+    assert rec["interval"]["value"] == pytest.approx(2.0) and 1.96 < rec["interval"]["low"] < 2.0
+
+
+def test_a_contended_or_unconverged_cell_measured_once_is_left_out_with_the_reason():
+    rows = [cell("synthetic", "ram", 100.0, kind="ram"), cell("torchvision", "ram", 200.0, kind="ram"),
+            cell("dali-cpu", "ram", 100.0, kind="ram", repeats=1, contended=True),
+            cell("opencv", "ssd", 100.0, repeats=1, converged=False), cell("torchvision", "ssd", 200.0)]  # fmt: skip
+    recs = recommendations(diagnose(table(rows)), BASE)
+    loader = [r for r in recs if r["topic"] == "loader"]
+    assert loader[0]["verdict"] == "left out" and "dali-cpu/ram/g1/b128/fp32/dp was contended" in loader[0]["text"]
+    assert loader[1]["verdict"] == "left out" and "opencv/ssd/g1/b128/fp32/dp: its window did not converge" in \
+        loader[1]["text"]  # fmt: skip
+    assert "interval" not in loader[0]
+    # the same contended cell with repeats: its median stands, with their interval
+    rows[2] = cell("dali-cpu", "ram", 100.0, kind="ram", repeats=3, contended=True)
+    assert next(r for r in recommendations(diagnose(table(rows)), BASE) if r["topic"] == "loader")["verdict"] == \
+        "measured"  # fmt: skip

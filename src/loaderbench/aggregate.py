@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from .columns import KEYS, SEED_COLUMNS, table_csv, to_labels
-from .records import load_records, warning_lines
+from .records import load_records, warning_lines, warnings_of
+from .uncertainty import between_noise, repeats_halfwidth, widened
 from .util import atomic_write_text
 
 # A loader with no 1-GPU mode of its own takes another loader's 1-GPU cell as its GPU Efficiency baseline.
@@ -51,6 +52,9 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "device": (m.get("device") or {}).get("type"),
                 "workers": m.get("workers"),
                 "warnings": "; ".join(warning_lines(m)),
+                "window_halfwidth": (m.get("window") or {}).get("ci95_rel_halfwidth"),
+                "converged": (m.get("window") or {}).get("converged"),
+                "contended": any(w["code"] == "contended" for w in warnings_of(m)),
                 "tier_kind": (r.get("tier") or {}).get("kind") or s.get("tier_kind") or _kind_of(s),
                 "cache": (r.get("tier") or {}).get("cache") or s.get("cache"),
                 "cpu_pct": _mean(tel.get("cpu_mean_pct")),
@@ -122,8 +126,23 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
             "disk_read_mb_s": _median(ok, "disk_read_mb_s"),
             "proc_read_mb_s": _median(ok, "proc_read_mb_s"),
             "warnings": "; ".join(sorted({w for w in ok["warnings"] if isinstance(w, str) and w})),
+            **_interval(ok),
         }
     )
+
+
+def _interval(ok: pd.DataFrame) -> dict:
+    """How far the cell's rate is known (uncertainty.py): from its repeats, or from its one window (widened by the
+    run's noise between processes in `cells_table`); whether a repeat was contended or did not converge."""
+    sps = [float(x) for x in ok["samples_per_s"]]
+    conv = [c for c in ok.get("converged", pd.Series(dtype=object)) if isinstance(c, (bool, np.bool_))]
+    out = {"contended": bool(ok["contended"].any()) if "contended" in ok else False,
+           "converged": all(conv) if conv else None}  # fmt: skip
+    if len(sps) > 1:
+        return {**out, "halfwidth": repeats_halfwidth(sps), "halfwidth_basis": f"{len(sps)} repeats"}
+    hw = pd.to_numeric(ok.get("window_halfwidth", pd.Series(dtype=float)), errors="coerce")
+    return {**out, "halfwidth": float(hw.iloc[0]) if len(hw) and pd.notna(hw.iloc[0]) else np.nan,
+            "halfwidth_basis": "window"}  # fmt: skip
 
 
 def _max(rows: pd.DataFrame, col: str) -> float:
@@ -137,6 +156,14 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
         for key, g in repeats.groupby(KEYS, sort=False, dropna=False)
     ]
     t = pd.DataFrame(rows)
+    # a cell of one process: its window's interval widened by the noise between this run's repeated processes
+    ok = repeats[repeats["status"] == "ok"]
+    noise = between_noise([[float(x) for x in g["samples_per_s"]] for _, g in ok.groupby(KEYS, sort=False)])
+    single = t["halfwidth_basis"] == "window"
+    t.loc[single, "halfwidth"] = [widened(h, noise) if pd.notna(h) else h for h in t.loc[single, "halfwidth"]]
+    t.loc[single, "halfwidth_basis"] = (f"window, widened by the run's noise between processes ({100 * noise:.1f}%)"
+                                        if noise is not None else
+                                        "window only (no repeated cell in this run to measure the noise between processes)")  # fmt: skip
     base = t[
         (t["loader"] == baseline["loader"])
         & (t["tier"] == baseline["tier"])

@@ -52,6 +52,10 @@ CELLS = {
     "disk_read_mb_s": "Disk read MB/s",
     "proc_read_mb_s": "Read MB/s",
     "warnings": "Warnings",
+    "halfwidth": "Interval +- (95%, relative)",
+    "halfwidth_basis": "Interval from",
+    "contended": "Contended",
+    "converged": "Converged",
     "au": "AU",
     # the diagnosis (stall attribution after DS-Analyzer)
     "step_ms": "Step (ms)",

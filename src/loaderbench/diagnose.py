@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from . import columns
+from .uncertainty import Ratio, quotient
 from .util import atomic_write_text
 
 CONFIG_KEYS = ["gpus", "batch_size", "precision", "parallel"]
@@ -126,7 +127,7 @@ def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     a["evidence"] = [x[1] for x in labels]
     cols = ["loader", "tier", *CONFIG_KEYS, "tier_kind", "samples_per_s", "au", "step_ms", "compute_only_ms",
             "ram_step_ms", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms", "cpu_pct", "gpu_util_pct",
-            "bottleneck", "evidence"]  # fmt: skip
+            "bottleneck", "evidence", "halfwidth", "halfwidth_basis", "repeats_ok", "contended", "converged"]  # fmt: skip
     return a[[c for c in cols if c in a]]
 
 
@@ -134,8 +135,47 @@ def _cell(r: pd.Series) -> str:
     return f"{r['loader']}/{r['tier']}/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}"
 
 
+def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
+    """a's rate over b's with its interval (`uncertainty`), or None and why the pair carries no recommendation: a
+    cell measured once that was contended or did not converge never does on its own."""
+    for r in (a, b):
+        alone = not (pd.notna(r.get("repeats_ok")) and r.get("repeats_ok") >= 2)
+        if alone and _flag(r.get("contended")) is True:
+            return None, f"{_cell(r)} was contended (other processes used the host in its window); rerun it"
+        if alone and _flag(r.get("converged")) is False:
+            return None, f"{_cell(r)}: its window did not converge and it has no repeats"
+        if not pd.notna(r.get("halfwidth")):
+            return None, f"{_cell(r)} has no interval"
+    return quotient(a["samples_per_s"], a["halfwidth"], b["samples_per_s"], b["halfwidth"]), None
+
+
+def _flag(value) -> bool | None:
+    """A table's yes/no cell as True, False or None (not recorded; a fixed window has no convergence)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, str):
+        return {"true": True, "false": False}.get(value.strip().lower())
+    return bool(value)
+
+
+def _rec(out: list[dict], topic: str, cells: list, q: Ratio | None, why: str | None, text) -> None:
+    """One recommendation: `text(q)` with its interval, "no measurable difference" inside it, or left out."""
+    names = [_cell(c) for c in cells]
+    if q is None:
+        out.append({"topic": topic, "verdict": "left out", "text": f"left out: {why}", "cells": names})
+        return
+    differs = q.differs_from(1.0)
+    out.append({"topic": topic, "verdict": "measured" if differs else "no measurable difference",
+                "text": text(q, differs), "cells": names, "interval": q.to_dict()})  # fmt: skip
+
+
+def _x(q: Ratio) -> str:
+    return f"{q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
+
+
 def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
-    """The seed's section 4, computed: what would pay off and by how much, with the cells behind each claim."""
+    """The seed's section 4, computed: what would pay off and by how much, each with its 95% interval and the cells
+    behind it; a difference inside the interval is "no measurable difference"."""
     ok = d[np.isfinite(d["samples_per_s"].astype(float))]
     out: list[dict] = []
     base_loader = baseline.get("loader")
@@ -148,72 +188,80 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
         best = g.loc[g["samples_per_s"].idxmax()]
         ref = g[g["loader"] == base_loader]
         if len(ref) and best["loader"] != base_loader:
-            gain = best["samples_per_s"] / ref.iloc[0]["samples_per_s"]
-            if gain >= 1.1:
-                text = (f"On {tier}, use {best['loader']}: {best['samples_per_s']:.0f} samples/s, {gain:.2f}x "
-                        f"{base_loader} ({ref.iloc[0]['samples_per_s']:.0f}); its bottleneck there: {best['bottleneck']}.")
-            else:
-                text = (f"On {tier}, the loader hardly matters: the best, {best['loader']}, is {gain:.2f}x "
-                        f"{base_loader} (within 10%); {base_loader} there is {ref.iloc[0]['bottleneck']}.")
-            out.append({"topic": "loader", "text": text, "cells": [_cell(best), _cell(ref.iloc[0])]})
+            ref = ref.iloc[0]
+            _rec(out, "loader", [best, ref], *compare(best, ref), lambda q, differs: (
+                f"On {tier}, use {best['loader']}: {best['samples_per_s']:.0f} samples/s, {_x(q)} {base_loader} "
+                f"({ref['samples_per_s']:.0f}); its bottleneck there: {best['bottleneck']}." if differs and q.low >= 1.1
+                else f"On {tier}, the loader hardly matters: the best, {best['loader']}, is {_x(q)} {base_loader}"
+                f"{'' if differs else ', no measurable difference'}; {base_loader} there is {ref['bottleneck']}."))
     # 2. tier, per loader
     for loader, g in real.groupby("loader", sort=False):
         if g["tier"].nunique() < 2:
             continue
         fast, slow = g.loc[g["samples_per_s"].idxmax()], g.loc[g["samples_per_s"].idxmin()]
-        gain = fast["samples_per_s"] / slow["samples_per_s"]
-        verdict = "worth it" if gain >= 1.1 else "not worth it (within 10%)"
-        out.append({"topic": "storage", "text": (
-            f"{loader}: {fast['tier']} instead of {slow['tier']} gives {gain:.2f}x ({slow['samples_per_s']:.0f} -> "
-            f"{fast['samples_per_s']:.0f} samples/s), {verdict}; on {slow['tier']} it is {slow['bottleneck']}."),
-            "cells": [_cell(fast), _cell(slow)]})  # fmt: skip
+        _rec(out, "storage", [fast, slow], *compare(fast, slow), lambda q, differs: (
+            f"{loader}: {fast['tier']} instead of {slow['tier']} gives {_x(q)} ({slow['samples_per_s']:.0f} -> "
+            f"{fast['samples_per_s']:.0f} samples/s), "
+            + ("no measurable difference" if not differs else "worth it" if q.low >= 1.1 else "a measurable gain")
+            + f"; on {slow['tier']} it is {slow['bottleneck']}."))
     # 3. batch size, per loader and tier (same GPUs/precision/parallel as the baseline)
     same = ok[(ok["gpus"] == base_cfg[0]) & (ok["precision"] == base_cfg[2]) & (ok["parallel"] == base_cfg[3])]
     for (loader, tier), g in same.groupby(["loader", "tier"], sort=False):
         if g["batch_size"].nunique() < 2:
             continue
         lo, hi = g.loc[g["batch_size"].idxmin()], g.loc[g["batch_size"].idxmax()]
-        gain = hi["samples_per_s"] / lo["samples_per_s"]
-        if gain >= 1.1:
-            why = "worth it: the device does more per launch and the loader keeps up"
-        elif gain < 0.9:
-            why = f"slower: at batch {int(hi['batch_size'])} the cell is {hi['bottleneck']}"
-        elif "prep" in lo["bottleneck"] or "I/O" in lo["bottleneck"]:
-            why = f"barely matters: the loader sets the pace ({lo['bottleneck']}), a bigger batch only waits longer"
-        else:
-            why = "barely matters here"
-        out.append({"topic": "batch size", "text": (
-            f"{loader} on {tier}: batch {int(hi['batch_size'])} vs {int(lo['batch_size'])} gives {gain:.2f}x, {why}."),
-            "cells": [_cell(hi), _cell(lo)]})  # fmt: skip
+
+        def batch_text(q, differs, lo=lo, hi=hi, loader=loader, tier=tier):
+            if not differs:
+                why = "no measurable difference"
+                if "prep" in lo["bottleneck"] or "I/O" in lo["bottleneck"]:
+                    why += f": the loader sets the pace ({lo['bottleneck']})"
+            elif q.low >= 1.1:
+                why = "worth it: the device does more per launch and the loader keeps up"
+            elif q.high < 1:
+                why = f"slower: at batch {int(hi['batch_size'])} the cell is {hi['bottleneck']}"
+            else:
+                why = "a measurable gain"
+            return f"{loader} on {tier}: batch {int(hi['batch_size'])} vs {int(lo['batch_size'])} gives {_x(q)}, {why}."
+
+        _rec(out, "batch size", [hi, lo], *compare(hi, lo), batch_text)
     # 4. GPU count
-    multi = ok[ok["gpus"] > 1]
-    for _, r in multi.iterrows():
+    for _, r in ok[ok["gpus"] > 1].iterrows():
         one = ok[(ok["loader"] == r["loader"]) & (ok["tier"] == r["tier"]) & (ok["gpus"] == 1)
                  & (ok["batch_size"] == r["batch_size"]) & (ok["precision"] == r["precision"])
                  & (ok["parallel"] == r["parallel"])]  # fmt: skip
         if not len(one):
             continue
-        scale = r["samples_per_s"] / one.iloc[0]["samples_per_s"]
-        verdict = "pays off" if scale >= 0.8 * r["gpus"] else f"does not pay off: fix the {r['bottleneck']} limit first"
-        out.append({"topic": "GPUs", "text": (
-            f"{r['loader']} on {r['tier']} ({r['parallel']}): {int(r['gpus'])} GPUs give {scale:.2f}x one GPU "
-            f"(ideal {int(r['gpus'])}x), {verdict}."), "cells": [_cell(r), _cell(one.iloc[0])]})  # fmt: skip
+        n = int(r["gpus"])
+
+        def gpu_text(q, differs, r=r, n=n):
+            verdict = "pays off" if q.low >= 0.8 * n else \
+                f"does not pay off: fix the {r['bottleneck']} limit first" if q.high < 0.8 * n else \
+                "cannot tell whether it reaches 80% of ideal"  # fmt: skip
+            return f"{r['loader']} on {r['tier']} ({r['parallel']}): {n} GPUs give {_x(q)} one GPU (ideal {n}x), {verdict}."
+
+        _rec(out, "GPUs", [r, one.iloc[0]], *compare(r, one.iloc[0]), gpu_text)
     # 5. precision
     for (loader, tier, g_, b), g in ok.groupby(["loader", "tier", "gpus", "batch_size"], sort=False):
-        p = g.set_index(["precision", "parallel"])["samples_per_s"]
         for par in g["parallel"].unique():
-            if ("fp32", par) in p and ("amp", par) in p:
-                gain = p[("amp", par)] / p[("fp32", par)]
-                row = g[(g["precision"] == "fp32") & (g["parallel"] == par)].iloc[0]
-                if gain >= 1.1:
+            fp32 = g[(g["precision"] == "fp32") & (g["parallel"] == par)]
+            amp = g[(g["precision"] == "amp") & (g["parallel"] == par)]
+            if not (len(fp32) and len(amp)):
+                continue
+            row, am = fp32.iloc[0], amp.iloc[0]
+
+            def amp_text(q, differs, row=row, loader=loader, tier=tier, g_=g_, b=b):
+                if differs and q.low >= 1.1:
                     note = ""
+                elif not differs:
+                    note = " - no measurable difference"
                 elif row["bottleneck"] in ("GPU-bound", "compute-bound"):
-                    note = f" - no gain on this device although fp32 was {row['bottleneck']}"
+                    note = f" - little gain on this device although fp32 was {row['bottleneck']}"
                 else:
                     note = f" - the loader, not the arithmetic, limits it ({row['bottleneck']} at fp32)"
-                out.append({"topic": "precision", "text": (
-                    f"{loader} on {tier}, {int(g_)} GPU x {int(b)}: AMP gives {gain:.2f}x over fp32{note}."),
-                    "cells": [_cell(row), _cell(g[(g["precision"] == "amp") & (g["parallel"] == par)].iloc[0])]})
+                return f"{loader} on {tier}, {int(g_)} GPU x {int(b)}: AMP gives {_x(q)} over fp32{note}."
+
+            _rec(out, "precision", [am, row], *compare(am, row), amp_text)
     return out
 
 
@@ -227,6 +275,8 @@ def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
         lines.append("No recommendation: the grid has no two cells that differ in one setting.")
     for rec in recs:
         lines.append(f"- **{rec['topic']}**: {rec['text']} (cells: {', '.join(rec['cells'])})")
+    lines += ["", "Intervals are 95%: from a cell's repeats, else its window's, widened by the run's noise between "
+              "processes (tables/cells.csv, 'Interval from')."]
     return "\n".join(lines) + "\n"
 
 

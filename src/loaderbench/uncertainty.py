@@ -1,8 +1,8 @@
-"""How far a ratio of two measurements can be trusted: the one place that says whether they differ.
+"""How far a measurement and a ratio of two can be trusted: the one place that says whether they differ.
 
-A ratio's interval comes from both sources of noise: each window's own 95% interval (within a process) and, with
-two or more rounds in separate processes, the spread of the rounds' ratios (between processes). They are combined on
-the log scale, where a ratio's errors add.
+A cell's interval comes from its repeats in separate processes where it has two or more; else from its window's own
+95% interval, widened by the noise between processes that the run measured on its repeated cells (the median
+relative standard deviation of their repeats). A ratio's interval adds its two sides' on the log scale.
 """
 
 from __future__ import annotations
@@ -12,6 +12,27 @@ import statistics
 from dataclasses import dataclass
 
 Z_95 = 1.96
+# Student's t, 95% two-sided, by degrees of freedom
+T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def repeats_halfwidth(values: list[float]) -> float:
+    """Relative 95% half-width of the mean of two or more repeats (Student's t)."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    return T_95.get(n - 1, Z_95) * statistics.stdev(values) / math.sqrt(n) / mean
+
+
+def between_noise(groups: list[list[float]]) -> float | None:
+    """The run's noise between processes: the median relative standard deviation of the repeats of each
+    configuration that has two or more; None without one."""
+    rel = [statistics.stdev(g) / statistics.fmean(g) for g in groups if len(g) > 1 and statistics.fmean(g) > 0]
+    return statistics.median(rel) if rel else None
+
+
+def widened(window_halfwidth: float, noise: float | None) -> float:
+    """A single process's window interval widened by the run's noise between processes."""
+    return math.hypot(window_halfwidth, Z_95 * noise) if noise is not None else window_halfwidth
 
 
 @dataclass(frozen=True)
@@ -38,6 +59,12 @@ class Ratio:
     def to_dict(self) -> dict:
         return {"value": self.value, "halfwidth": self.halfwidth, "low": self.low, "high": self.high,
                 "rounds": self.rounds}  # fmt: skip
+
+
+def quotient(a: float, a_halfwidth: float, b: float, b_halfwidth: float) -> Ratio:
+    """a/b with the interval of two independent measurements, each known to its relative 95% half-width."""
+    sd = math.hypot(math.log1p(a_halfwidth), math.log1p(b_halfwidth))
+    return Ratio(a / b, math.expm1(sd), 1)
 
 
 def ratio(pairs: list[tuple[float, float, float | None, float | None]]) -> Ratio:
