@@ -52,7 +52,7 @@ CELLS = {
     "disk_read_mb_s": "Disk read MB/s",
     "proc_read_mb_s": "Read MB/s",
     "warnings": "Warnings",
-    "halfwidth": "Interval +- (95%, relative)",
+    "halfwidth": "Rel. interval (95%)",
     "halfwidth_basis": "Interval from",
     "contended": "Contended",
     "converged": "Converged",
