@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -56,6 +57,20 @@ def small_dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dataset")
     make_dataset(DatasetParams(images=24, classes=3, seed=7), out, jobs=2)
     return out / "train"
+
+
+class BacklogLoader:
+    """Batches `ready` prepared ahead are there at once; each later one takes `make_s` to arrive (a loader slower
+    than the step: the consumer waits)."""
+
+    def __init__(self, ready: int, make_s: float):
+        self.ready, self.make_s, self.given = ready, make_s, 0
+
+    def __next__(self):
+        self.given += 1
+        if self.given > self.ready:
+            time.sleep(self.make_s)
+        return (self.given,)
 
 
 def staged_disk(tmp_path_factory, dataset: Path, name: str, **settings) -> tuple[Path, dict]:

@@ -18,6 +18,7 @@ from loaderbench.parallel import ReplicaThreads
 from loaderbench.runcell import phases
 from loaderbench.watchdog import Beat, Heartbeat, StallRule, describe, read
 from loaderbench.window import StopRule, burst_bounds, is_burst_start, relative_halfwidth, timed_window, warm_up
+from tests.conftest import BacklogLoader
 
 
 def ends(durations):
@@ -273,20 +274,6 @@ def test_engine_report_reads_repeats_against_the_hosts_steal():
     assert "median 0.65 cores over 4 cells, 2 contended; in the 3 cells that split it, median steal 0.15" in text
 
 
-class _Loader:
-    """Batches `ready` prepared ahead are there at once; each later one takes `make_s` to arrive (a loader slower
-    than the step: the consumer waits)."""
-
-    def __init__(self, ready: int, make_s: float):
-        self.ready, self.make_s, self.given = ready, make_s, 0
-
-    def __next__(self):
-        self.given += 1
-        if self.given > self.ready:
-            time.sleep(self.make_s)
-        return (self.given,)
-
-
 class _Beat:
     def beat(self, d):
         pass
@@ -296,16 +283,16 @@ def test_the_warm_up_ends_once_the_loader_made_a_step_wait():
     steps = []
     step = lambda i: (steps.append(i), time.sleep(0.002))  # noqa: E731
     # 5 batches prepared during start-up, then 30 ms each for a 2 ms step: the 6th step waits, the backlog is gone
-    durations, drained_at = warm_up(step, _Loader(5, 0.03), 40, lambda: None, _Beat(), min_steps=2)
+    durations, drained_at = warm_up(step, BacklogLoader(5, 0.03), 40, lambda: None, _Beat(), min_steps=2)
     assert drained_at == 6 and len(durations) == 6 and steps == list(range(1, 7))
     # a loader that keeps up never makes a step wait: every warm-up step of the backlog bound runs
-    durations, drained_at = warm_up(step, _Loader(100, 0.0), 12, lambda: None, _Beat(), min_steps=2)
+    durations, drained_at = warm_up(step, BacklogLoader(100, 0.0), 12, lambda: None, _Beat(), min_steps=2)
     assert drained_at is None and len(durations) == 12
     # never fewer than min_steps, and every rank must agree (ddp): one that is not drained keeps all going
-    durations, drained_at = warm_up(step, _Loader(0, 0.01), 40, lambda: None, _Beat(), min_steps=4)
+    durations, drained_at = warm_up(step, BacklogLoader(0, 0.01), 40, lambda: None, _Beat(), min_steps=4)
     assert drained_at == 4
     votes = iter([False, False, True])
-    durations, drained_at = warm_up(step, _Loader(0, 0.01), 40, lambda: None, _Beat(), min_steps=2,
+    durations, drained_at = warm_up(step, BacklogLoader(0, 0.01), 40, lambda: None, _Beat(), min_steps=2,
                                     agree_drained=lambda done: done and next(votes))
     assert drained_at == 4
 
@@ -349,7 +336,7 @@ def test_a_worker_fed_loaders_window_is_cut_to_whole_bursts():
     assert cut["cut_head_steps"] == 10 and win.steps == 10 and cut["cut_tail_steps"] == 0  # 2 bursts, 1.8 s
     assert win.steps / win.elapsed_s == pytest.approx(10.0, rel=0.04)
     # a loader that never makes a step wait keeps its window; one delivering a batch a step is not cut either
-    win = _window(_Loader(10**6, 0.0), StopRule(max_seconds=0.3, burst=5), 0.01)
+    win = _window(BacklogLoader(10**6, 0.0), StopRule(max_seconds=0.3, burst=5), 0.01)
     assert win.extra["whole_bursts"]["cut_tail_steps"] == 0 and win.steps == len(win.step_end)
     win = _window(_Bursts(5, 0.2), StopRule(max_seconds=0.6), 0.01)
     assert "whole_bursts" not in win.extra

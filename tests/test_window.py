@@ -8,29 +8,13 @@ import time
 
 import pytest
 
+from conftest import BacklogLoader
+from loaderbench.watchdog import Heartbeat
 from loaderbench.window import StopRule, cycle_batches, relative_halfwidth, timed_window, warm_up
 
 
-class _Beat:
-    def beat(self, d):
-        pass
-
-
-class _Loader:
-    """`ready` batches at once (a prefetch backlog), then each after `make_s` (the loader's own rate)."""
-
-    def __init__(self, ready: int, make_s: float):
-        self.ready, self.make_s, self.given = ready, make_s, 0
-
-    def __next__(self):
-        self.given += 1
-        if self.given > self.ready:
-            time.sleep(self.make_s)
-        return (self.given,)
-
-
 def _window(loader, rule, step, sync=lambda: None, cuda_timer=None, lead_wait=0.0):
-    return timed_window(step, loader, rule, sync, _Beat(), lambda v: v, cuda_timer, "w", 1, False,
+    return timed_window(step, loader, rule, sync, Heartbeat(None), lambda v: v, cuda_timer, "w", 1, False,
                         lead_wait=lead_wait)  # fmt: skip
 
 
@@ -38,21 +22,21 @@ def test_a_backlog_of_30_fast_steps_is_spent_before_the_window():
     """30 batches made during setup, then one each 20 ms for a 2 ms step: the warm-up runs until a step waits (the
     31st), so the window sees the loader's rate - 1/22 ms - and none of the backlog."""
     step = lambda *b: time.sleep(0.002)  # noqa: E731
-    loader = _Loader(30, 0.02)
+    loader = BacklogLoader(30, 0.02)
     waits = []
-    _, drained_at = warm_up(step, loader, 32, lambda: None, _Beat(), min_steps=2, waits=waits)
+    _, drained_at = warm_up(step, loader, 32, lambda: None, Heartbeat(None), min_steps=2, waits=waits)
     assert drained_at == 31
     win = _window(loader, StopRule(max_seconds=1.0, min_seconds=0.4), step, lead_wait=waits[-1])
     assert win.steps / win.elapsed_s == pytest.approx(1 / 0.022, rel=0.1)
     assert min(win.waits) > 0.015  # every window step waited for the loader: no backlog inside
     # the same loader timed without the warm-up reads the backlog as speed
-    early = _window(_Loader(30, 0.02), StopRule(seconds=0.5), step)
+    early = _window(BacklogLoader(30, 0.02), StopRule(seconds=0.5), step)
     assert early.steps / early.elapsed_s > 1.5 / 0.022
 
 
 def test_equal_steps_converge_at_the_minimum():
     rule = StopRule(max_seconds=5, min_seconds=0.5, precision=0.02)
-    win = _window(_Loader(10**6, 0.0), rule, lambda *b: time.sleep(0.01))
+    win = _window(BacklogLoader(10**6, 0.0), rule, lambda *b: time.sleep(0.01))
     assert win.converged and win.halfwidth < 0.02 and win.elapsed_s < 0.8
 
 
@@ -97,11 +81,11 @@ def test_the_devices_clock_keeps_a_queue_ahead_of_the_host_out_of_the_batch_mean
     device's clock every batch is the same and the window converges at its minimum."""
     rule = StopRule(max_seconds=3, min_seconds=0.5, precision=0.02)
     dev = _QueuedDevice(0.01, 6)
-    win = _window(_Loader(10**6, 0.0), rule, dev.launch, dev.sync, dev.event)
+    win = _window(BacklogLoader(10**6, 0.0), rule, dev.launch, dev.sync, dev.event)
     assert win.converged and win.halfwidth < 0.01 and win.elapsed_s < 0.8
     assert win.steps / win.elapsed_s == pytest.approx(100, rel=0.05)
     dev = _QueuedDevice(0.01, 6)
-    host = _window(_Loader(10**6, 0.0), rule, dev.launch, dev.sync)  # the host's clock alone
+    host = _window(BacklogLoader(10**6, 0.0), rule, dev.launch, dev.sync)  # the host's clock alone
     assert not host.converged or host.elapsed_s > 1.5
 
 

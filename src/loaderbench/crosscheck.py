@@ -23,12 +23,8 @@ from .config import CellSpec, ConfigError, cell_id, cell_spec
 from .staged import Staged, class_names
 from .uncertainty import ratio
 from .util import atomic_write_json
+from .watchdog import Heartbeat
 from .window import burst_bounds, relative_halfwidth, warm_up
-
-
-class _NoBeat:
-    def beat(self, d):
-        pass
 
 
 def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
@@ -54,7 +50,8 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     _, step = training_step(spec, len(class_names(allowed)), device,
                             wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
     backlog = ctx.info["prefetch_batches"]
-    warm, _ = warm_up(step, batches, max(spec.warmup_steps, backlog + 2), sync, _NoBeat(), min_steps=spec.warmup_steps)
+    warm, _ = warm_up(step, batches, max(spec.warmup_steps, backlog + 2), sync, Heartbeat(None),
+                      min_steps=spec.warmup_steps)
     waits, ends = [], []
     clock = time.perf_counter
     t0 = clock()

@@ -132,8 +132,6 @@ def loader_context(spec: CellSpec, data_root: Path, allowed: frozenset[str], dev
                    rank: int = 0, world: int = 1):  # fmt: skip
     """The LoaderContext a cell builds its loader from (the cell and the crosscheck's bare loop alike). dp: one process
     takes the global batch (DataParallel splits it); ddp (`world` > 1): each rank loads its own share."""
-    import torch
-
     from .loaders.common import LoaderContext
 
     _, input_dtype = dtypes(spec, device.type)
@@ -145,7 +143,7 @@ def loader_context(spec: CellSpec, data_root: Path, allowed: frozenset[str], dev
         workers=resolve_workers(spec, place, ranks=world),
         prefetch_factor=spec.prefetch_factor,
         seed=spec.seed,
-        device=device if isinstance(device, torch.device) else torch.device(device),
+        device=device,
         channels_last=spec.channels_last,
         gpus=spec.gpus,
         dtype=input_dtype,
@@ -184,7 +182,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     from .loaders import get_loader
 
     device = dist.device
-    amp_dtype, input_dtype = dtypes(spec, kind)
+    amp_dtype, _ = dtypes(spec, kind)
     torch.manual_seed(spec.seed)
     if kind == "cuda":
         configure_cudnn(spec)
