@@ -106,3 +106,58 @@ def test_cycles_of_unequal_steps_are_weighted_by_them():
     # cycles whose time follows their steps know the rate exactly, however unequal they are
     even = [sum(([0.03] * n for n in [30, 34] * 4), [])[: i + 1] for i in range(256)]
     assert relative_halfwidth([sum(e) for e in even], bounds=bounds) == pytest.approx(0.0, abs=1e-9)
+
+
+class _Stalls:
+    """A worker-fed loader that delivers a batch a step, with a stall before the given batches (as 15 torchvision
+    workers feeding an fp32 step on the H200: a 0.2 s stall every few seconds)."""
+
+    def __init__(self, stall_s: float, at: set[int]):
+        self.stall_s, self.at, self.given = stall_s, at, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.given += 1
+        if self.given in self.at:
+            time.sleep(self.stall_s)
+        return (self.given,)
+
+
+def test_a_worker_fed_loader_that_stalls_now_and_then_keeps_every_step():
+    """15 workers, 10 ms steps, 30 ms stalls at irregular steps (about 4% of the time): not bursts, so nothing is cut
+    - a cut from the first stall to the last would drop most of the window - and the rate is that of every step."""
+    step = lambda *b: time.sleep(0.01)  # noqa: E731
+    stalls = {37, 52, 130, 141, 260}
+    win = _window(_Stalls(0.03, stalls), StopRule(seconds=3.0, burst=15), step)
+    cut = win.extra["whole_bursts"]
+    assert cut["delivery"] == "stream" and cut["cut_head_steps"] == 0 and cut["cut_tail_steps"] == 0
+    assert win.steps == len(win.step_end) == len(win.waits) and "bounds" not in win.extra
+    assert win.steps / win.elapsed_s == pytest.approx(win.steps / (win.steps * 0.0101 + 0.03 * len(stalls)), rel=0.1)
+
+
+def test_delivery_in_bursts_needs_long_waits_in_a_rhythm():
+    """Regular bursts whose waits set the rate are bursts; rare stalls, or long waits at irregular steps, are not."""
+    from loaderbench.window import burst_bounds, delivers_in_bursts
+
+    def trace(durations, waits):
+        return waits, [sum(durations[: i + 1]) for i in range(len(durations))]
+
+    regular = trace(([0.3] + [0.02] * 9) * 6, ([0.28] + [0.0] * 9) * 6)
+    assert delivers_in_bursts(*regular, burst_bounds(*regular, 10))
+    rare = trace(([0.05] + [0.02] * 39) * 4, ([0.03] + [0.0] * 39) * 4)  # 3.7% of the time in its waits
+    assert not delivers_in_bursts(*rare, burst_bounds(*rare, 10))
+    d, w = [0.02] * 120, [0.0] * 120
+    for j in (10, 14, 70, 75, 119):  # long waits, but cycles of 4, 56, 5 and 44 steps
+        d[j], w[j] = 0.3, 0.28
+    assert not delivers_in_bursts(*trace(d, w), burst_bounds(*trace(d, w), 4))
+    assert not delivers_in_bursts([0.0] * 5, [0.1, 0.2, 0.3, 0.4, 0.5], None)
+
+
+def test_a_worker_fed_loader_faster_than_its_step_stops_at_the_minimum():
+    """15 workers always ahead of a 10 ms step (no step waits): its window is judged as a stream and stops at its
+    minimum once converged, not at its maximum."""
+    rule = StopRule(max_seconds=5, min_seconds=0.5, precision=0.02, burst=15)
+    win = _window(BacklogLoader(10**6, 0.0), rule, lambda *b: time.sleep(0.01))
+    assert win.converged and win.elapsed_s < 1.0 and win.extra["whole_bursts"]["delivery"] == "stream"

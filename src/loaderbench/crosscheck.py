@@ -2,9 +2,10 @@
 
 The bare loop is what a user's training script does: the loader the cell builds (`train.loader_context`, the
 registry), the cell's model and step, `for batch in loader: step(batch)` in a fresh process - no runner, watchdog,
-telemetry, thread placement, per-step events or window bookkeeping. After the same warm-up rule as a cell (until the
+telemetry, thread placement, stop rule or window bookkeeping. After the same warm-up rule as a cell (until the
 prefetch backlog is spent) it runs for the cell's window time, noting only each step's wait for its batch and its end
-(two clock reads), so that a worker-fed loader's rate is taken over whole bursts as a cell's is. Rounds alternate the
+(two clock reads; on a GPU an end event, the device's clock, as a cell's), so that a worker-fed loader that delivers
+in bursts has its rate taken over whole bursts as a cell's is. Rounds alternate the
 order of cell and bare loop, each in its own process; cell/bare and its interval come from `uncertainty.ratio`.
 """
 
@@ -24,7 +25,7 @@ from .staged import Staged, class_names
 from .uncertainty import ratio
 from .util import atomic_write_json
 from .watchdog import Heartbeat
-from .window import burst_bounds, relative_halfwidth, warm_up
+from .window import burst_bounds, delivers_in_bursts, relative_halfwidth, warm_up
 
 
 def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
@@ -52,26 +53,34 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     backlog = ctx.info["prefetch_batches"]
     warm, _ = warm_up(step, batches, max(spec.warmup_steps, backlog + 2), sync, Heartbeat(None),
                       min_steps=spec.warmup_steps)
-    waits, ends = [], []
+    waits, ends, events = [], [], []
     clock = time.perf_counter
+    # on a GPU the device's clock, as a cell's: an event where the loop starts and one after each step (recording
+    # one costs microseconds and synchronises nothing)
+    event = (lambda: torch.cuda.Event(enable_timing=True)) if device.type == "cuda" else None
+    start = event() if event else None
+    if start is not None:
+        start.record()
     t0 = clock()
     while True:
         t = clock()
         batch = next(batches)
         waits.append(clock() - t)
         step(*batch)
+        if event:
+            events.append(event())
+            events[-1].record()
         ends.append(clock() - t0)
         if ends[-1] >= seconds:
             break
     sync()
-    elapsed = clock() - t0
+    if events:
+        ends = [start.elapsed_time(e) / 1000.0 for e in events]
     burst = int(ctx.info.get("workers") or 1) if BACKLOG.get(spec.loader) == "workers" else 1
     bounds = burst_bounds(waits, ends, burst) if burst > 1 else None
-    # its interval from the host's clock after the first tenth of the steps: the host queues steps ahead of a GPU,
-    # so the first ones end early on its clock (a cell reads the device's)
-    skip = len(ends) // 10
-    steps, span, hw = len(ends), elapsed, relative_halfwidth([e - ends[skip] for e in ends[skip + 1 :]] if skip else ends)
-    if bounds:  # whole bursts: from the first burst start's end to the last's (steady state, host clock)
+    steps, span = len(ends), ends[-1]
+    hw = relative_halfwidth(ends)
+    if delivers_in_bursts(waits, ends, bounds):  # whole bursts, from the first burst start's end to the last's
         first, last = bounds[0], bounds[-1]
         base = ends[first] if first >= 0 else 0.0
         kept = [e - base for e in ends[first + 1 : last + 1]]

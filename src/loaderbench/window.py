@@ -2,9 +2,10 @@
 
 Warm-up runs untimed steps: at least `warmup_steps`, then until the loader makes a step wait (its start-up backlog
 is used up: `warm_up`), at most the loader's prefetch depth + 2, so the window cannot drain a start-up backlog. Then
-the device is synchronised, the clock starts, and steps run until the stop rule says so; the device is synchronised
-again and the clock stops. Samples/s = steps x global batch / Time(s). On a GPU the batch means are from the
-device's clock (each step's end event): the host runs ahead of the device by the steps it has queued.
+the clock starts and steps run until the stop rule says so; the device is synchronised and the clock stops.
+Samples/s = steps x global batch / Time(s). On a GPU the clock is the device's: an event recorded where the window
+starts and each step's end event, so nothing synchronises the device before the window (a training loop does not
+stop its queue either) and the host's steps queued ahead of the device stay out of the batch means.
 
 The adaptive rule (`window.max_seconds`): the step end times are cut into 10 equal batches of consecutive steps
 (batch means; for a worker-fed loader each batch is a whole number of its bursts, and with few, slow steps there may be
@@ -17,7 +18,7 @@ statistic of one window can see that (simulated: step times correlated over 2 s 
 converged to +-2% were more than 2% off the long-run rate; Geyer's autocorrelation time from the window itself did
 not catch it). That is measured across processes instead: repeats, their spread and `spread_warn`.
 
-Whole bursts: DataLoader workers that start together deliver their batches together, then the step waits a worker's
+Whole bursts: DataLoader workers that start together can deliver their batches together, then the step waits a worker's
 batch time (31 torchvision workers at batch 256 on an H200: 31 batches in 1.2 s, then a 2.5 s wait). A window holds
 whole bursts only if it starts and ends just after a burst's first step; one that stopped inside a burst counts that
 burst's fast steps without their wait, and one that started on a round of batches already made (a warm-up that ended
@@ -28,6 +29,11 @@ burst start it holds (`burst_bounds`; its own start counts when the warm-up's la
 is then the device's, between the ends of those two steps (CUDA events; the steps' own ends on a CPU). Its batch means
 are over whole cycles, from one burst start to the next (`cycle_batches`): a cycle need not be as many batches as
 there are workers (15 workers with 4 batches each ahead: about 32 a cycle on the 1-GPU H200 host).
+Workers need not burst, though: 15 torchvision workers feeding an fp32 step on the H200 delivered a batch a step, with
+a 0.2 s stall every few seconds, and a cut at those stalls dropped up to 6.4 s of a 12 s window. A window is cut to
+whole bursts only when it delivers in bursts (`delivers_in_bursts`: the waits that open its bursts are a tenth of its
+time or more, and its cycles' lengths vary by at most half their mean); otherwise every step counts, as for a
+loader delivering a batch a step.
 """
 
 from __future__ import annotations
@@ -188,6 +194,27 @@ def burst_bounds(waits: list[float], step_end: list[float], burst: int, lead_wai
     return starts if starts and starts[-1] - starts[0] >= burst else None
 
 
+# A worker-fed window delivers in bursts when the waits opening its bursts take at least this share of its time and
+# its cycles' lengths (in steps) vary by at most CYCLE_CV (standard deviation over mean): otherwise its stalls are not
+# a rhythm to cut at
+BURST_WAIT_SHARE = 0.1
+CYCLE_CV = 0.5
+
+
+def delivers_in_bursts(waits: list[float], step_end: list[float], bounds: list[int] | None) -> bool:
+    """Whether a worker-fed loader's window (`bounds`: its burst starts, `burst_bounds`) delivers in bursts - its
+    rate set by the waits between them, in a rhythm - rather than a batch a step with stalls now and then."""
+    if not bounds or not step_end:
+        return False
+    if sum(waits[j] for j in bounds if j >= 0) < BURST_WAIT_SHARE * step_end[-1]:
+        return False
+    cycles = [b - a for a, b in zip(bounds, bounds[1:])]
+    if len(cycles) < 3:
+        return True
+    mean = sum(cycles) / len(cycles)
+    return math.sqrt(sum((c - mean) ** 2 for c in cycles) / (len(cycles) - 1)) <= CYCLE_CV * mean
+
+
 def _cycles(bounds: list[int], first: int, last: int) -> list[int]:
     """The burst starts of the steps first+1..last (with `first` and `last`), re-indexed to them: `first` is -1."""
     return [j - first - 1 for j in sorted({first, last, *(j for j in bounds if first <= j <= last)})]
@@ -195,21 +222,24 @@ def _cycles(bounds: list[int], first: int, last: int) -> list[int]:
 
 def _at_burst_start(rule: StopRule, waits: list[float], step_end: list[float], lead_wait: float):
     """(whether the window's last step started a burst, the precision of its whole cycles so far there - inf when
-    not known yet, None when not judged here) for `StopRule.done`."""
+    not known yet, None when not judged here, whether it delivers in bursts - None when not judged) for
+    `StopRule.done`."""
     j = len(step_end) - 1
     # most steps of a burst do not wait: the gaps' reference (a sort of every wait) only for one that did
     if rule.burst <= 1 or not _waited(waits, step_end, j):
-        return False, None
+        return False, None, None
     if not is_burst_start(waits, step_end, j, gap_reference(waits, rule.burst, lead_wait)):
-        return False, None
+        return False, None, None
     if rule.mode != "adaptive":
-        return True, None
+        return True, None, None
     bounds = burst_bounds(waits, step_end, rule.burst, lead_wait)
     if not bounds:
-        return True, math.inf  # no whole bursts yet
+        return True, math.inf, None  # no whole bursts yet
+    if not delivers_in_bursts(waits, step_end, bounds):
+        return True, None, False
     first, last = bounds[0], bounds[-1]
     hw = relative_halfwidth(_rebased(step_end, first, last), bounds=_cycles(bounds, first, last))
-    return True, math.inf if hw is None else hw
+    return True, math.inf if hw is None else hw, True
 
 
 def _whole_bursts_cut(rule: StopRule, waits, step_end, lead_wait, agree_max, elapsed: float, end):
@@ -221,15 +251,18 @@ def _whole_bursts_cut(rule: StopRule, waits, step_end, lead_wait, agree_max, ela
         return None
     n = len(step_end)
     bounds = burst_bounds(waits, step_end, rule.burst, lead_wait) if rule.mode != "steps" else None  # kept whole
+    bursts = bool(agree_max(int(delivers_in_bursts(waits, step_end, bounds))))
     first = agree_max(bounds[0] + 2 if bounds else 0) - 2
     last = agree_max(bounds[-1] + 2 if bounds else 0) - 2
-    if first < -1 or last - first < rule.burst:
-        return -1, n - 1, elapsed, None, {"steps": n, "cut_head_steps": 0, "cut_tail_steps": 0, "cut_s": 0.0}
+    delivery = "fixed steps" if rule.mode == "steps" else "bursts" if bursts else "stream"
+    if not bursts or first < -1 or last - first < rule.burst:
+        return -1, n - 1, elapsed, None, {"steps": n, "cut_head_steps": 0, "cut_tail_steps": 0, "cut_s": 0.0,
+                                          "delivery": delivery}  # fmt: skip
     cycles = _cycles(bounds or [], first, last)
     kept = elapsed if (first, last) == (-1, n - 1) else end(last) - end(first)
     return first, last, kept, cycles, {"steps": last - first, "cut_head_steps": first + 1,
                                        "cut_tail_steps": n - 1 - last, "cut_s": round(elapsed - kept, 4),
-                                       "cycles": len(cycles) - 1}  # fmt: skip
+                                       "cycles": len(cycles) - 1, "delivery": delivery}  # fmt: skip
 
 
 def _rebased(step_end: list[float], first: int, last: int) -> list[float]:
@@ -303,7 +336,6 @@ def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None, min_
             if done:
                 stopped = i + 1
                 break
-    sync()
     return durations, stopped
 
 
@@ -321,13 +353,14 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
     gc.collect()
     gc.freeze()
     gc.disable()
-    sync()
     start = cuda_timer() if cuda_timer else None
     if start is not None:
-        start.record()  # the device's clock for a window cut back to whole bursts
+        start.record()  # the device's clock starts where the window's first step is queued
     t0 = time.perf_counter()
     last = t0
     cycles_hw = None  # the precision of a worker-fed loader's whole cycles, at its last burst start
+    bursts = None  # whether a worker-fed loader delivers in bursts, as judged at its last burst start
+    waited = 0.0
     device_end: list[float] = []  # the device's step ends, from the window's start, of the steps it has finished
     while True:
         tw = time.perf_counter()
@@ -347,8 +380,17 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         step_end.append(now - t0)
         heartbeat.beat(now - last)
         last = now
-        steady_hw = None  # a loader delivering a batch a step: judged on the device's clock where there is one
-        if rule.burst <= 1 and rule.mode == "adaptive":
+        waited += waits[-1]
+        at_start, hw, judged = _at_burst_start(rule, waits, step_end, lead_wait)
+        cycles_hw = hw if hw is not None else cycles_hw
+        bursts = judged if judged is not None else bursts
+        # a loader delivering a batch a step - or a worker-fed one that, as far as its window tells, does not deliver
+        # in bursts (before any whole bursts: two rounds of its workers' batches with little waiting) - is judged at
+        # any step, on the device's clock where there is one
+        stream = rule.burst <= 1 or bursts is False or (
+            bursts is None and len(step_end) >= 2 * rule.burst and waited < BURST_WAIT_SHARE * step_end[-1])
+        steady_hw = None
+        if stream and rule.mode == "adaptive":
             if cuda_timer:
                 _finished(start, computes, device_end)
                 steady_hw = relative_halfwidth(device_end)
@@ -358,20 +400,21 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         if show_progress and step_end[-1] - shown >= PROGRESS_S:
             shown = step_end[-1]
             # a worker-fed loader's: that of its whole cycles at the last burst start (the stop rule's)
-            hw = steady_hw if rule.burst <= 1 else cycles_hw
-            known = f", known to +-{100 * hw:.1f}%" if hw is not None and math.isfinite(hw) else ""
+            shown_hw = steady_hw if stream else cycles_hw
+            known = f", known to +-{100 * shown_hw:.1f}%" if shown_hw is not None and math.isfinite(shown_hw) else ""
             print(f"  {label}: {len(step_end)} steps in {shown:.0f} s, {len(step_end) * samples_per_step / shown:.1f} "
                   f"samples/s{known} (host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
-        at_start, hw = _at_burst_start(rule, waits, step_end, lead_wait)
-        cycles_hw = hw if hw is not None else cycles_hw
-        if agree_max(int(rule.done(step_end, at_start, hw if rule.burst > 1 else steady_hw))):
+        if stream:
+            at_start, hw = True, steady_hw
+        if agree_max(int(rule.done(step_end, at_start, hw))):
             break
     sync()
-    elapsed = time.perf_counter() - t0
     gc.enable()
 
     def end(j):  # seconds from the window's start to the end of step j: the device's clock on a GPU
         return 0.0 if j < 0 else start.elapsed_time(computes[j][1]) / 1000.0 if cuda_timer else step_end[j]
+
+    elapsed = end(len(computes) - 1) if cuda_timer else time.perf_counter() - t0
 
     cut = _whole_bursts_cut(rule, waits, step_end, lead_wait, agree_max, elapsed, end)
     if cuda_timer:
@@ -387,6 +430,7 @@ def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda
         step_end = _rebased(step_end, first, last)
         if cycles:
             extra["bounds"] = cycles  # the burst starts of the steps kept: batch means over whole cycles
-    hw = relative_halfwidth(step_end, burst=rule.burst, bounds=cycles)
+    streamed = cut is not None and extra["whole_bursts"]["delivery"] == "stream"
+    hw = relative_halfwidth(step_end, burst=1 if streamed else rule.burst, bounds=cycles)
     converged = (hw is not None and hw <= rule.precision) if rule.mode == "adaptive" else None
     return WindowResult(elapsed, len(step_end), waits, computes, step_end, loss, images_labels, hw, converged, extra)
