@@ -65,6 +65,16 @@ def test_every_cell_of_the_config_has_a_valid_ok_record_naming_its_cell(finished
         assert [s["warm"] for s in rec["process_start"]] == [True], rec["process_start"]
 
 
+def test_every_record_of_one_run_names_that_run_and_the_machines_boot(finished_run):
+    """One Snakemake invocation is one run: its cells share a run id (tables divide only within a run), and each
+    names the boot of the machine it ran on (host names can repeat across machines)."""
+    work, cfg_path = finished_run
+    recs = [cell_record(work, cid) for cid in cell_ids(validate_config(yaml.safe_load(cfg_path.read_text())))]
+    runs = {r["provenance"]["run_id"] for r in recs}
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert len(runs) == 1 and None not in runs and {r["provenance"]["host"]["boot_id"] for r in recs} == {boot}
+
+
 def test_staged_copies_live_inside_each_tier_in_the_folder_staging_owns(finished_run):
     work, _ = finished_run
     for tier in ("tier-a", "tier-b"):

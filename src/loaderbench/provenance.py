@@ -7,6 +7,8 @@ import os
 import platform
 import socket
 import subprocess
+import time
+import uuid
 from functools import lru_cache
 from pathlib import Path
 
@@ -153,10 +155,32 @@ def runtime() -> dict:
     }
 
 
+RUN_ID_ENV = "LOADERBENCH_RUN_ID"
+
+
+def run_id() -> str:
+    """The run this process belongs to: LOADERBENCH_RUN_ID, set once by the first loaderbench process of a run (the
+    Snakefile, or a command run on its own) and inherited by every job and cell it starts."""
+    rid = os.environ.get(RUN_ID_ENV)
+    if not rid:
+        rid = os.environ[RUN_ID_ENV] = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    return rid
+
+
+def boot_id() -> str | None:
+    """This boot of this machine (Linux's random boot id): records of one boot id came from one machine, where a
+    host name can be shared by many (every container of a cluster's nodes may be called the same)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def host(gpu_models: list[str] | None = None) -> dict:
     """This machine as a record's provenance names it; `gpu_models` default: NVML's."""
     return {
         "hostname": socket.gethostname(),
+        "boot_id": boot_id(),
         "os": platform.platform(),
         "cpu_model": cpu_model(),
         "cpus_usable": len(os.sched_getaffinity(0)),
@@ -171,6 +195,7 @@ def collect(tier_path: str | None = None, runtime_info: dict | None = None) -> d
     rt = runtime_info or {}
     gpu_models, driver = gpus_by_nvml()
     return {
+        "run_id": run_id(),
         "versions": {
             "python": platform.python_version(),
             "loaderbench": _version("loaderbench"),

@@ -17,11 +17,13 @@ from loaderbench.config import (
     validate_config,
 )
 from loaderbench.layout import DATASETS, RESULTS as R
+from loaderbench.provenance import run_id
 from loaderbench.records import load_records
 from loaderbench.util import stable_hash
 from snakemake.settings.types import DeploymentMethod
 
 DEFAULT_CONFIG = "config/quickstart.yaml"
+run_id()  # one id for this invocation, inherited by every job it starts (records say which run they belong to)
 # Jobs other than cells call the package through the Python running Snakemake (a virtualenv needs no activation).
 # Every value from the config or the file system that reaches a shell command is quoted ({...:q}).
 # With --use-conda they run in HOST_ENV instead (loaderbench from this checkout): the package in that env's Python.
