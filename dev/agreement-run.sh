@@ -25,6 +25,7 @@ fi
 repo=$PWD dest=$1
 mkdir -p "$dest"/{before,after,peers}
 export PYTHONPATH=$repo/src:/tmp/site PYTHONUNBUFFERED=1 LOADERBENCH_GIT_COMMIT=${LOADERBENCH_GIT_COMMIT:-unknown}
+export LOADERBENCH_RUN_ID=${LOADERBENCH_RUN_ID:-$(date +%Y%m%dT%H%M%S)-agreement-$$}  # every part below: one run
 A=${AGREEMENT_CONFIG:-config/h200-agreement.yaml} P=${PEERS_CONFIG:-config/h200-peers.yaml} man=results/staging/ram.json
 step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
 step host; scripts/host-facts.sh > "$dest/host.txt" 2>&1

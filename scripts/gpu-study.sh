@@ -118,6 +118,8 @@ start)
     echo $$ > "$dest/driver.pid"  # the session leader: `stop` ends its session
     step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
     deadline=$((SECONDS + 60 * minutes))
+    # one run: its Snakemake invocations (the parts, respread, the rest) divide their cells by each other
+    export LOADERBENCH_RUN_ID=${LOADERBENCH_RUN_ID:-$(date +%Y%m%dT%H%M%S)-study-$$}
     # one warm-start server for every Snakemake run below (each would start its own: 8-13 s of imports on the H200
     # before its first cell); it ends with this driver (loaderbench.warmstart.serve watches its parent)
     export LOADERBENCH_WARM_SOCKET=/tmp/loaderbench-warm-study-$$.sock

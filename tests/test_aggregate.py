@@ -152,3 +152,27 @@ def test_a_cells_interval_comes_from_its_repeats_else_its_window_widened_by_the_
     assert bool(tv["contended"]) and bool(tv["converged"]) and not bool(op["contended"])
     alone = table([one])  # no repeated cell: the window's interval, said to be only that
     assert alone.iloc[0]["halfwidth"] == pytest.approx(0.01) and "window only" in alone.iloc[0]["halfwidth_basis"]
+
+
+def test_speed_efficiency_and_au_divide_only_within_one_run():
+    """Cells of two runs (two machines): a ratio whose two cells come from different runs is '-', and the row says
+    why; within a run everything divides as before. A configuration whose repeats span runs divides nothing."""
+    a = lambda *args, **kw: {**row(*args, **kw), "run": "run-a"}  # noqa: E731
+    b = lambda *args, **kw: {**row(*args, **kw), "run": "run-b"}  # noqa: E731
+    t = table([
+        a("torchvision", "hdd", 1, 200.0), a("synthetic", "hdd", 1, 1000.0), a("opencv", "hdd", 1, 400.0),
+        b("opencv", "hdd", 2, 700.0), b("torchvision", "ssd", 1, 300.0),
+        a("dali-cpu", "hdd", 1, 500.0, repeat=0), b("dali-cpu", "hdd", 1, 520.0, repeat=1),
+    ])  # fmt: skip
+    same = t.loc[("opencv", "hdd", 1, 128, "fp32")]
+    assert same["speed"] == pytest.approx(2.0) and same["au"] == pytest.approx(0.4) and same["not_divided"] == ""
+    other = t.loc[("opencv", "hdd", 2, 128, "fp32")]  # its 1-GPU cell and the baseline are run-a's
+    assert math.isnan(other["speed"]) and math.isnan(other["gpu_efficiency"])
+    assert "baseline cell is of another run" in other["not_divided"] and "1-GPU cell" in other["not_divided"]
+    assert "synthetic ceiling" not in other["not_divided"]  # no 2-GPU ceiling at all: AU is '-' for want of one
+    ssd = t.loc[("torchvision", "ssd", 1, 128, "fp32")]
+    assert math.isnan(ssd["speed"]) and math.isnan(ssd["au"]) and ssd["gpu_efficiency"] == pytest.approx(1.0)
+    mixed = t.loc[("dali-cpu", "hdd", 1, 128, "fp32")]
+    assert mixed["samples_per_s"] == pytest.approx(510.0) and mixed["run"].startswith("several: ")
+    assert all(math.isnan(mixed[c]) for c in ("speed", "gpu_efficiency", "au"))
+    assert mixed["not_divided"] == "its repeats come from several runs"

@@ -17,6 +17,16 @@ from .util import atomic_write_text
 ONE_GPU_BASELINE = {"dali-mc": "dali-sc"}
 
 
+def run_of(record: dict) -> str:
+    """The run a record belongs to (`provenance.run_id`). A record made before runs were named counts as one run
+    per host name and boot (what it can say), so such records of several runs on one host cannot be told apart."""
+    prov = record.get("provenance") or {}
+    if prov.get("run_id"):
+        return prov["run_id"]
+    host = prov.get("host") or {}
+    return f"unnamed ({host.get('hostname') or 'unknown host'}{', boot ' + host['boot_id'] if host.get('boot_id') else ''})"
+
+
 def repeats_table(records: list[dict]) -> pd.DataFrame:
     """One row per cell record (every repeat, every status)."""
     rows = []
@@ -35,6 +45,7 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "precision": s["precision"],
                 "parallel": s.get("parallel", "dp"),
                 "repeat": s["repeat"],
+                "run": run_of(r),
                 "status": r["status"],
                 "reason": r.get("reason"),
                 "time_s": m.get("time_s"),
@@ -95,6 +106,7 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
     if status != "ok" and not ok.empty:
         status = "partial"
     reasons = [x for x in g.loc[g["status"] != "ok", "reason"] if isinstance(x, str)]
+    runs = sorted({x for x in (ok if len(ok) else g)["run"] if isinstance(x, str)})
     sps = ok["samples_per_s"].astype(float)
     med = float(sps.median()) if len(sps) else np.nan
     spread = float((sps.max() - sps.min()) / med) if len(sps) > 1 and med > 0 else (0.0 if len(sps) == 1 else np.nan)
@@ -109,6 +121,7 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
             "spread_flag": bool(len(sps) > 1 and spread > spread_warn),
             "repeats": len(g),
             "repeats_ok": len(ok),
+            "run": runs[0] if len(runs) == 1 else ("several: " + ", ".join(runs) if runs else None),
             "status": status,
             "reason": reasons[0] if reasons else "",
             "data_wait_ms": float(ok["data_wait_ms"].median()) if len(ok) else np.nan,
@@ -151,6 +164,8 @@ def _max(rows: pd.DataFrame, col: str) -> float:
 
 def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05) -> pd.DataFrame:
     """The seed's table: median over repeats, min-max, Speed and GPU Efficiency."""
+    if "run" not in repeats:
+        repeats = repeats.assign(run="unnamed")  # rows that say nothing of their run: one run
     rows = [
         {**dict(zip(KEYS, key)), **_group(g, spread_warn).to_dict()}
         for key, g in repeats.groupby(KEYS, sort=False, dropna=False)
@@ -171,10 +186,11 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
         & (t["batch_size"] == baseline["batch_size"])
         & (t["precision"] == baseline["precision"])
         & (t["parallel"] == baseline.get("parallel", "dp"))
-    ]["samples_per_s"]
-    t["speed"] = speed(t["samples_per_s"], float(base.iloc[0]) if len(base) else np.nan)
+    ]
+    t["speed"] = speed(t["samples_per_s"], float(base["samples_per_s"].iloc[0]) if len(base) else np.nan)
     t["gpu_efficiency"] = gpu_efficiency(t)
     t["au"] = accelerator_utilisation(t)
+    _within_one_run(t, base["run"].iloc[0] if len(base) else None)
     implausible = t["au"] > AU_IMPLAUSIBLE
     t.loc[implausible, "warnings"] = [
         "; ".join(filter(None, [str(w) if isinstance(w, str) else "",
@@ -186,6 +202,43 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
 
 # A loader faster than the synthetic ceiling of its configuration: the ceiling was measured low or the cell high.
 AU_IMPLAUSIBLE = 1.05
+
+
+def _one_run(run) -> bool:
+    return isinstance(run, str) and not run.startswith("several: ")
+
+
+def _within_one_run(t: pd.DataFrame, baseline_run) -> None:
+    """Speed, GPU Efficiency and AU divide a cell by another (the baseline, the 1-GPU cell, the synthetic ceiling):
+    only within one run (one machine, one boot, one code), else they are left out and `not_divided` says why - two
+    runs on different machines differ by more than most of what these ratios are read for."""
+    one = t[t["gpus"] == 1].set_index(["loader", "tier", "batch_size", "precision", "parallel"])["run"]
+    by = ["gpus", "batch_size", "precision", "parallel"]
+    ceiling = {}
+    for key, g in t[t["loader"] == "synthetic"].groupby(by):
+        ceiling[key] = g.loc[g["samples_per_s"].idxmax(), "run"] if g["samples_per_s"].notna().any() else None
+    notes = []
+    for i, r in t.iterrows():
+        why = []
+        if not _one_run(r["run"]):
+            why.append("its repeats come from several runs")
+        else:
+            if pd.notna(r["speed"]) and r["run"] != baseline_run:
+                why.append("Speed: the baseline cell is of another run")
+            gpu_base = one.get((ONE_GPU_BASELINE.get(r["loader"], r["loader"]), r["tier"], r["batch_size"],
+                                r["precision"], r["parallel"]))  # fmt: skip
+            if pd.notna(r["gpu_efficiency"]) and gpu_base != r["run"]:
+                why.append("GPU Efficiency: the 1-GPU cell is of another run")
+            if pd.notna(r["au"]) and ceiling.get(tuple(r[k] for k in by)) != r["run"]:
+                why.append("AU: the synthetic ceiling is of another run")
+        if why and not _one_run(r["run"]):
+            t.loc[i, ["speed", "gpu_efficiency", "au"]] = np.nan
+        else:
+            for col, text in (("speed", "Speed"), ("gpu_efficiency", "GPU Efficiency"), ("au", "AU")):
+                if any(w.startswith(text + ":") for w in why):
+                    t.loc[i, col] = np.nan
+        notes.append("; ".join(why))
+    t["not_divided"] = notes
 
 
 def speed(samples_per_s: pd.Series, baseline_samples_per_s: float) -> pd.Series:
@@ -243,11 +296,13 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
 
 def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
     """The seed's columns (plus precision and status) with readable number formats, labelled for display."""
-    extra = ["spread_before_rerun"] if "spread_before_rerun" in table else []
+    rerun = ["spread_before_rerun"] if "spread_before_rerun" in table else []
+    divided = "not_divided" in table and any(isinstance(x, str) and x for x in table["not_divided"])
+    extra = rerun + (["not_divided"] if divided else [])
     t = table[SEED_COLUMNS[:4] + ["precision"] + SEED_COLUMNS[4:] + ["status", "repeats_ok", "spread", *extra]].copy()
     fmt = {"time_s": "{:.1f}", "steps": "{:.0f}", "samples_per_s": "{:.1f}", "speed": "{:.2f}", "gpu_efficiency": "{:.2f}"}
     for col, f in fmt.items():
         t[col] = [f.format(v) if pd.notna(v) else "-" for v in t[col]]
-    for col in ["spread", *extra]:
+    for col in ["spread", *rerun]:
         t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
     return to_labels(t)

@@ -57,6 +57,8 @@ CELLS = {
     "contended": "Contended",
     "converged": "Converged",
     "au": "AU",
+    "run": "Run",
+    "not_divided": "Not divided because",
     # the diagnosis (stall attribution after DS-Analyzer)
     "step_ms": "Step (ms)",
     "compute_only_ms": "Compute (ms)",
