@@ -72,7 +72,7 @@ crosscheck() {
 }
 placement() {
   step "placement: auto against off at the peers' settings"
-  python3 -m loaderbench sweep --config "$P" --variant auto: --variant off:placement=off --tier ram \
+  python3 -m loaderbench sweep --config "$P" --variant auto:placement=auto --variant off:placement=off --tier ram \
     --precision fp32 --repeats 1 --loaders torchvision dali-sc dali-cpu --out "$dest/placement" > "$dest/placement.log" 2>&1
 }
 for part in ${STEPS:-before-after peers crosscheck placement}; do

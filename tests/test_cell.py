@@ -162,7 +162,7 @@ def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(stag
     assert r["steps"] == [3, 3] and len(r["bare_samples_per_s"]) == 2
     assert sorted(p.name for p in tmp_path.glob("*.json")) == [  # each synthetic round a real cell record
         "synthetic_disk_g1_b4_amp_dp_r0.json", "synthetic_disk_g1_b4_amp_dp_r1.json"]
-    assert r["placement"] == {"off": "placement auto on cpu"}
+    assert r["placement"] == {"off": "placement off on cpu"}
     assert all(x > 0 for x in r["synthetic_samples_per_s"] + r["bare_samples_per_s"])
     ratios = sorted(s / b for s, b in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"]))
     assert r["synthetic_over_bare"] == pytest.approx(sum(ratios) / 2)

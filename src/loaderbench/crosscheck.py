@@ -4,9 +4,10 @@ The bare loop is what a user's training script does: the loader the cell builds 
 registry), the cell's model and step, `for batch in loader: step(batch)` in a fresh process - no runner, watchdog,
 telemetry, thread placement, stop rule or window bookkeeping. After the same warm-up rule as a cell (until the
 prefetch backlog is spent) it runs for the cell's window time, noting only each step's wait for its batch and its end
-(two clock reads; on a GPU an end event, the device's clock, as a cell's), so that a worker-fed loader that delivers
-in bursts has its rate taken over whole bursts as a cell's is. Rounds alternate the
-order of cell and bare loop, each in its own process; cell/bare and its interval come from `uncertainty.ratio`.
+(two clock reads; on a GPU an end event, the device's clock, as a cell's), with garbage collection held as in a
+cell, so that a worker-fed loader that delivers in bursts has its rate taken over whole bursts as a cell's is.
+Rounds alternate the order of cell and bare loop, each in its own process; cell/bare and its interval come from
+`uncertainty.ratio`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .staged import Staged, class_names
 from .uncertainty import ratio
 from .util import atomic_write_json
 from .watchdog import Heartbeat
-from .window import burst_bounds, delivers_in_bursts, relative_halfwidth, warm_up
+from .window import burst_bounds, delivers_in_bursts, hold_collection, relative_halfwidth, warm_up
 
 
 def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
@@ -51,6 +52,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     _, step = training_step(spec, len(class_names(allowed)), device,
                             wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
     backlog = ctx.info["prefetch_batches"]
+    hold_collection()  # as a cell does: no collection pauses in the warm-up and the loop
     warm, _ = warm_up(step, batches, max(spec.warmup_steps, backlog + 2), sync, Heartbeat(None),
                       min_steps=spec.warmup_steps)
     waits, ends, events = [], [], []

@@ -25,7 +25,7 @@ from .provenance import gpu_memory_used_mb
 from .staged import Staged, class_names
 from .util import atomic_write_json
 from .watchdog import Heartbeat, heartbeat_path, stacks_path
-from .window import StopRule, batch_durations, timed_window, trace, warm_up
+from .window import StopRule, batch_durations, hold_collection, timed_window, trace, warm_up
 
 
 def available_devices() -> tuple[str, int]:
@@ -244,6 +244,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
         pin()  # workers, DALI and replica threads exist now
 
     warm_waits = []
+    hold_collection()
     warm, drained_at = warm_up(step, batches, warmup, sync, heartbeat, on_first_step=after_first_step,
                                min_steps=spec.warmup_steps,
                                agree_drained=lambda done: not parallel.agree_max(dist, int(not done)), waits=warm_waits)
@@ -313,7 +314,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
                    "max_s": rule.max_seconds, "precision": rule.precision if rule.mode == "adaptive" else None,
                    "ci95_rel_halfwidth": win.halfwidth, "converged": win.converged,
                    "burst": rule.burst, "whole_bursts": win.extra.get("whole_bursts"),
-                   "batch_s": batch_durations(win.step_end, burst=rule.burst, bounds=win.extra.get("bounds")),
+                   "batch_s": batch_durations(win.step_end, burst=win.extra["batch_unit"], bounds=win.extra.get("bounds")),
                    "trace": trace(win.step_end)},  # fmt: skip
         "warmup_steps": len(warm),
         "warmup_steps_max": warmup,  # the backlog bound; fewer ran when the loader's backlog was found used up
