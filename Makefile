@@ -15,13 +15,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -qq --no-cache-dir -e '.[test]'
 	touch $@
 
-## quickstart: install into .venv, run the whole pipeline on config/quickstart.yaml, print where the bundle is
+## quickstart: install into .venv, run the whole pipeline on config/quickstart.yaml, print where the bundle is and
+## the verdict
 quickstart: $(STAMP)
 	$(BIN)/loaderbench validate-config --config $(CONFIG)
 	@$(BIN)/loaderbench fuse-check --config $(CONFIG) --install
 	$(SMK)
 	@echo
 	@echo "bundle: $(CURDIR)/$$($(BIN)/loaderbench where bundle)/index.html  (zip: $(CURDIR)/$$($(BIN)/loaderbench where bundle_zip), table: $(CURDIR)/$$($(BIN)/loaderbench where table cells.csv))"
+	@$(BIN)/loaderbench verdict
 	@$(BIN)/loaderbench fuse-check --config $(CONFIG)
 
 ## test: the test suite (unit tests and real Snakemake runs of a tiny grid on the CPU). FUSE, Chromium and Slurm are

@@ -127,12 +127,15 @@ def rendered(finished_run, tmp_path_factory) -> dict:
         images = driver.execute_script(
             "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
         links = driver.execute_script("return Array.from(document.links).map(a => a.getAttribute('href'))")
+        first = driver.execute_script(
+            "const h = document.querySelector('h2'), t = document.querySelector('h2 + p + table');"
+            "return [h.textContent, t ? t.getBoundingClientRect().bottom : null, window.innerHeight]")
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         shot = profile / "index.png"
         driver.save_screenshot(str(shot))
     finally:
         driver.quit()
-    return {"images": images, "links": links, "errors": errors, "screenshot": shot}
+    return {"images": images, "links": links, "errors": errors, "screenshot": shot, "first": first}
 
 
 @needs_chromium
@@ -151,6 +154,28 @@ def test_every_link_of_the_bundle_index_resolves_to_a_file_of_the_bundle(finishe
     work, _ = finished_run
     missing = [h for h in rendered["links"] if not (work / "results/bundle" / h.split("#")[0]).is_file()]
     assert rendered["links"] and not missing, f"links that do not resolve: {missing}"
+
+
+@needs_chromium
+def test_the_bundle_opens_on_the_verdict_whole_on_the_first_screen(rendered):
+    heading, table_bottom, screen = rendered["first"]
+    assert heading.startswith("Verdict") and table_bottom is not None and table_bottom <= screen
+
+
+def test_the_verdict_is_printed_in_at_most_12_lines_and_matches_the_bundles(finished_run, index):
+    import json
+    import subprocess
+    import sys
+
+    work, _ = finished_run
+    out = subprocess.run([sys.executable, "-m", "loaderbench", "verdict", "--results", str(work / "results")],
+                         capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    verdict = json.loads((work / "results/tables/verdict.json").read_text())
+    assert 2 <= len(out) <= 12 and out[0].startswith("verdict")
+    for v in verdict:  # each (GPU count, tier) of the run, its reference's bottleneck in both
+        assert f"{v['gpus']} GPU, {v['tier']}: {v['reference']['what']} is {v['reference']['bottleneck']}" in "\n".join(out)
+        assert f"<b>{v['reference']['bottleneck']}</b>" in index
+    assert index.index("Verdict") < index.index("Table (the seed")
 
 
 @needs_chromium

@@ -16,6 +16,7 @@ from .aggregate import seed_table_frame
 from .columns import read_table, to_labels
 from .figure_registry import EXTRA_FILES, FIGURE_FILES, FIGURES, load_captions
 from .records import warning_lines, warnings_of
+from .verdict import render_html
 
 def _summarize_provenance(records: list[dict]) -> dict:
     """The distinct values each provenance field took across the cells (normally one each)."""
@@ -31,7 +32,8 @@ def _summarize_provenance(records: list[dict]) -> dict:
     return {k: dict(c) for k, c in seen.items()}
 
 
-TABLES = ("cells.csv", "repeats.csv", "diagnosis.csv", "diagnosis.md", "recommendations.json", "tier_probe.csv")
+TABLES = ("cells.csv", "repeats.csv", "diagnosis.csv", "diagnosis.md", "recommendations.json", "verdict.json",
+          "tier_probe.csv")
 
 
 def _by_name(files: list[Path], wanted: tuple[str, ...], what: str) -> dict[str, Path]:
@@ -88,12 +90,13 @@ def make_bundle(
     captions = load_captions(captions_dir)
     diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
     recs = json.loads(tables["recommendations.json"].read_text())
+    verdict = render_html(json.loads(tables["verdict.json"].read_text()))
     crosscheck = [json.loads(Path(f).read_text()) for f in crosscheck_files]
     for i, f in enumerate(crosscheck_files):
         shutil.copyfile(f, out_dir / "tables" / (f"crosscheck{i or ''}.json"))
     (out_dir / "index.html").write_text(
         _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
-                    {Path(f).name for f in timeline_files}, _crosscheck_html(crosscheck))
+                    {Path(f).name for f in timeline_files}, _crosscheck_html(crosscheck), verdict)
     )
     tmp = zip_path.with_name(f".{zip_path.name}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
@@ -145,7 +148,7 @@ def _reread_note(records: list, e) -> list[str]:
 
 def _index_html(
     config: dict, table: pd.DataFrame, check: dict, tiers: list, provenance: dict, records: list, captions: dict,
-    diagnosis: pd.DataFrame, recs: list[dict], timelines: set[str], crosscheck: str = "",
+    diagnosis: pd.DataFrame, recs: list[dict], timelines: set[str], crosscheck: str = "", verdict: str = "",
 ) -> str:  # fmt: skip
     e = html.escape
     status = Counter(r["status"] for r in records)
@@ -160,6 +163,7 @@ def _index_html(
         f"<p>{len(records)} cells: " + ", ".join(f"{v} {k}" for k, v in sorted(status.items())) + ". "
         f"Generated {e(provenance['generated_at'])}.</p>",
         *_reread_note(records, e),
+        verdict,
         "<h2>Table (the seed's columns)</h2>",
         seed_table_frame(table).to_html(index=False, border=0),
         "<p>Downloads: <a href='tables/cells.csv'>cells.csv</a> (median over repeats, all columns), "

@@ -222,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the workflow whose stored metadata of the adopted records is cleared (default ./Snakefile)")
     s.set_defaults(func=commands.cmd_adopt)
 
+    s = sub.add_parser("verdict", help="print the run's verdict: per GPU count and tier, what limits it and the best fix")
+    s.add_argument("--results", default=RESULTS.root)
+    s.add_argument("--lines", type=int, default=12, help="at most this many lines (default 12)")
+    s.set_defaults(func=commands.cmd_verdict)
+
     s = sub.add_parser("where", help="print where a run keeps a file (the results layout), e.g. `where cell ID`")
     s.add_argument("name", help="bundle, bundle_zip, table, cell, manifest, report, cells, ... (layout.Layout)")
     s.add_argument("arg", nargs="?", help="the cell id, tier or table file name, for those that take one")

@@ -416,3 +416,14 @@ def cmd_where(a) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return 0
+
+
+def cmd_verdict(a) -> int:
+    from .layout import Layout
+    from .verdict import render_text
+
+    path = Path(Layout(a.results).table("verdict.json"))
+    if not path.is_file():
+        raise ConfigError(f"no verdict at {path}: run the pipeline (snakemake) first")
+    print("\n".join(render_text(json.loads(path.read_text()), a.lines)))
+    return 0

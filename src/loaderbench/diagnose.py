@@ -281,10 +281,12 @@ def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
 
 
 def run(table_csv: Path, baseline: dict, out_dir: Path) -> pd.DataFrame:
+    from .verdict import verdicts
     d = diagnose(columns.read_table(table_csv))
     recs = recommendations(d, baseline)
     out_dir = Path(out_dir)
     atomic_write_text(out_dir / "diagnosis.csv", columns.table_csv(d, "diagnosis", float_format="%.4g"))
     atomic_write_text(out_dir / "recommendations.json", json.dumps(recs, indent=2) + "\n")
     atomic_write_text(out_dir / "diagnosis.md", render_markdown(d, recs))
+    atomic_write_text(out_dir / "verdict.json", json.dumps(verdicts(d, baseline), indent=2) + "\n")
     return d

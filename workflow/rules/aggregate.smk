@@ -43,6 +43,7 @@ rule diagnose:
         table=R.table("diagnosis.csv"),
         recommendations=R.table("recommendations.json"),
         markdown=R.table("diagnosis.md"),
+        verdict=R.table("verdict.json"),
     log:
         "logs/diagnose.log",
     conda:

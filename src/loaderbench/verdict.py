@@ -1,0 +1,134 @@
+"""The answer first: per GPU count and tier, what limits the training and the best measured fix, with how far to trust it.
+
+For each (GPUs, tier) the reference is the baseline loader's cell there (at the baseline's batch and precision where
+measured; without the baseline loader, the slowest cell): its bottleneck, AU and data wait say what limits it. The best
+measured fix is the fastest cell of the same GPUs, tier and parallel mode (any loader, batch or precision), against
+the reference with its 95% interval (`diagnose.compare`: a contended or unconverged cell measured once is left out).
+How far to trust the group: its repeats, its cells' spread, its converged windows and its contended cells.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .diagnose import _cell, _flag, compare
+
+
+def _describe(r: pd.Series) -> str:
+    return f"{r['loader']} b{int(r['batch_size'])} {r['precision']}"
+
+
+def _num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if np.isfinite(v) else None
+
+
+def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
+    """One verdict per (GPUs, tier) of the diagnosis table `d` (`diagnose.diagnose`) with a measured real loader."""
+    ok = d[pd.to_numeric(d["samples_per_s"], errors="coerce").notna()]
+    real = ok[ok["loader"] != "synthetic"]
+    out = []
+    for (gpus, tier), g in real.groupby(["gpus", "tier"], sort=False):
+        ref_rows = g[g["loader"] == baseline.get("loader")]
+        if len(ref_rows):
+            at = ref_rows[(ref_rows["batch_size"] == baseline.get("batch_size"))
+                          & (ref_rows["precision"] == baseline.get("precision"))]  # fmt: skip
+            ref = (at if len(at) else ref_rows).iloc[0]
+        else:
+            ref = g.loc[g["samples_per_s"].astype(float).idxmin()]
+        same = g[g["parallel"] == ref["parallel"]]
+        best = same.loc[same["samples_per_s"].astype(float).idxmax()]
+        fix: dict = {"cell": _cell(best), "what": _describe(best), "samples_per_s": float(best["samples_per_s"])}
+        if best.name == ref.name:
+            fix.update(verdict="none faster", text="no faster cell measured")
+        else:
+            q, why = compare(best, ref)
+            if q is None:
+                fix.update(verdict="left out", text=f"left out: {why}")
+            else:
+                measured = q.differs_from(1.0)
+                fix.update(verdict="measured" if measured else "no measurable difference", interval=q.to_dict(),
+                           text=f"{_describe(best)}: {q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
+                           + ("" if measured else ", no measurable difference"))  # fmt: skip
+        conv = [_flag(x) for x in g.get("converged", [])]
+        judged = [c for c in conv if c is not None]
+        hw = [h for h in (_num(x) for x in g.get("halfwidth", [])) if h is not None]
+        reps = [int(x) for x in g.get("repeats_ok", []) if _num(x) is not None]
+        out.append({
+            "gpus": int(gpus), "tier": str(tier),
+            "reference": {"cell": _cell(ref), "what": _describe(ref), "samples_per_s": float(ref["samples_per_s"]),
+                          "bottleneck": ref["bottleneck"], "au": _num(ref.get("au")),
+                          "data_wait_ms": _num(ref.get("data_wait_ms")), "step_ms": _num(ref.get("step_ms"))},
+            "fix": fix,
+            "trust": {"cells": len(g), "repeats": [min(reps), max(reps)] if reps else None,
+                      "halfwidth_median": float(np.median(hw)) if hw else None,
+                      "converged": [sum(judged), len(judged)],
+                      "contended": int(sum(_flag(x) is True for x in g.get("contended", [])))},
+        })  # fmt: skip
+    return out
+
+
+def _trust_text(t: dict) -> str:
+    reps = t["repeats"]
+    rep = "no repeats" if not reps else (f"{reps[0]} repeat(s)" if reps[0] == reps[1] else f"{reps[0]}-{reps[1]} repeats")
+    parts = [f"{t['cells']} cells, {rep}"]
+    if t["halfwidth_median"] is not None:
+        parts.append(f"median interval +-{100 * t['halfwidth_median']:.0f}%")
+    c, n = t["converged"]
+    if n:
+        parts.append(f"{c}/{n} windows converged")
+    if t["contended"]:
+        parts.append(f"{t['contended']} contended")
+    return ", ".join(parts)
+
+
+def _limit_text(ref: dict) -> str:
+    au = f"AU {ref['au']:.2f}" if ref["au"] is not None else "AU -"
+    wait = ""
+    if ref["data_wait_ms"] is not None and ref["step_ms"]:
+        wait = f", waits for data {100 * ref['data_wait_ms'] / ref['step_ms']:.0f}% of a step"
+    return f"{ref['what']} is {ref['bottleneck']} ({au}{wait})"
+
+
+def render_text(vs: list[dict], limit: int = 12) -> list[str]:
+    """The verdict in at most `limit` lines: two a group, the header first."""
+    if not vs:
+        return ["verdict: no real loader measured (only the synthetic ceiling or failed cells)"]
+    lines = ["verdict (95% intervals; fix = the fastest cell against the reference):"]
+    fits = (limit - 1) // 2
+    shown = vs if len(vs) <= fits else vs[: (limit - 2) // 2]  # else one line says what is left out
+    for v in shown:
+        head = f"{v['gpus']} GPU, {v['tier']}"
+        lines.append(f"  {head}: {_limit_text(v['reference'])}; {v['reference']['samples_per_s']:.0f} samples/s")
+        lines.append(f"  {' ' * len(head)}  fix: {v['fix']['text']}. Trust: {_trust_text(v['trust'])}")
+    if len(shown) < len(vs):
+        lines.append(f"  ... {len(vs) - len(shown)} more (GPU count, tier) in the bundle")
+    return lines
+
+
+def render_html(vs: list[dict]) -> str:
+    """The bundle's first section: the verdict as a table."""
+    import html
+
+    e = html.escape
+    if not vs:
+        return "<h2>Verdict</h2><p>No real loader was measured (only the synthetic ceiling or failed cells).</p>"
+    rows = []
+    for v in vs:
+        ref, fix = v["reference"], v["fix"]
+        au = f"{ref['au']:.2f}" if ref["au"] is not None else "-"
+        wait = (f"{100 * ref['data_wait_ms'] / ref['step_ms']:.0f}%" if ref["data_wait_ms"] is not None
+                and ref["step_ms"] else "-")  # fmt: skip
+        rows.append(f"<tr><td>{v['gpus']}</td><td>{e(v['tier'])}</td><td>{e(ref['what'])}: "
+                    f"<b>{e(ref['bottleneck'])}</b>, {ref['samples_per_s']:.0f} samples/s</td><td>{au}</td>"
+                    f"<td>{wait}</td><td>{e(fix['text'])}</td><td>{e(_trust_text(v['trust']))}</td></tr>")  # fmt: skip
+    return ("<h2>Verdict: what limits training, and what fixes it</h2>"
+            "<p>Per GPU count and tier: the reference cell (the baseline loader) and its bottleneck; the fastest cell "
+            "measured there against it, with its 95% interval (a contended or unconverged cell measured once is left "
+            "out); how far to trust the group. Details: the diagnosis and recommendations below.</p>"
+            "<table><tr><th>GPU</th><th>Disk</th><th>Limited by</th><th>AU</th><th>Data wait</th>"
+            "<th>Best measured fix [95%]</th><th>Trust</th></tr>" + "".join(rows) + "</table>")  # fmt: skip

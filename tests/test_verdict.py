@@ -1,0 +1,55 @@
+"""The verdict on made-up cells whose answers are known: per GPU count and tier the reference's bottleneck, the best
+measured fix with its interval (or why it is left out), how far to trust the group, and at most 12 lines of text."""
+
+from __future__ import annotations
+
+from test_diagnose import cell, table
+
+from loaderbench.diagnose import diagnose
+from loaderbench.verdict import render_html, render_text, verdicts
+
+BASELINE = {"loader": "torchvision", "gpus": 1, "batch_size": 128, "precision": "fp32", "parallel": "dp"}
+
+
+def test_the_best_fix_is_measured_against_the_baseline_loader_with_its_interval():
+    d = diagnose(table([
+        cell("synthetic", "ram", 100.0, kind="ram"),
+        cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0),
+        cell("dali-cpu", "ram", 125.0, kind="ram", wait_ms=20.0),  # 2x torchvision, tight repeats
+        cell("opencv", "ram", 200.0, kind="ram", wait_ms=100.0),
+    ]))  # fmt: skip
+    (v,) = verdicts(d, BASELINE)
+    assert (v["gpus"], v["tier"]) == (1, "ram")
+    ref, fix = v["reference"], v["fix"]
+    assert ref["what"] == "torchvision b128 fp32" and ref["bottleneck"] == "CPU-prep-bound"
+    assert ref["au"] == 0.4 and ref["data_wait_ms"] == 150.0
+    assert fix["verdict"] == "measured" and fix["what"] == "dali-cpu b128 fp32"
+    assert fix["interval"]["value"] == 2.0 and fix["interval"]["low"] > 1.9 and "2.00x [" in fix["text"]
+    assert v["trust"] == {"cells": 3, "repeats": [3, 3], "halfwidth_median": 0.02, "converged": [3, 3], "contended": 0}
+    lines = render_text([v])
+    assert len(lines) == 3 and "CPU-prep-bound (AU 0.40, waits for data 60% of a step)" in lines[1]
+    assert "fix: dali-cpu b128 fp32: 2.00x" in lines[2] and "3/3 windows converged" in lines[2]
+    assert "<b>CPU-prep-bound</b>" in render_html([v])
+
+
+def test_equal_cells_within_noise_read_no_measurable_difference_and_a_contended_one_is_left_out():
+    d = diagnose(table([
+        cell("synthetic", "ram", 100.0, kind="ram"),
+        cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0, halfwidth=0.1),
+        cell("opencv", "ram", 245.0, kind="ram", wait_ms=140.0, halfwidth=0.1),  # 2% faster, +-10% each
+        cell("torchvision", "hdd", 650.0, wait_ms=550.0),
+        cell("dali-cpu", "hdd", 300.0, wait_ms=150.0, repeats=1, contended=True),
+    ]))  # fmt: skip
+    ram, hdd = verdicts(d, BASELINE)
+    assert ram["fix"]["verdict"] == "no measurable difference" and "no measurable difference" in ram["fix"]["text"]
+    assert hdd["reference"]["bottleneck"] == "I/O-bound" and hdd["fix"]["verdict"] == "left out"
+    assert "contended" in hdd["fix"]["text"] and hdd["trust"]["contended"] == 1 and hdd["trust"]["repeats"] == [1, 3]
+
+
+def test_the_text_stays_within_its_lines_and_says_what_it_left_out():
+    rows = [cell("synthetic", "t0", 100.0)] + [cell("torchvision", f"t{i}", 200.0, wait_ms=90.0) for i in range(8)]
+    vs = verdicts(diagnose(table(rows)), BASELINE)
+    assert len(vs) == 8 and all(v["fix"]["verdict"] == "none faster" for v in vs)
+    lines = render_text(vs)
+    assert len(lines) <= 12 and lines[-1] == "  ... 3 more (GPU count, tier) in the bundle"
+    assert len(render_text(vs[:5])) == 11 and render_text([])[0].startswith("verdict: no real loader")
