@@ -53,3 +53,17 @@ def test_the_text_stays_within_its_lines_and_says_what_it_left_out():
     lines = render_text(vs)
     assert len(lines) <= 12 and lines[-1] == "  ... 3 more (GPU count, tier) in the bundle"
     assert len(render_text(vs[:5])) == 11 and render_text([])[0].startswith("verdict: no real loader")
+
+
+def test_the_fix_is_the_fastest_cell_that_can_carry_a_verdict_and_an_unusable_reference_says_so():
+    rows = [
+        cell("synthetic", "ram", 100.0, kind="ram"),
+        cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0),
+        cell("opencv", "ram", 110.0, kind="ram", repeats=1, converged=False),  # fastest, but one unconverged window
+        cell("dali-cpu", "ram", 125.0, kind="ram"),
+    ]
+    (v,) = verdicts(diagnose(table(rows)), BASELINE)
+    assert v["fix"]["what"] == "dali-cpu b128 fp32" and v["fix"]["verdict"] == "measured"
+    rows[1] = cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0, repeats=1, contended=True)
+    (v,) = verdicts(diagnose(table(rows)), BASELINE)
+    assert v["fix"]["verdict"] == "left out" and v["fix"]["text"].startswith("left out: the reference")

@@ -2,8 +2,9 @@
 
 For each (GPUs, tier) the reference is the baseline loader's cell there (at the baseline's batch and precision where
 measured; without the baseline loader, the slowest cell): its bottleneck, AU and data wait say what limits it. The best
-measured fix is the fastest cell of the same GPUs, tier and parallel mode (any loader, batch or precision), against
-the reference with its 95% interval (`diagnose.compare`: a contended or unconverged cell measured once is left out).
+measured fix is the fastest cell of the same GPUs, tier and parallel mode (any loader, batch or precision) that can
+carry a verdict (`diagnose.compare`: a contended or unconverged cell measured once cannot), against the reference with
+its 95% interval.
 How far to trust the group: its repeats, its cells' spread, its converged windows and its contended cells.
 """
 
@@ -40,20 +41,26 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
             ref = (at if len(at) else ref_rows).iloc[0]
         else:
             ref = g.loc[g["samples_per_s"].astype(float).idxmin()]
-        same = g[g["parallel"] == ref["parallel"]]
-        best = same.loc[same["samples_per_s"].astype(float).idxmax()]
-        fix: dict = {"cell": _cell(best), "what": _describe(best), "samples_per_s": float(best["samples_per_s"])}
-        if best.name == ref.name:
-            fix.update(verdict="none faster", text="no faster cell measured")
+        others = g[(g["parallel"] == ref["parallel"]) & (g.index != ref.name)]
+        faster = others[others["samples_per_s"].astype(float) > float(ref["samples_per_s"])]
+        # the fastest of the cells that can carry a verdict against the reference (a contended or unconverged cell
+        # measured once cannot), not merely the fastest: that one is the likeliest to be a lucky window
+        usable = [(r, q) for r, q in ((r, compare(r, ref)[0]) for _, r in faster.iterrows()) if q is not None]
+        _, ref_why = compare(ref, ref)
+        if ref_why is not None:
+            fix: dict = {"verdict": "left out", "text": f"left out: the reference {ref_why}"}
+        elif not len(faster):
+            fix = {"verdict": "none faster", "text": "no faster cell measured"}
+        elif not usable:
+            top = faster.loc[faster["samples_per_s"].astype(float).idxmax()]
+            fix = {"verdict": "left out", "text": f"left out: {compare(top, ref)[1]} (and every other faster cell)"}
         else:
-            q, why = compare(best, ref)
-            if q is None:
-                fix.update(verdict="left out", text=f"left out: {why}")
-            else:
-                measured = q.differs_from(1.0)
-                fix.update(verdict="measured" if measured else "no measurable difference", interval=q.to_dict(),
-                           text=f"{_describe(best)}: {q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
-                           + ("" if measured else ", no measurable difference"))  # fmt: skip
+            best, q = max(usable, key=lambda rq: float(rq[0]["samples_per_s"]))
+            measured = q.differs_from(1.0)
+            fix = {"cell": _cell(best), "what": _describe(best), "samples_per_s": float(best["samples_per_s"]),
+                   "verdict": "measured" if measured else "no measurable difference", "interval": q.to_dict(),
+                   "text": f"{_describe(best)}: {q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
+                   + ("" if measured else ", no measurable difference")}  # fmt: skip
         conv = [_flag(x) for x in g.get("converged", [])]
         judged = [c for c in conv if c is not None]
         hw = [h for h in (_num(x) for x in g.get("halfwidth", [])) if h is not None]
@@ -98,7 +105,7 @@ def render_text(vs: list[dict], limit: int = 12) -> list[str]:
     """The verdict in at most `limit` lines: two a group, the header first."""
     if not vs:
         return ["verdict: no real loader measured (only the synthetic ceiling or failed cells)"]
-    lines = ["verdict (95% intervals; fix = the fastest cell against the reference):"]
+    lines = ["verdict (95% intervals; fix = the fastest cell that can carry a verdict, against the reference):"]
     fits = (limit - 1) // 2
     shown = vs if len(vs) <= fits else vs[: (limit - 2) // 2]  # else one line says what is left out
     for v in shown:
