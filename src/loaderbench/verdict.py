@@ -135,7 +135,8 @@ def render_html(vs: list[dict]) -> str:
                     f"<td>{wait}</td><td>{e(fix['text'])}</td><td>{e(_trust_text(v['trust']))}</td></tr>")  # fmt: skip
     return ("<h2>Verdict: what limits training, and what fixes it</h2>"
             "<p>Per GPU count and tier: the reference cell (the baseline loader) and its bottleneck; the fastest cell "
-            "measured there against it, with its 95% interval (a contended or unconverged cell measured once is left "
-            "out); how far to trust the group. Details: the diagnosis and recommendations below.</p>"
+            "there that can carry a verdict (a contended or unconverged cell measured once cannot), against the "
+            "reference with its 95% interval; how far to trust the group. Details: the diagnosis and recommendations "
+            "below.</p>"
             "<table><tr><th>GPU</th><th>Disk</th><th>Limited by</th><th>AU</th><th>Data wait</th>"
             "<th>Best measured fix [95%]</th><th>Trust</th></tr>" + "".join(rows) + "</table>")  # fmt: skip
