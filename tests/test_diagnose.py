@@ -155,3 +155,22 @@ def test_a_contended_or_unconverged_cell_measured_once_is_left_out_with_the_reas
     rows[2] = cell("dali-cpu", "ram", 100.0, kind="ram", repeats=3, contended=True)
     assert next(r for r in recommendations(diagnose(table(rows)), BASE) if r["topic"] == "loader")["verdict"] == \
         "measured"  # fmt: skip
+
+
+def test_a_warm_cell_on_a_cold_tier_carries_no_verdict():
+    """A cold-tier cell whose window read under 95% of its bytes from the device (the rest from the page cache) is
+    left out of every comparison, with its share named; one that read from the device is compared."""
+    from loaderbench.diagnose import compare
+
+    d = diagnose(table([
+        cell("synthetic", "ssd", 100.0),
+        dict(cell("torchvision", "ssd", 250.0, wait_ms=150.0), cache="cold", device_read_share=0.62),
+        dict(cell("dali-cpu", "ssd", 125.0, wait_ms=20.0), cache="cold", device_read_share=0.99),
+        dict(cell("dali-cpu", "hdd", 600.0, wait_ms=500.0), cache="cold", device_read_share=1.0),
+    ]))  # fmt: skip
+    q, why = compare(row(d, "dali-cpu", "ssd"), row(d, "torchvision", "ssd"))
+    assert q is None and "torchvision/ssd/g1/b128/fp32/dp read only 62% of its bytes from the device" in why
+    q, why = compare(row(d, "dali-cpu", "ssd"), row(d, "dali-cpu", "hdd"))
+    assert why is None and q.value > 4
+    recs = recommendations(d, {"loader": "torchvision", "gpus": 1, "batch_size": 128, "precision": "fp32"})
+    assert [r["verdict"] for r in recs if r["topic"] == "loader"] == ["left out"]

@@ -65,6 +65,19 @@ def test_every_cell_of_the_config_has_a_valid_ok_record_naming_its_cell(finished
         assert [s["warm"] for s in rec["process_start"]] == [True], rec["process_start"]
 
 
+def test_every_cold_tier_cell_is_kept_cold_and_says_how_much_came_from_the_device(finished_run):
+    """A cold path tier is evicted again and again while its cell reads (so a second pass reads the device too), and
+    the record gives the share of the window's bytes the device delivered - or why it cannot."""
+    work, cfg_path = finished_run
+    cold = [r for r in (cell_record(work, c) for c in cell_ids(validate_config(yaml.safe_load(cfg_path.read_text()))))
+            if r["tier"]["cache"] == "cold" and r["tier"]["kind"] == "path" and r["spec"]["loader"] != "synthetic"]
+    assert cold
+    for r in cold:
+        assert r["tier"]["keep_cold"]["sweeps"] >= 1 and r["tier"]["keep_cold"]["files"] > 0
+        share = r["tier"]["device_read_share"]
+        assert (share is not None and 0 <= share <= 1) or r["tier"]["device_read_note"]
+
+
 def test_every_record_of_one_run_names_that_run_and_the_machines_boot(finished_run):
     """One Snakemake invocation is one run: its cells share a run id (tables divide only within a run), and each
     names the boot of the machine it ran on (host names can repeat across machines)."""

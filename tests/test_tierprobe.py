@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,31 @@ def test_probe_manifest_on_a_plain_directory(tmp_path):
         probe_manifest({"tier": "local", "files": entries})
     with pytest.raises(ProbeError, match="is not a directory"):
         probe(tmp_path / "missing", entries)
+
+
+def test_a_cold_tier_kept_cold_comes_back_from_the_device_on_every_reread(tmp_path):
+    """A file read again while `KeepCold` runs was evicted in between: read, wait a sweep, and it is cold again -
+    as a cell's second pass over a small dataset would find it."""
+    from loaderbench.cache import KeepCold
+
+    fstype = filesystem_of(tmp_path)["fstype"]
+    if fstype in ("tmpfs", "ramfs", None):
+        pytest.skip(f"{tmp_path} is on {fstype}: its pages cannot be evicted, a real disk is needed")
+    paths = []
+    for i in range(20):
+        paths.append(tmp_path / f"f{i}.bin")
+        with open(paths[-1], "wb") as f:
+            f.write(os.urandom(256 << 10))
+            os.fsync(f.fileno())
+    keep = KeepCold(paths, interval_s=0.05).start()
+    try:
+        for _ in range(3):
+            for p in paths:
+                p.read_bytes()
+            deadline = time.monotonic() + 5
+            while resident_fraction(paths) > 0.05 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert resident_fraction(paths) <= 0.05
+    finally:
+        stats = keep.stop()
+    assert stats["sweeps"] >= 3 and stats["files"] == 20 and stats["sweep_ms_mean"] > 0

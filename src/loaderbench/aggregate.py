@@ -68,6 +68,7 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "contended": any(w["code"] == "contended" for w in warnings_of(m)),
                 "tier_kind": (r.get("tier") or {}).get("kind") or s.get("tier_kind") or _kind_of(s),
                 "cache": (r.get("tier") or {}).get("cache") or s.get("cache"),
+                "device_read_share": (r.get("tier") or {}).get("device_read_share"),
                 "cpu_pct": _mean(tel.get("cpu_mean_pct")),
                 "gpu_util_pct": _avg([_mean(g.get("util_pct")) for g in gpus]),
                 "pcie_rx_mb_s": _avg([_mean(g.get("pcie_rx_mb_s")) for g in gpus]),
@@ -133,6 +134,7 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
             "device": ",".join(sorted({d for d in ok["device"] if isinstance(d, str)})),
             "tier_kind": g["tier_kind"].iloc[0] if "tier_kind" in g else None,
             "cache": g["cache"].iloc[0] if "cache" in g else None,
+            "device_read_share": _min(ok, "device_read_share"),
             "cpu_pct": _median(ok, "cpu_pct"),
             "gpu_util_pct": _median(ok, "gpu_util_pct"),
             "pcie_rx_mb_s": _median(ok, "pcie_rx_mb_s"),
@@ -156,6 +158,11 @@ def _interval(ok: pd.DataFrame) -> dict:
     hw = pd.to_numeric(ok.get("window_halfwidth", pd.Series(dtype=float)), errors="coerce")
     return {**out, "halfwidth": float(hw.iloc[0]) if len(hw) and pd.notna(hw.iloc[0]) else np.nan,
             "halfwidth_basis": "window"}  # fmt: skip
+
+
+def _min(rows: pd.DataFrame, col: str) -> float:
+    vals = pd.to_numeric(rows[col], errors="coerce") if col in rows else pd.Series(dtype=float)
+    return float(vals.min()) if vals.notna().any() else np.nan
 
 
 def _max(rows: pd.DataFrame, col: str) -> float:

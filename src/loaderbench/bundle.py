@@ -171,8 +171,9 @@ def _index_html(
         "<a href='tables/seed_table.html'>seed_table.html</a>, <a href='config.json'>config.json</a>, "
         "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>",
         "<h2>Diagnosis: the bottleneck of each cell</h2>",
-        to_labels(diagnosis[["loader", "tier", "gpus", "batch_size", "precision", "parallel", "samples_per_s", "au",
-                             "bottleneck", "evidence"]]).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-"),
+        to_labels(diagnosis[[c for c in ("loader", "tier", "gpus", "batch_size", "precision", "parallel",
+                                         "samples_per_s", "au", "device_read_share", "bottleneck", "evidence")
+                             if c in diagnosis]]).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-"),
         "<h2>Recommendations (computed from the cells above)</h2><ul>",
         *(f"<li><b>{e(r['topic'])}</b>: {e(r['text'])} <small>(cells: {e(', '.join(r['cells']))})</small></li>"
           for r in recs),

@@ -118,3 +118,50 @@ def evict(paths: Iterable[str | os.PathLike], sample: int | None = 1000, residue
         "resident_after": round(after, 6),
         "seconds": round(seconds, 6),
     }
+
+
+# A cold-tier cell whose window read less than this share of its bytes from the device (the rest from the page
+# cache) is shown as warm, and no cold verdict rests on it (runcell measures it, diagnose holds to it)
+COLD_SHARE = 0.95
+
+# A cell on a cold tier keeps it cold: its files are evicted again every KEEP_COLD_S, so a file read twice in a window
+# (8192 images are read through in 1-2 s on an H200) comes from the device both times. A sweep over every file costs
+# the runner's process tens of milliseconds; the pause after one is at least KEEP_COLD_RATIO times its length.
+KEEP_COLD_S = 0.25
+KEEP_COLD_RATIO = 4.0
+
+
+class KeepCold:
+    """Evict `paths` from the page cache over and over, on a thread of the cell runner, until `stop`."""
+
+    def __init__(self, paths: Iterable[str | os.PathLike], interval_s: float = KEEP_COLD_S):
+        import threading
+
+        self.paths = [os.fspath(p) for p in paths]
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="loaderbench-keep-cold", daemon=True)
+        self.sweeps, self.sweep_s = 0, 0.0
+
+    def start(self) -> KeepCold:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            t = time.monotonic()
+            for path in self.paths:
+                try:
+                    _fadvise_dontneed(path)
+                except OSError:
+                    pass  # a file the tier lost meanwhile: the cell's reader reports it
+            took = time.monotonic() - t
+            self.sweeps, self.sweep_s = self.sweeps + 1, self.sweep_s + took
+            if self._stop.wait(max(self.interval_s, KEEP_COLD_RATIO * took)):
+                return
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        return {"sweeps": self.sweeps, "files": len(self.paths), "interval_s": self.interval_s,
+                "sweep_ms_mean": round(1000 * self.sweep_s / self.sweeps, 3) if self.sweeps else None}  # fmt: skip

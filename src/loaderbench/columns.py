@@ -46,6 +46,7 @@ CELLS = {
     "device": "Device",
     "tier_kind": "Tier kind",
     "cache": "Cache",
+    "device_read_share": "Device reads",
     "cpu_pct": "CPU %",
     "gpu_util_pct": "GPU util %",
     "pcie_rx_mb_s": "PCIe RX MB/s",

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from . import columns
+from .cache import COLD_SHARE
 from .uncertainty import Ratio, quotient
 from .util import atomic_write_text
 
@@ -127,7 +128,8 @@ def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     a["evidence"] = [x[1] for x in labels]
     cols = ["loader", "tier", *CONFIG_KEYS, "tier_kind", "samples_per_s", "au", "step_ms", "compute_only_ms",
             "ram_step_ms", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms", "cpu_pct", "gpu_util_pct",
-            "bottleneck", "evidence", "halfwidth", "halfwidth_basis", "repeats_ok", "contended", "converged"]  # fmt: skip
+            "bottleneck", "evidence", "halfwidth", "halfwidth_basis", "repeats_ok", "contended", "converged",
+            "cache", "device_read_share"]  # fmt: skip
     return a[[c for c in cols if c in a]]
 
 
@@ -137,7 +139,8 @@ def _cell(r: pd.Series) -> str:
 
 def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
     """a's rate over b's with its interval (`uncertainty`), or None and why the pair carries no recommendation: a
-    cell measured once that was contended or did not converge never does on its own."""
+    cell measured once that was contended or did not converge never does on its own, nor a cold-tier cell whose
+    reads were warm."""
     for r in (a, b):
         alone = not (pd.notna(r.get("repeats_ok")) and r.get("repeats_ok") >= 2)
         if alone and _flag(r.get("contended")) is True:
@@ -146,6 +149,10 @@ def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
             return None, f"{_cell(r)}: its window did not converge and it has no repeats"
         if not pd.notna(r.get("halfwidth")):
             return None, f"{_cell(r)} has no interval"
+        share = r.get("device_read_share")
+        if r.get("cache") == "cold" and pd.notna(share) and share < COLD_SHARE:
+            return None, (f"{_cell(r)} read only {100 * share:.0f}% of its bytes from the device: a warm cell on a "
+                          "cold tier")  # fmt: skip
     return quotient(a["samples_per_s"], a["halfwidth"], b["samples_per_s"], b["halfwidth"]), None
 
 

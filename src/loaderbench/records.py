@@ -47,6 +47,7 @@ WARNINGS = {
     "implausible": "implausible",
     "contended": "contended",
     "cold_tier_reread": "cold tier reread",
+    "warm_reads": "warm reads",
 }
 
 

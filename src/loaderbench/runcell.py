@@ -83,7 +83,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
     tier = {"name": spec.tier, "kind": spec.tier_kind, "cache": spec.cache, "path": spec.tier_path,
             "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
     procs, process_start = [], []
-    mount = sampler = samples = None
+    mount = sampler = samples = keep_cold = None
     placed_runner: dict[int, set[int]] = {}
     rc, why, culprit, stack_dump, absent = None, busy, None, {}, False
     spawned = exited = None
@@ -119,6 +119,8 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
                                   "reused": reused})  # fmt: skip
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
+        if procs:
+            keep_cold = _keep_cold(spec, manifest_data)
         placed_runner = _keep_off_launch_cores(spec, mount)
         if procs:
             rc, why, culprit, stack_dump = _wait_all(procs, timeout_s, beats, stacks, stall)
@@ -134,6 +136,8 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
             placement.set_thread_cpus(tid, cpus)
         if sampler:
             samples = sampler.stop()
+        if keep_cold:
+            tier["keep_cold"] = keep_cold.stop()
         if mount:
             mount.unmount()
             tier["emulated"] = mount.final_stats
@@ -153,6 +157,8 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
         _check_rereads(spec, manifest_data, tier, metrics)
     marks = metrics.get("marks")
     telemetry_summary = telemetry.summarize(samples, marks) if samples is not None else {"off": "telemetry_hz is 0"}
+    if result.get("metrics") is not None and spec.loader not in TIERLESS:
+        _device_read_share(spec, manifest_data, tier, metrics, telemetry_summary)
     parts = {}
     if contention_samples is not None:  # foreign CPU and GPU use during the window (contention.py)
         parts["contention"] = _contention.summarize(contention_samples, marks, host.contention_cpu_cores,
@@ -240,6 +246,42 @@ def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict):
     return mount
 
 
+def _keep_cold(spec: CellSpec, manifest: dict):
+    """A cold path tier is evicted again and again while the cell reads it (`cache.KeepCold`); None for other tiers
+    (an emulated tier's mount bypasses the page cache itself, RAM is warm by nature)."""
+    if spec.cache != "cold" or spec.tier_kind != "path" or spec.loader in TIERLESS:
+        return None
+    from .cache import KeepCold
+
+    root = staged_root(spec.tier_path, spec.dataset)
+    return KeepCold([root / f["path"] for f in manifest["files"]]).start()
+
+
+def _device_read_share(spec: CellSpec, manifest: dict, tier: dict, metrics: dict, tele: dict) -> None:
+    """The share of the window's bytes that came from the tier's device rather than the page cache, on a cold path
+    tier: the device's read bytes in the window (telemetry, the tier's whole disk: other readers count too, so it is
+    an upper bound) over the bytes of the images the window's steps took. Below COLD_SHARE the cell is warm."""
+    from .cache import COLD_SHARE
+
+    if spec.cache != "cold" or spec.tier_kind != "path":
+        return
+    files, size = len(manifest["files"]), manifest.get("counts", {}).get("bytes", 0)
+    disk = (tele.get("disk_read_mb_s") or {}).get("mean")
+    window_bytes = metrics.get("steps", 0) * metrics.get("global_batch", 0) * (size / files if files else 0)
+    if disk is None or not window_bytes or not metrics.get("time_s"):
+        tier["device_read_share"] = None
+        tier["device_read_note"] = tele.get("disk_note") or "no device read counter for this tier"
+        return
+    device = disk * 1e6 * metrics["time_s"]
+    share = min(1.0, device / window_bytes)
+    tier.update(device_read_share=round(share, 4), device_read_bytes=round(device), window_bytes=round(window_bytes))
+    if share < COLD_SHARE:
+        metrics.setdefault("warnings", []).append(warning(
+            "warm_reads", f"only {100 * share:.0f}% of the window's bytes came from the device of this cold tier (the "
+            f"rest from the page cache), under {100 * COLD_SHARE:.0f}%: the cell is shown as warm and carries no "
+            "cold verdict"))  # fmt: skip
+
+
 def _check_rereads(spec: CellSpec, manifest: dict, tier: dict, metrics: dict) -> None:
     """A cold tier read more images than it holds: after the first pass they came from the page cache (unless
     the tier is emulated: its FUSE mount bypasses the cache). Warn with the share of such rereads."""
@@ -249,7 +291,7 @@ def _check_rereads(spec: CellSpec, manifest: dict, tier: dict, metrics: dict) ->
         return
     tier["images_read"] = read
     tier["reread_fraction"] = max(0.0, read - files) / read
-    if spec.cache == "cold" and spec.tier_kind == "path" and read > files:
+    if spec.cache == "cold" and spec.tier_kind == "path" and read > files and "keep_cold" not in tier:
         import psutil
 
         size_mb = manifest.get("counts", {}).get("bytes", 0) / 1e6
