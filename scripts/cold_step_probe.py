@@ -1,6 +1,6 @@
 """Where a fresh process's first training step goes on a GPU, and how much a DataLoader's main process can ingest.
 
-A probe for the measuring engine's per-cell overhead (issue 13), run on a GPU host with nothing but torch and
+A probe for the measuring engine's per-cell overhead, run on a GPU host with nothing but torch and
 torchvision. Each variant runs in its own fresh process (or a fork of a process that imported torch, as the
 warm-start server's children are), twice, and prints one JSON line:
 

@@ -1,6 +1,6 @@
 """DataParallel on 2 GPUs: where a step's time goes (torch.profiler), and whether keeping the replicas' module
 objects (`parallel.ReplicaCache`, what loaderbench's DataParallel does) computes the same training steps as
-`torch.nn.parallel.replicate` every step, and what it saves (issue 13: dp/ddp). An earlier experiment of the kind was
+`torch.nn.parallel.replicate` every step, and what it saves (dp/ddp). An earlier experiment of the kind was
 no faster (docs/results/2026-11-30-h200x2/engine/README.md) and its weights differed; this one checks them.
 
 One process, the cell's own training step (`loaderbench.train.training_step`: MobileNetV2, channels_last, SGD,

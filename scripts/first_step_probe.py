@@ -1,4 +1,4 @@
-"""Where a GPU cell's first training step goes, and what cuDNN's autotuning buys (issue 13: per-cell overhead).
+"""Where a GPU cell's first training step goes, and what cuDNN's autotuning buys (per-cell overhead).
 
 One fresh process per call, as a cell: the cell's own training step (`loaderbench.train.training_step`: MobileNetV2,
 channels_last, SGD, autocast + GradScaler under amp) on synthetic data already on the GPU. It times the imports, the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measuring engine's benchmarks on a GPU host (issue 13): the DataParallel probe, the dp/ddp grid of
+# The measuring engine's benchmarks on a GPU host: the DataParallel probe, the dp/ddp grid of
 # config/h200x2-engine.yaml through the real pipeline, 3 interleaved repeats of synthetic and dali-cpu in separate
 # processes, the ceiling check (synthetic cell vs bare loop), and where step-rate noise comes from (the synthetic cell
 # with telemetry, placement or cuDNN autotuning off).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On a bare GPU host (no Snakemake, no jsonschema): the telemetry sampler's overhead on a training loop (issue 6)
-# and the emulated HDD's probe against its device model (issue 5). Carry `.whl/` holding the mfusepy wheel and,
+# On a bare GPU host (no Snakemake, no jsonschema): the telemetry sampler's overhead on a training loop
+# and the emulated HDD's probe against its device model. Carry `.whl/` holding the mfusepy wheel and,
 # where the host has no libfuse3/fusermount3, `.whl/fuse/{libfuse3.so.3,fusermount3}` copied from a Debian host.
 # Writes into $OUT (default ./out): gpu.txt, overhead.json/.log, probe.json/.log.
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One lease's GPU work for the engine (issue 13) and the study (issue 14) on a host with 2 GPUs, detached (setsid),
+# One run's GPU work for the engine and the study on a host with 2 GPUs, detached (setsid),
 # so that no call's time limit cuts a cell. In order of priority:
 #   1. scripts/reuse-check.sh: kept dp processes against fresh ones (torchvision, synthetic, dali-cpu; 4 rounds). If a
 #      cell fails, or kept/fresh is off by more than REUSE_TOLERANCE (default 0.10, the drift seen between
@@ -68,7 +68,7 @@ EOF
     cp "$resume"/telemetry/* results/telemetry/ 2>/dev/null
   fi
   # adopt also clears the params Snakemake stored for these outputs when the engine measured the same cell ids under
-  # other settings (2026-12-01: without it, 11 cells and 3 minutes of a lease were measured again)
+  # other settings (2026-12-01: without it, 11 cells and 3 minutes of GPU time were measured again)
   python3 -m loaderbench adopt --config "$study" >> "$dest/steps.log" 2>&1
   left=$(( end_min - SECONDS / 60 ))
   step "study: $left minutes"

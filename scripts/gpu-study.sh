@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The study of config/h200x2-study.yaml on a bare GPU host (issue 14), in the few calls a lease allows. Verbs:
+# The study of config/h200x2-study.yaml on a bare GPU host, in the few calls an offline host allows. Verbs:
 #   bundle                (here, not there) build .bundles/c0..cN: DALI, Snakemake + jsonschema + mfusepy, libfuse
 #   stash DIR...          copy carried bundle parts (.bundles/cN) to /tmp/parts, where the next calls find them
 #   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all the parts are
@@ -8,7 +8,7 @@
 #                         up to 25 MB each: one part and the working tree (32 MB) must fit a call's 64 MiB. Without
 #                         smk.0 no loaderbench command runs there (jsonschema): setup says so
 #   prep OUT              host facts, then the dataset made, checked and staged (scripts/gpu-host-prep.sh); records
-#                         carried from an earlier lease are adopted (`loaderbench adopt`): only missing cells run
+#                         carried from an earlier run are adopted (`loaderbench adopt`): only missing cells run
 #   probe OUT             the first-step probe: cuDNN autotuning on/off/limited, fresh processes (first_step_probe.py)
 #   ceiling OUT           `loaderbench ceiling`: the synthetic cell against a pinned bare loop, 3 alternating rounds
 #                         (engine-2: with 2, one slow cell of 7649 against 8312 made the median 0.947)
@@ -19,12 +19,12 @@
 #   sweep DEST ARGS...    `loaderbench sweep --config $CONFIG --out DEST/records ARGS...`, detached (a sweep outlasts a
 #                         call), then its engine report; DEST/DONE when it ends
 #   wait DEST SECONDS [OUT]  poll until DEST/DONE or SECONDS passed; print the progress; with OUT, pack what is
-#                         measured so far into it: a lease's machine that goes idle 30 s is gone with its disk
+#                         measured so far into it: a borrowed machine that goes idle 30 s is gone with its disk
 #   pack DEST OUT         results into OUT (tarball under 16 MiB) and the reports beside it
 #   stop DEST             end the run `start DEST` began: its driver's whole session (Snakemake, the warm-start
 #                         server, the cells) gets SIGTERM, then SIGKILL; then Snakemake's lock is released if no
 #                         Snakemake of this folder is left. Never `pkill -f`: a pattern in the calling command's own
-#                         line kills the caller (it cost two calls of a lease)
+#                         line kills the caller
 # Environment: CONFIG (default config/h200x2-study.yaml); LOADERBENCH_GIT_COMMIT names the code in every record;
 # ONLY, an extended regular expression: `start` runs only the cells whose ids match it (e.g. ONLY=_b128_).
 set -u
@@ -97,7 +97,7 @@ prep)
   scripts/host-facts.sh > "$out/host.txt" 2>&1
   t0=$SECONDS
   scripts/gpu-host-prep.sh "$C" && echo "prep $((SECONDS - t0)) s" | tee "$out/prep.txt"
-  # records carried from an earlier lease (results/cells, results/telemetry): keep those of the same spec and data
+  # records carried from an earlier run (results/cells, results/telemetry): keep those of the same spec and data
   if ls results/cells/*.json >/dev/null 2>&1; then python3 -m loaderbench adopt --config "$C" | tee -a "$out/prep.txt"; fi ;;
 probe)
   out=$1; mkdir -p "$out"

@@ -126,7 +126,7 @@ def test_records_carried_to_a_fresh_project_are_not_measured_again(finished_run,
 
 def test_adopting_a_record_clears_the_params_another_configuration_left(finished_run, tmp_path):
     """A host that measured a cell under another configuration keeps that run's params for its output; a params
-    change is a rerun trigger, so a carried record of the current spec would be measured again (a lease lost 11
+    change is a rerun trigger, so a carried record of the current spec would be measured again (a run lost 11
     cells to it). `loaderbench adopt` clears the adopted records' stored metadata."""
     work, cfg_path = finished_run
     record = work / "results/cells" / f"{FORCED}.json"

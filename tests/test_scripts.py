@@ -74,7 +74,7 @@ def test_reuse_check_measures_cells_fresh_and_kept_and_compares_them(tmp_path_fa
 
 def test_gpu_study_stop_ends_the_whole_run_and_releases_the_lock(tmp_path):
     """scripts/gpu-study.sh start, then stop while a cell measures: the driver's session (Snakemake, the warm-start
-    server, the cell) is gone within 10 s, Snakemake's lock is released, and a new start is not refused. (A lease
+    server, the cell) is gone within 10 s, Snakemake's lock is released, and a new start is not refused. (A run
     lost calls to `pkill -f` patterns that matched the caller, and a run to the lock a SIGKILLed Snakemake left.)"""
     import time
 
@@ -128,7 +128,7 @@ def test_gpu_study_stop_ends_the_whole_run_and_releases_the_lock(tmp_path):
 
 
 def test_gpu_study_start_measures_a_spreading_configuration_once_more(tmp_path):
-    """Issue 14: configurations whose repeats spread over spread_warn are rerun once, and flagged if they still do.
+    """Configurations whose repeats spread over spread_warn are rerun once, and flagged if they still do.
     `gpu-study.sh start` requeues them (`loaderbench respread`) after the parts and measures them again in the same
     run. spread_warn 0 makes any two real repeats spread over it; the ledger keeps the configuration from a second
     rerun, the first records stay in superseded/, and the table is built over the new ones."""

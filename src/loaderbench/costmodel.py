@@ -65,7 +65,7 @@ PROFILED_STEP_FACTOR, PROFILE_SUMMARY_S = 1.5, 2.0
 # cold_step moves the device's cold start from the first warm-up step into setup, overlapped with the loader's
 # start-up: a cell costs about what it did without it, or less (and records from before it have no cold_step).
 # optimizer_fused changes how fast a step runs, not how long a cell takes (its window is seconds, its overhead the
-# process's): the unfused records of a host predict its fused cells (on by default since the ninth session).
+# process's): the unfused records of a host predict its fused cells (on by default since 2026-12-01).
 NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset", "cold_step", "optimizer_fused")
 # The closest measured configuration: these spec fields relaxed last to first (the tier first, the loader last; of
 # other loaders, one fed the same way - loaders.BACKLOG - first).
