@@ -4,10 +4,10 @@ The bare loop is what a user's training script does: the loader the cell builds 
 registry), the cell's model and step, `for batch in loader: step(batch)` in a fresh process - no runner, watchdog,
 telemetry, thread placement, stop rule or window bookkeeping. After the same warm-up rule as a cell (until the
 prefetch backlog is spent) it runs for the cell's window time, noting only each step's wait for its batch and its end
-(two clock reads; on a GPU an end event, the device's clock, as a cell's), with garbage collection held as in a
-cell, so that a worker-fed loader that delivers in bursts has its rate taken over whole bursts as a cell's is.
-Rounds alternate the order of cell and bare loop, each in its own process; cell/bare and its interval come from
-`uncertainty.ratio`.
+(two clock reads; on a GPU an end event, the device's clock, as a cell's), with garbage collection held and a cold
+tier kept cold as in a cell, so that a worker-fed loader that delivers in bursts has its rate taken over whole bursts
+as a cell's is. Rounds alternate the order of cell and bare loop, each in its own process; cell/bare and its
+interval come from `uncertainty.ratio`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
 
     if spec.parallel != "dp":
         raise ConfigError("crosscheck runs dp cells only (one process)")
-    allowed = Staged.from_manifest(json.loads(Path(manifest).read_text())).allowed
+    from .runcell import keep_cold_tier
+
+    manifest_data = json.loads(Path(manifest).read_text())
+    allowed = Staged.from_manifest(manifest_data).allowed
     dist = parallel.start("dp", spec.gpus, 600.0)
     device = dist.device
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
@@ -53,6 +56,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
                             wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
     backlog = ctx.info["prefetch_batches"]
     hold_collection()  # as a cell does: no collection pauses in the warm-up and the loop
+    cold = keep_cold_tier(spec, manifest_data, evict_first=True)  # a cold tier read as a cell reads it
     warm, _ = warm_up(step, batches, max(spec.warmup_steps, backlog + 2), sync, Heartbeat(None),
                       min_steps=spec.warmup_steps)
     waits, ends, events = [], [], []
@@ -76,6 +80,8 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
         if ends[-1] >= seconds:
             break
     sync()
+    if cold is not None:
+        cold.stop()
     if events:
         ends = [start.elapsed_time(e) / 1000.0 for e in events]
     burst = int(ctx.info.get("workers") or 1) if BACKLOG.get(spec.loader) == "workers" else 1

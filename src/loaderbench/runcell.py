@@ -120,7 +120,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
         if procs:
-            keep_cold = _keep_cold(spec, manifest_data)
+            keep_cold = keep_cold_tier(spec, manifest_data)
         placed_runner = _keep_off_launch_cores(spec, mount)
         if procs:
             rc, why, culprit, stack_dump = _wait_all(procs, timeout_s, beats, stacks, stall)
@@ -246,15 +246,19 @@ def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict):
     return mount
 
 
-def _keep_cold(spec: CellSpec, manifest: dict):
+def keep_cold_tier(spec: CellSpec, manifest: dict, evict_first: bool = False):
     """A cold path tier is evicted again and again while the cell reads it (`cache.KeepCold`); None for other tiers
-    (an emulated tier's mount bypasses the page cache itself, RAM is warm by nature)."""
+    (an emulated tier's mount bypasses the page cache itself, RAM is warm by nature). With `evict_first`, the files
+    are evicted once before it starts (a cell's runner has done so already)."""
     if spec.cache != "cold" or spec.tier_kind != "path" or spec.loader in TIERLESS:
         return None
-    from .cache import KeepCold
+    from .cache import KeepCold, evict
 
     root = staged_root(spec.tier_path, spec.dataset)
-    return KeepCold([root / f["path"] for f in manifest["files"]]).start()
+    paths = [root / f["path"] for f in manifest["files"]]
+    if evict_first:
+        evict(paths)
+    return KeepCold(paths).start()
 
 
 def _device_read_share(spec: CellSpec, manifest: dict, tier: dict, metrics: dict, tele: dict) -> None:
