@@ -24,7 +24,8 @@ def run_of(record: dict) -> str:
     if prov.get("run_id"):
         return prov["run_id"]
     host = prov.get("host") or {}
-    return f"unnamed ({host.get('hostname') or 'unknown host'}{', boot ' + host['boot_id'] if host.get('boot_id') else ''})"
+    boot = f", boot {host['boot_id']}" if host.get("boot_id") else ""
+    return f"unnamed ({host.get('hostname') or 'unknown host'}{boot})"
 
 
 def repeats_table(records: list[dict]) -> pd.DataFrame:
@@ -226,24 +227,20 @@ def _within_one_run(t: pd.DataFrame, baseline_run) -> None:
         ceiling[key] = g.loc[g["samples_per_s"].idxmax(), "run"] if g["samples_per_s"].notna().any() else None
     notes = []
     for i, r in t.iterrows():
-        why = []
         if not _one_run(r["run"]):
-            why.append("its repeats come from several runs")
-        else:
-            if pd.notna(r["speed"]) and r["run"] != baseline_run:
-                why.append("Speed: the baseline cell is of another run")
-            gpu_base = one.get((ONE_GPU_BASELINE.get(r["loader"], r["loader"]), r["tier"], r["batch_size"],
-                                r["precision"], r["parallel"]))  # fmt: skip
-            if pd.notna(r["gpu_efficiency"]) and gpu_base != r["run"]:
-                why.append("GPU Efficiency: the 1-GPU cell is of another run")
-            if pd.notna(r["au"]) and ceiling.get(tuple(r[k] for k in by)) != r["run"]:
-                why.append("AU: the synthetic ceiling is of another run")
-        if why and not _one_run(r["run"]):
             t.loc[i, ["speed", "gpu_efficiency", "au"]] = np.nan
-        else:
-            for col, text in (("speed", "Speed"), ("gpu_efficiency", "GPU Efficiency"), ("au", "AU")):
-                if any(w.startswith(text + ":") for w in why):
-                    t.loc[i, col] = np.nan
+            notes.append("its repeats come from several runs")
+            continue
+        gpu_base = one.get((ONE_GPU_BASELINE.get(r["loader"], r["loader"]), r["tier"], r["batch_size"],
+                            r["precision"], r["parallel"]))  # fmt: skip
+        others = {"speed": ("Speed: the baseline cell", baseline_run),
+                  "gpu_efficiency": ("GPU Efficiency: the 1-GPU cell", gpu_base),
+                  "au": ("AU: the synthetic ceiling", ceiling.get(tuple(r[k] for k in by)))}  # fmt: skip
+        why = []
+        for col, (what, run) in others.items():
+            if pd.notna(r[col]) and run != r["run"]:
+                t.loc[i, col] = np.nan
+                why.append(f"{what} is of another run")
         notes.append("; ".join(why))
     t["not_divided"] = notes
 

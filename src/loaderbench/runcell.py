@@ -154,7 +154,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
     result = _outcome(partial, leftovers, culprit, why, absent)
     metrics = result.get("metrics") or {}
     if spec.loader not in TIERLESS:
-        _check_rereads(spec, manifest_data, tier, metrics)
+        _check_rereads(manifest_data, tier, metrics)
     marks = metrics.get("marks")
     telemetry_summary = telemetry.summarize(samples, marks) if samples is not None else {"off": "telemetry_hz is 0"}
     if result.get("metrics") is not None and spec.loader not in TIERLESS:
@@ -241,9 +241,14 @@ def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict):
     if spec.cache == "cold":
         from .cache import evict
 
-        root = staged_root(spec.tier_path, spec.dataset)  # the real files (an emulated tier's backing files)
-        tier["eviction"] = evict([root / f["path"] for f in manifest["files"]])
+        tier["eviction"] = evict(_staged_files(spec, manifest))
     return mount
+
+
+def _staged_files(spec: CellSpec, manifest: dict) -> list[Path]:
+    """The tier's real copies of the manifest's files (an emulated tier's backing files)."""
+    root = staged_root(spec.tier_path, spec.dataset)
+    return [root / f["path"] for f in manifest["files"]]
 
 
 def keep_cold_tier(spec: CellSpec, manifest: dict, evict_first: bool = False):
@@ -254,8 +259,7 @@ def keep_cold_tier(spec: CellSpec, manifest: dict, evict_first: bool = False):
         return None
     from .cache import KeepCold, evict
 
-    root = staged_root(spec.tier_path, spec.dataset)
-    paths = [root / f["path"] for f in manifest["files"]]
+    paths = _staged_files(spec, manifest)
     if evict_first:
         evict(paths)
     return KeepCold(paths).start()
@@ -286,26 +290,15 @@ def _device_read_share(spec: CellSpec, manifest: dict, tier: dict, metrics: dict
             "cold verdict"))  # fmt: skip
 
 
-def _check_rereads(spec: CellSpec, manifest: dict, tier: dict, metrics: dict) -> None:
-    """A cold tier read more images than it holds: after the first pass they came from the page cache (unless
-    the tier is emulated: its FUSE mount bypasses the cache). Warn with the share of such rereads."""
+def _check_rereads(manifest: dict, tier: dict, metrics: dict) -> None:
+    """How many images the cell read against the dataset's files: the share it read more than once. On a cold path
+    tier those rereads come from the device too (`keep_cold_tier`); `_device_read_share` says how much did."""
     files = len(manifest["files"])
     read = (metrics.get("warmup_steps", 0) + metrics.get("steps", 0)) * metrics.get("global_batch", 0)
     if not files or not read:
         return
     tier["images_read"] = read
     tier["reread_fraction"] = max(0.0, read - files) / read
-    if spec.cache == "cold" and spec.tier_kind == "path" and read > files and "keep_cold" not in tier:
-        import psutil
-
-        size_mb = manifest.get("counts", {}).get("bytes", 0) / 1e6
-        ram_mb = psutil.virtual_memory().total / 1e6
-        if size_mb < ram_mb:
-            metrics.setdefault("warnings", []).append(warning(
-                "cold_tier_reread", f"the cell read {read} images of a {files}-file dataset ({size_mb:.0f} MB, fits in "
-                f"{ram_mb / 1e3:.0f} GB RAM), so {100 * tier['reread_fraction']:.0f}% of its reads came from the page "
-                "cache, not the device; use a larger dataset, a shorter window or an emulated tier",
-            ))  # fmt: skip
 
 
 def _wait_all(procs: list[subprocess.Popen], timeout_s: float, beats: list[Path], stacks: list[Path],
