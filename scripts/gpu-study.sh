@@ -27,6 +27,10 @@
 #                         line kills the caller
 # Environment: CONFIG (default config/h200x2-study.yaml); LOADERBENCH_GIT_COMMIT names the code in every record;
 # ONLY, an extended regular expression: `start` runs only the cells whose ids match it (e.g. ONLY=_b128_).
+# CROSSCHECK, CROSSCHECK_AFTER: `loaderbench crosscheck` arguments for one before the parts (its cells of the grid
+# are adopted: the parts do not measure them again) and one after them, in what time is left. RESPREAD=0 skips the
+# respread step (where processes of one configuration differ by more than spread_warn anyway, a rerun narrows
+# nothing: the intervals carry the spread).
 set -u
 cd "$(dirname "$0")/.."
 export C=${CONFIG:-config/h200x2-study.yaml}
@@ -126,6 +130,12 @@ start)
     reuse=$(python3 -c "from loaderbench.config import load_config; print(\"--reuse\" if load_config(\"$C\")[\"host\"][\"reuse_processes\"] else \"\")")
     python3 -m loaderbench.warmstart "$LOADERBENCH_WARM_SOCKET" $reuse 2>> "$dest/warm-server.log" &
     step plan; python3 -m loaderbench plan --config "$C" > "$dest/plan-before.txt" 2>&1
+    # CROSSCHECK (crosscheck arguments): cells against bare loops first; its cells of the grid count as measured
+    if [ -n "${CROSSCHECK:-}" ]; then
+      step "crosscheck $CROSSCHECK"
+      python3 -m loaderbench crosscheck --config "$C" $CROSSCHECK > "$dest/crosscheck.log" 2>&1
+      python3 -m loaderbench adopt --config "$C" --from results/crosscheck >> "$dest/steps.log" 2>&1
+    fi
     # the parts in their order (their priority), each as its own Snakemake run of its cells, so that the deadline
     # cuts the least important cells; then the whole workflow (tables, figures, bundle)
     rc=0
@@ -141,7 +151,7 @@ start)
     # records move to superseded/ (the ledger results/respread.json keeps it from a second rerun) and the run below
     # measures it again; if it still spreads, its table row says so
     left=$((deadline - SECONDS))
-    if [ $rc -eq 0 ] && [ $left -gt 60 ] && [ -z "${ONLY:-}" ]; then
+    if [ $rc -eq 0 ] && [ $left -gt 60 ] && [ -z "${ONLY:-}" ] && [ "${RESPREAD:-1}" = 1 ]; then
       step "respread, $left s left"; python3 -m loaderbench respread --config "$C" >> "$dest/steps.log" 2>&1
     fi
     left=$((deadline - SECONDS))
@@ -160,6 +170,12 @@ start)
     if [ $rc -ne 0 ] || [ $restored -eq 1 ] || [ ! -f results/bundle/index.html ]; then
       sleep 5; step tables and bundle of the measured cells
       "$@" --configfile "$C" --config budget_minutes=0 > "$dest/snakemake-close.log" 2>&1  # the config has trim: true
+    fi
+    # CROSSCHECK_AFTER (crosscheck arguments, with its own --out): a second crosscheck, with what time is left
+    left=$((deadline - SECONDS))
+    if [ -n "${CROSSCHECK_AFTER:-}" ] && [ $left -gt 60 ]; then
+      step "crosscheck $CROSSCHECK_AFTER, $left s left"
+      timeout -s INT -k 30 "$left" python3 -m loaderbench crosscheck --config "$C" $CROSSCHECK_AFTER > "$dest/crosscheck-after.log" 2>&1
     fi
     step reports
     python3 -m loaderbench plan --config "$C" > "$dest/plan-after.txt" 2>&1
@@ -200,11 +216,11 @@ wait)
   grep -h -E "^cell .*: (ok|failed|skipped|stalled)" "$dest/sweep.log" 2>/dev/null | tail -3
   echo "records: $(ls results/cells 2>/dev/null | wc -l)"; grep -h -E "^\[.*\] (Finished|Error)" "$dest/snakemake.log" 2>/dev/null | tail -3
   ls results/cells 2>/dev/null | tail -3
-  if [ -n "${3:-}" ]; then mkdir -p "$3"; tar -czf "$3/partial.tgz" results/cells results/telemetry "$dest" 2>/dev/null; fi
+  if [ -n "${3:-}" ]; then mkdir -p "$3"; tar -czf "$3/partial.tgz" results/cells results/telemetry results/crosscheck "$dest" 2>/dev/null; fi
   [ -f "$dest/DONE" ] && echo DONE ;;
 pack)
   dest=$1; out=$2; mkdir -p "$out"
-  tar -czf "$out/study.tgz" results/cells results/telemetry results/tables results/bundle results/tierprobe* \
+  tar -czf "$out/study.tgz" results/cells results/telemetry results/crosscheck results/tables results/bundle results/tierprobe* \
     results/check* logs "$dest" 2>/dev/null
   cp "$dest"/*.txt "$out"/ 2>/dev/null; ls -la "$out" ;;
 *) echo "unknown verb $verb" >&2; exit 2 ;;

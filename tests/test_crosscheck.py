@@ -109,3 +109,33 @@ def test_the_bundle_shows_the_crosscheck_of_its_results_folder(tmp_path):
     page = index.read_text()
     assert "Does the harness slow the loader?" in page and "<td>torchvision</td><td>fp32</td>" in page
     assert (tmp_path / "results/bundle/tables/crosscheck.json").is_file()
+
+
+@pytest.mark.e2e
+def test_a_crosschecks_cells_join_the_pipeline_as_measured(tmp_path):
+    """`loaderbench adopt --from` a crosscheck's folder: the pipeline then counts its cells of the grid as measured
+    (record and timeline copied in) and plans only the others."""
+    import subprocess
+
+    from conftest import snakemake, tiny_config, write_config
+    from test_pipeline_plan import job_counts
+
+    cfg = tiny_config(tmp_path, precisions=["fp32"], storage={"disk-a": str(tmp_path / "tier-a")})
+    cfg_path = write_config(tmp_path, cfg)
+    snakemake(tmp_path, "--configfile", str(cfg_path), "--until", "stage")
+    lb = [sys.executable, "-m", "loaderbench"]
+    out = subprocess.run([*lb, "crosscheck", "--config", str(cfg_path), "--loaders", "torchvision", "--batch-size", "4",
+                          "--rounds", "1", "--results", "results"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    cid = "torchvision_disk-a_g1_b4_fp32_dp_r0"
+    assert (tmp_path / f"results/crosscheck/telemetry/{cid}.csv").is_file()
+    out = subprocess.run([*lb, "adopt", "--config", str(cfg_path), "--from", "results/crosscheck", "--snakefile",
+                          str(REPO / "Snakefile")], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "1 records of this grid copied from results/crosscheck, 0 measured here already" in out.stdout
+    assert "1 records in results/cells: 1 adopted" in out.stdout
+    assert (tmp_path / f"results/telemetry/{cid}.csv").is_file()
+    plan = snakemake(tmp_path, "--configfile", str(cfg_path), "-n").stdout
+    assert job_counts(plan)["cell"] == 1 and f"output: results/cells/{cid}.json" not in plan
+    assert "output: results/cells/opencv_disk-a_g1_b4_fp32_dp_r0.json" in plan

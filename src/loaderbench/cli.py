@@ -220,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--results", default=RESULTS.root)
     s.add_argument("--snakefile", default="Snakefile",
                    help="the workflow whose stored metadata of the adopted records is cleared (default ./Snakefile)")
+    s.add_argument("--from", dest="source", metavar="DIR",
+                   help="first copy in the records of this grid from DIR/cells (a crosscheck's folder)")
     s.set_defaults(func=commands.cmd_adopt)
 
     s = sub.add_parser("verdict", help="print the run's verdict: per GPU count and tier, what limits it and the best fix")

@@ -351,11 +351,17 @@ def cmd_adopt(a) -> int:
 
     On a host that ran another configuration over the same output paths, Snakemake also keeps that run's params for
     them, and a params change is a rerun trigger: the adopted records' stored metadata is cleared too
-    (`snakemake --cleanup-metadata`, with `--snakefile`)."""
+    (`snakemake --cleanup-metadata`, with `--snakefile`).
+
+    With `--from DIR` (a `loaderbench crosscheck` folder: DIR/cells, DIR/telemetry), the records there that would be
+    adopted are copied in first, so that the pipeline counts a crosscheck's cells as measured; a cell already in
+    results/cells is left as it is."""
     from .records import load_records, spec_hash
 
     cfg = _cfg(a)
     layout = Layout(a.results)
+    if a.source:
+        print(_copy_in(cfg, layout, Path(a.source)))
     grid = set(cell_ids(cfg))
     data = {}
     for tier in cfg["tiers"]:
@@ -387,6 +393,29 @@ def cmd_adopt(a) -> int:
     if adopted:
         print(_forget_metadata(adopted, Path(a.config), Path(a.snakefile)))
     return 0
+
+
+def _copy_in(cfg: dict, layout: Layout, source: Path) -> str:
+    """Copy the records under source/cells (and their timelines) whose cell is in the grid and not measured yet."""
+    import shutil
+
+    grid = set(cell_ids(cfg))
+    copied = present = 0
+    for rec in sorted((source / "cells").glob("*.json")):
+        cid = rec.stem
+        if cid not in grid:
+            continue
+        if Path(layout.cell(cid)).exists():
+            present += 1
+            continue
+        timeline = source / "telemetry" / f"{cid}.csv"
+        if timeline.is_file():
+            Path(layout.timeline(cid)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(timeline, layout.timeline(cid))
+        Path(layout.cell(cid)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(rec, layout.cell(cid))
+        copied += 1
+    return f"{copied} records of this grid copied from {source}, {present} measured here already"
 
 
 def _forget_metadata(outputs: list[Path], config: Path, snakefile: Path) -> str:

@@ -126,7 +126,7 @@ def crosscheck(cfg: dict, loaders: list[str], tier: str, batch_size: int, precis
                     for what in order:
                         if what == "cell":
                             rec = run_cell(spec, manifest, Path(out_dir) / "cells" / f"{spec.cell_id}.json",
-                                           host=host)  # fmt: skip
+                                           Path(out_dir) / "telemetry" / f"{spec.cell_id}.csv", host=host)
                             if rec["status"] != "ok":
                                 reasons.append(f"cell {rec['status']}: {rec.get('reason')}")
                             cells.append(rec)
