@@ -174,3 +174,22 @@ def test_a_warm_cell_on_a_cold_tier_carries_no_verdict():
     assert why is None and q.value > 4
     recs = recommendations(d, {"loader": "torchvision", "gpus": 1, "batch_size": 128, "precision": "fp32"})
     assert [r["verdict"] for r in recs if r["topic"] == "loader"] == ["left out"]
+
+
+def test_without_a_ram_cell_the_fetch_stall_is_taken_against_the_fastest_other_tier():
+    """A study with no RAM tier for a configuration (the seed's table: local disk and HDD): a cell that waits for its
+    HDD is I/O-bound against the local disk's cell, named as a lower bound; the fastest tier keeps prep and fetch
+    together."""
+    t = pd.DataFrame([
+        dict(loader="synthetic", tier="ram", tier_kind="ram", gpus=1, batch_size=128, precision="fp32", parallel="dp",
+             time_s=10.0, steps=400, au=1.0, device="cuda:0", data_wait_ms=0.0),
+        dict(loader="torchvision", tier="local", tier_kind="path", gpus=1, batch_size=128, precision="fp32",
+             parallel="dp", time_s=10.0, steps=200, au=0.5, device="cuda:0", data_wait_ms=13.0),
+        dict(loader="torchvision", tier="hdd", tier_kind="emulated", gpus=1, batch_size=128, precision="fp32",
+             parallel="dp", time_s=13.0, steps=10, au=0.02, device="cuda:0", data_wait_ms=1280.0),
+    ])  # fmt: skip
+    d = diagnose(t).set_index("tier")
+    assert d.loc["hdd", "bottleneck"] == "I/O-bound" and d.loc["hdd", "fetch_reference"] == "local"
+    assert d.loc["hdd", "fetch_stall_ms"] == pytest.approx(1300.0 - 50.0)
+    assert "from local (no RAM cell: a lower bound)" in d.loc["hdd", "evidence"]
+    assert d.loc["local", "bottleneck"] == "CPU-prep-bound" and "no RAM tier" in d.loc["local", "evidence"]

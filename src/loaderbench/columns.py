@@ -63,7 +63,8 @@ CELLS = {
     # the diagnosis (stall attribution after DS-Analyzer)
     "step_ms": "Step (ms)",
     "compute_only_ms": "Compute (ms)",
-    "ram_step_ms": "RAM step (ms)",
+    "ram_step_ms": "Reference step (ms)",
+    "fetch_reference": "Fetch stall against",
     "prep_stall_ms": "Prep stall (ms)",
     "fetch_stall_ms": "Fetch stall (ms)",
     "bottleneck": "Bottleneck",

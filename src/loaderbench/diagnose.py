@@ -4,7 +4,8 @@ Stall attribution after DS-Analyzer, per configuration (loader, tier, GPUs, per-
 
 - compute (ms/step): the `synthetic` cell's step time at the same GPUs, batch, precision and parallel mode;
 - prep stall: the same loader's step time on a RAM tier minus compute (decode, augment, collate, copy);
-- fetch stall: this tier's step time minus the RAM tier's (reading the files: I/O);
+- fetch stall: this tier's step time minus the RAM tier's (reading the files: I/O); without a RAM cell of that
+  configuration, minus the fastest other tier's (a lower bound on the fetch stall, named in the evidence);
 - data wait: what the training loop waited for the next batch, host-side (measured directly).
 
 The label, in this order: `GPU-bound` (AU >= 0.9; `compute-bound` when the device is the CPU), `I/O-bound`
@@ -47,16 +48,16 @@ def attribute(t: pd.DataFrame) -> pd.DataFrame:
     t["step_ms"] = step_ms(t)
     kind = t["tier_kind"] if "tier_kind" in t else pd.Series("path", index=t.index)
     synth = t[t["loader"] == "synthetic"].groupby(CONFIG_KEYS)["step_ms"].min().to_dict()
-    ram = t[(kind == "ram") & (t["loader"] != "synthetic")]
-    ram_step = ram.groupby(["loader", *CONFIG_KEYS])["step_ms"].min().to_dict()
-    compute, prep, fetch, ram_ms = [], [], [], []
+    loaders = t[t["loader"] != "synthetic"].assign(is_ram=kind == "ram")
+    compute, prep, fetch, ram_ms, ref_tier = [], [], [], [], []
     for _, r in t.iterrows():
         key = tuple(r[k] for k in CONFIG_KEYS)
         c = synth.get(key, np.nan)
-        rm = ram_step.get((r["loader"], *key), np.nan)
+        rm, ref = _read_reference(loaders, r)
         s = r["step_ms"]
         compute.append(c)
         ram_ms.append(rm)
+        ref_tier.append(ref)
         if r["loader"] == "synthetic":
             prep.append(0.0)
             fetch.append(0.0)
@@ -68,9 +69,24 @@ def attribute(t: pd.DataFrame) -> pd.DataFrame:
             fetch.append(np.nan)
     t["compute_only_ms"] = compute
     t["ram_step_ms"] = ram_ms
+    t["fetch_reference"] = ref_tier
     t["prep_stall_ms"] = prep
     t["fetch_stall_ms"] = fetch
     return t
+
+
+def _read_reference(loaders: pd.DataFrame, r: pd.Series) -> tuple[float, str]:
+    """(step ms, "RAM" or a tier) that row `r`'s fetch stall is taken against: the same loader and configuration from
+    RAM, else from the fastest other tier; (nan, "") when neither was measured (or `r` is the fastest itself)."""
+    same = loaders[(loaders["loader"] == r["loader"]) & np.logical_and.reduce(
+        [loaders[k] == r[k] for k in CONFIG_KEYS])]  # fmt: skip
+    ram = same[same["is_ram"]]
+    if len(ram):
+        return float(ram["step_ms"].min()), "RAM"
+    other = same[same["tier"] != r["tier"]]
+    if not len(other) or other["step_ms"].min() >= r["step_ms"]:
+        return np.nan, ""
+    return float(other["step_ms"].min()), str(other.loc[other["step_ms"].idxmin(), "tier"])
 
 
 def _fmt(x: float, unit: str = "", digits: int = 1) -> str:
@@ -105,8 +121,10 @@ def label(r: pd.Series) -> tuple[str, str]:
     if not no_ram and fetch >= prep and fetch > STALL_SHARE * s:
         read = r.get("disk_read_mb_s", np.nan)
         io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
+        ref = r.get("fetch_reference") or "RAM"
+        ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
         return "I/O-bound", (f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from "
-                             f"RAM{io}; {facts}")  # fmt: skip
+                             f"{ref}{io}; {facts}")  # fmt: skip
     if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s and on_cpu:
         # no bus to cross on a CPU device: the loader's workers take cores from the training itself
         return "CPU-prep-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {s - c:.1f} ms "
@@ -127,7 +145,7 @@ def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     a["bottleneck"] = [x[0] for x in labels]
     a["evidence"] = [x[1] for x in labels]
     cols = ["loader", "tier", *CONFIG_KEYS, "tier_kind", "samples_per_s", "au", "step_ms", "compute_only_ms",
-            "ram_step_ms", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms", "cpu_pct", "gpu_util_pct",
+            "ram_step_ms", "fetch_reference", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms", "cpu_pct", "gpu_util_pct",
             "bottleneck", "evidence", "halfwidth", "halfwidth_basis", "repeats_ok", "contended", "converged",
             "cache", "device_read_share"]  # fmt: skip
     return a[[c for c in cols if c in a]]
