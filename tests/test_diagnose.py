@@ -193,3 +193,22 @@ def test_without_a_ram_cell_the_fetch_stall_is_taken_against_the_fastest_other_t
     assert d.loc["hdd", "fetch_stall_ms"] == pytest.approx(1300.0 - 50.0)
     assert "from local (no RAM cell: a lower bound)" in d.loc["hdd", "evidence"]
     assert d.loc["local", "bottleneck"] == "CPU-prep-bound" and "no RAM tier" in d.loc["local", "evidence"]
+
+
+def test_a_skipped_cell_on_another_tier_is_no_reference_and_breaks_nothing():
+    """A tier that could not be measured (FUSE missing: the cell is `skipped`, no time) is not a read reference: the
+    measured tier keeps prep and fetch together, and the skipped one is labelled from its status."""
+    t = pd.DataFrame([
+        dict(loader="synthetic", tier="disk-a", tier_kind="path", gpus=1, batch_size=4, precision="fp32",
+             parallel="dp", time_s=1.0, steps=40, au=1.0, device="cpu", data_wait_ms=0.0, status="ok"),
+        dict(loader="torchvision", tier="disk-a", tier_kind="path", gpus=1, batch_size=4, precision="fp32",
+             parallel="dp", time_s=2.0, steps=40, au=0.5, device="cpu", data_wait_ms=25.0, status="ok"),
+        dict(loader="torchvision", tier="hdd", tier_kind="emulated", gpus=1, batch_size=4, precision="fp32",
+             parallel="dp", time_s=np.nan, steps=np.nan, au=np.nan, device="", data_wait_ms=np.nan,
+             status="skipped"),
+    ])  # fmt: skip
+    d = diagnose(t)
+    d = d[d["loader"] == "torchvision"].set_index("tier")
+    assert d.loc["disk-a", "fetch_reference"] == "" and np.isnan(d.loc["disk-a", "fetch_stall_ms"])
+    assert d.loc["disk-a", "bottleneck"] != "unknown"
+    assert d.loc["hdd", "bottleneck"] == "unknown" and "skipped" in d.loc["hdd", "evidence"]

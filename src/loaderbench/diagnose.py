@@ -77,9 +77,10 @@ def attribute(t: pd.DataFrame) -> pd.DataFrame:
 
 def _read_reference(loaders: pd.DataFrame, r: pd.Series) -> tuple[float, str]:
     """(step ms, "RAM" or a tier) that row `r`'s fetch stall is taken against: the same loader and configuration from
-    RAM, else from the fastest other tier; (nan, "") when neither was measured (or `r` is the fastest itself)."""
+    RAM, else from the fastest other tier; (nan, "") when neither was measured (failed and skipped cells have no step),
+    or `r` is the fastest itself."""
     same = loaders[(loaders["loader"] == r["loader"]) & np.logical_and.reduce(
-        [loaders[k] == r[k] for k in CONFIG_KEYS])]  # fmt: skip
+        [loaders[k] == r[k] for k in CONFIG_KEYS]) & np.isfinite(loaders["step_ms"])]  # fmt: skip
     ram = same[same["is_ram"]]
     if len(ram):
         return float(ram["step_ms"].min()), "RAM"
