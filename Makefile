@@ -7,7 +7,7 @@ CORES  ?= $(shell nproc)
 CONFIG ?= config/quickstart.yaml
 SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 
-.PHONY: quickstart test plan bench ceiling engine-report report rerun respread cells lint clean
+.PHONY: quickstart test test-dev plan bench ceiling engine-report report rerun respread cells lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,11 @@ quickstart: $(STAMP)
 ## installed when root and apt can; tests that still lack them skip, and the last line counts them by cause.
 test: lint
 	-scripts/install-test-deps.sh
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -m "not dev"
+
+## test-dev: the tests of the offline-GPU-host tooling in dev/ (not the product's)
+test-dev: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m dev
 
 ## plan: the cells of CONFIG per part, their predicted device time, the fixed costs, the total and the budget
 ## verdict (HOST_FROM=<records folder>: predict for the host those records came from)

@@ -7,11 +7,11 @@
 #      staged files (benchmarks/peers.py);
 #   3. `loaderbench crosscheck` of config/h200-agreement.yaml: every loader, fp32 and amp, at default settings;
 #   4. a sweep of thread placement (auto against off) at the peers' settings.
-# Start it detached and poll with `scripts/gpu-study.sh wait DEST SECONDS`:
+# Start it detached and poll with `dev/gpu-study.sh wait DEST SECONDS`:
 #   setsid nohup dev/agreement-run.sh DEST > DEST.log 2>&1 < /dev/null &
 # STEPS picks and orders the parts (default: before-after peers crosscheck placement); CROSSCHECK_LOADERS and
 # CROSSCHECK_ROUNDS set those of part 3 (default: every built-in loader, 1 round).
-# Needs the carried bundle unpacked (`scripts/gpu-study.sh setup`): DALI, and jsonschema from smk.0.
+# Needs the carried bundle unpacked (`dev/gpu-study.sh setup`): DALI, and jsonschema from smk.0.
 set -u
 cd "$(dirname "$0")/.."
 # Run from a private copy: the device tool syncs the working tree at every call, and a file it replaces or removes
@@ -28,9 +28,9 @@ export PYTHONPATH=$repo/src:/tmp/site PYTHONUNBUFFERED=1 LOADERBENCH_GIT_COMMIT=
 export LOADERBENCH_RUN_ID=${LOADERBENCH_RUN_ID:-$(date +%Y%m%dT%H%M%S)-agreement-$$}  # every part below: one run
 A=${AGREEMENT_CONFIG:-config/h200-agreement.yaml} P=${PEERS_CONFIG:-config/h200-peers.yaml} man=results/staging/ram.json
 step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
-step host; scripts/host-facts.sh > "$dest/host.txt" 2>&1
+step host; dev/host-facts.sh > "$dest/host.txt" 2>&1
 step prep; t0=$SECONDS
-scripts/gpu-host-prep.sh "$A" > "$dest/prep.log" 2>&1 || { step "prep failed"; touch "$dest/DONE"; exit 1; }
+dev/gpu-host-prep.sh "$A" > "$dest/prep.log" 2>&1 || { step "prep failed"; touch "$dest/DONE"; exit 1; }
 echo "prep $((SECONDS - t0)) s" >> "$dest/prep.log"
 cell=${PEERS_CELL:-torchvision_ram_g1_b256_fp32_dp}
 before_after() {

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from loaderbench.dataset import DatasetParams, make_dataset
-from loaderbench.emulated import fuse_available
+from loaderbench.data.dataset import DatasetParams, make_dataset
+from loaderbench.data.emulated import fuse_available
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,9 +77,9 @@ def staged_disk(tmp_path_factory, dataset: Path, name: str, **settings) -> tuple
     """`dataset` checked and staged (as dataset "ds" on a tier "disk") in a new folder, and a validated config of
     that tier with the small CPU cells' settings (batch 4, 32 px crops, 1 worker, a 3-step window), `settings` over
     them. Returns (folder, config); the tier's manifest is `folder / "disk.json"`."""
-    from loaderbench.check import check_dataset
-    from loaderbench.config import validate_config
-    from loaderbench.stage import stage
+    from loaderbench.core.config import validate_config
+    from loaderbench.data.check import check_dataset
+    from loaderbench.data.stage import stage
 
     tmp = tmp_path_factory.mktemp(name)
     check_dataset(dataset, tmp / "check.json", tmp / "q", jobs=2)

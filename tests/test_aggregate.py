@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from loaderbench.aggregate import cells_table
-from loaderbench.columns import SEED_COLUMNS, read_table, table_csv
+from loaderbench.report.aggregate import cells_table
+from loaderbench.report.columns import SEED_COLUMNS, read_table, table_csv
 
 BASELINE = {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32"}
 
@@ -122,7 +122,7 @@ def test_efficiency_and_au_compare_within_the_same_parallel_mode():
 
 
 def test_peak_memory_of_the_main_card_and_the_others_are_kept_apart():
-    from loaderbench.aggregate import repeats_table
+    from loaderbench.report.aggregate import repeats_table
 
     rec = {"cell_id": "x", "status": "ok", "spec": {"loader": "dali-sc", "tier": "ssd", "gpus": 2, "batch_size": 128,
            "precision": "fp32", "parallel": "dp", "repeat": 0},

@@ -12,11 +12,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loaderbench.config import cell_spec
-from loaderbench.provenance import code_sha256
-from loaderbench.records import validate_record
-from loaderbench.runcell import run_cell
-from loaderbench.watchdog import StallRule
+from loaderbench.core.config import cell_spec
+from loaderbench.core.provenance import code_sha256
+from loaderbench.core.records import validate_record
+from loaderbench.engine.runcell import run_cell
+from loaderbench.engine.watchdog import StallRule
 from tests.conftest import staged_disk
 
 
@@ -75,7 +75,7 @@ def test_a_process_that_runs_cell_after_cell_keeps_its_cpus(staged, tmp_path, mo
     back after: a sweep (cell after cell in one process) on the H200 lost a core a cell, down to 4 for the 12th. This
     machine has too few cores for a placement, so the runner's plan is replaced by one (launch on CPU 1, the rest on
     CPU 0); the affinity is the real one."""
-    from loaderbench import placement
+    from loaderbench.engine import placement
 
     tmp, cfg = staged
     monkeypatch.setattr(placement, "for_cell", lambda *a, **k: placement.Placement((1,), (0,)))
@@ -126,7 +126,7 @@ def test_a_measurement_process_killed_by_a_signal_is_a_failed_record(staged, tmp
     deadline = time.time() + 60
     child = None
     while time.time() < deadline and child is None:
-        kids = [p for p in psutil.Process().children() if "loaderbench.train" in " ".join(p.cmdline())]
+        kids = [p for p in psutil.Process().children() if "loaderbench.engine.train" in " ".join(p.cmdline())]
         child = kids[0] if kids else None
         time.sleep(0.2)
     assert child is not None, "measurement process never started"
@@ -154,7 +154,7 @@ def test_a_compiled_cell_trains_under_torch_compile(staged, tmp_path):
 
 
 def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(staged, tmp_path):
-    from loaderbench.ceiling import ceiling
+    from loaderbench.experiments.ceiling import ceiling
 
     tmp, cfg = staged
     spec = cell_spec(cfg, "synthetic_disk_g1_b4_amp_dp_r0", in_grid=False)
@@ -173,13 +173,13 @@ def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(stag
 
 
 def test_sweep_runs_each_variant_as_real_cells_and_reuses_synthetic_for_loader_only_variants(staged, tmp_path):
-    from loaderbench import warmstart
-    from loaderbench.config import ConfigError
-    from loaderbench.sweep import parse_variant, render, sweep
+    from loaderbench.core.config import ConfigError
+    from loaderbench.engine import warmstart
+    from loaderbench.experiments.sweep import parse_variant, render, sweep
 
     tmp, cfg = staged
     servers = lambda: {c.pid for c in psutil.Process().children(recursive=True)  # noqa: E731
-                       if "loaderbench.warmstart" in " ".join(c.cmdline())}  # fmt: skip
+                       if "loaderbench.engine.warmstart" in " ".join(c.cmdline())}  # fmt: skip
     env_before, servers_before = os.environ.get(warmstart.ENV_SOCKET), servers()
     rows = sweep(cfg, ["base:", "q3:dali_prefetch=3", "w2:window_steps=4"], ["synthetic", "dali-cpu"], "disk", 4,
                  "fp32", 1, tmp / "disk.json", tmp_path / "sweep")  # fmt: skip
@@ -252,7 +252,7 @@ def test_a_killed_rank_fails_the_ddp_cell_and_stops_the_other_rank(staged, tmp_p
     deadline = time.time() + 60
     ranks = []
     while time.time() < deadline and len(ranks) < 2:
-        ranks = [p for p in psutil.Process().children() if "loaderbench.train" in " ".join(p.cmdline())]
+        ranks = [p for p in psutil.Process().children() if "loaderbench.engine.train" in " ".join(p.cmdline())]
         time.sleep(0.2)
     assert len(ranks) == 2, "the two ranks never started"
     time.sleep(3)
@@ -293,4 +293,4 @@ def test_a_hanging_loader_ends_failed_as_stalled_with_its_stacks_within_the_watc
     assert took < 6 + 30  # the 6 s stall limit plus start-up, not the cell timeout
     stacks = rec["stacks"]["0"]
     assert "Thread" in stacks and "train.py" in stacks  # the main thread, where it waited for the loader
-    assert not [p for p in psutil.Process().children(recursive=True) if "loaderbench.train" in " ".join(p.cmdline())]
+    assert not [p for p in psutil.Process().children(recursive=True) if "loaderbench.engine.train" in " ".join(p.cmdline())]

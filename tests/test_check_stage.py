@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from loaderbench.check import DatasetError, check_dataset
 from loaderbench.cli import main as cli
-from loaderbench.stage import MARKER, StagingError, stage
-from loaderbench.util import sha256_file
+from loaderbench.core.util import sha256_file
+from loaderbench.data.check import DatasetError, check_dataset
+from loaderbench.data.stage import MARKER, StagingError, stage
 
 
 def jpeg(mode: str = "RGB", size=(120, 90), fmt="JPEG") -> bytes:
@@ -93,11 +93,11 @@ def test_unusable_dataset_paths_are_named(tmp_path, layout, words, capsys):
 def test_staged_files_decode_with_every_loader(tmp_path, messy_source):
     """Odd files that staging keeps are decodable by both loaders, and labels agree for the same file."""
     import torch
+    from torchvision.datasets import ImageFolder
 
     from loaderbench.loaders.common import LoaderContext
     from loaderbench.loaders.opencv_loader import dataset as opencv_dataset
     from loaderbench.loaders.torchvision_loader import transform
-    from torchvision.datasets import ImageFolder
 
     check_dataset(messy_source, tmp_path / "check.json", tmp_path / "q", jobs=2)
     man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
@@ -211,8 +211,8 @@ def test_check_report_is_the_same_on_every_run_and_names_the_file(tmp_path, mess
 def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(tmp_path, small_dataset, loader):
     """A stray folder in a staged tree (staging keeps foreign files) made every cell fail with 'Target 3 is out of
     bounds': labels came from a directory scan, the class count from the manifest."""
-    from loaderbench.config import cell_spec, validate_config
-    from loaderbench.runcell import run_cell
+    from loaderbench.core.config import cell_spec, validate_config
+    from loaderbench.engine.runcell import run_cell
 
     src = tmp_path / "src"
     shutil.copytree(small_dataset, src)
@@ -328,7 +328,7 @@ def test_staging_verify_config_key_reaches_the_stage_job(tmp_path):
 @pytest.mark.parametrize("second, words", [("same", "is the same directory as"), ("inside", "contains"),
                                            ("mount", "is the same directory as")])  # fmt: skip
 def test_tiers_on_the_same_or_nested_paths_are_refused_at_validation(tmp_path, second, words):
-    from loaderbench.config import ConfigError, validate_config
+    from loaderbench.core.config import ConfigError, validate_config
 
     a = str(tmp_path / "a")
     b = {"same": a, "inside": str(tmp_path / "a/b"),
@@ -341,8 +341,8 @@ def test_tiers_on_the_same_or_nested_paths_are_refused_at_validation(tmp_path, s
 
 def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_path, small_dataset):
     """It passed check and stage, then dali-cpu failed: 'Unsupported argument type with name files'."""
-    from loaderbench.config import cell_spec, validate_config
-    from loaderbench.runcell import run_cell
+    from loaderbench.core.config import cell_spec, validate_config
+    from loaderbench.engine.runcell import run_cell
 
     src = tmp_path / "src"
     shutil.copytree(small_dataset, src)

@@ -11,13 +11,13 @@ import psutil
 import pytest
 import torch
 
-from loaderbench import train
-from loaderbench.config import cell_spec
+from loaderbench.core.config import cell_spec
+from loaderbench.core.records import validate_record
+from loaderbench.data.manifest import Staged, class_names
+from loaderbench.engine import train
+from loaderbench.engine.runcell import run_cell
 from loaderbench.loaders import get_loader
 from loaderbench.loaders.common import LoaderContext
-from loaderbench.records import validate_record
-from loaderbench.runcell import run_cell
-from loaderbench.staged import Staged, class_names
 from tests.conftest import staged_disk
 
 

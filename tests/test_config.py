@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from loaderbench.config import (
-    ConfigError, cell_ids, cell_part, cell_parts, cell_spec, load_config, parse_cell_id, validate_config,
+from loaderbench.core.config import (
+    ConfigError,
+    cell_ids,
+    cell_part,
+    cell_parts,
+    cell_spec,
+    load_config,
+    parse_cell_id,
+    validate_config,
 )
 from tests.conftest import REPO
 

@@ -7,16 +7,16 @@ import os
 import sys
 
 import pytest
-
 from conftest import REPO, staged_disk
-from loaderbench.crosscheck import crosscheck, render
-from loaderbench.uncertainty import ratio
+
+from loaderbench.core.uncertainty import ratio
+from loaderbench.experiments.crosscheck import crosscheck, render
 
 # Injected into the measuring processes through PYTHONPATH: every step of a cell's timed window sleeps `DELAY_S`
 # more. The bare loop never calls timed_window, so only the cell's path is slowed.
 SLOW_CELL = """
 import time
-import loaderbench.window as w
+import loaderbench.engine.window as w
 _timed = w.timed_window
 def _slowed(step, *a, **k):
     def slow(*b):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from loaderbench.dataset import DatasetParams, make_dataset, render_image
+from loaderbench.data.dataset import DatasetParams, make_dataset, render_image
 
 
 def test_generated_tree_statistics(small_dataset):

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loaderbench.diagnose import attribute, diagnose, recommendations, render_markdown
+from loaderbench.report.diagnose import attribute, diagnose, recommendations, render_markdown
 
 
 def cell(loader, disk, step_ms, kind="path", gpus=1, batch=128, precision="fp32", parallel="dp", wait_ms=None,
@@ -160,7 +160,7 @@ def test_a_contended_or_unconverged_cell_measured_once_is_left_out_with_the_reas
 def test_a_warm_cell_on_a_cold_tier_carries_no_verdict():
     """A cold-tier cell whose window read under 95% of its bytes from the device (the rest from the page cache) is
     left out of every comparison, with its share named; one that read from the device is compared."""
-    from loaderbench.diagnose import compare
+    from loaderbench.report.diagnose import compare
 
     d = diagnose(table([
         cell("synthetic", "ssd", 100.0),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import yaml
-
 from conftest import REPO
-from loaderbench.config import cell_ids, validate_config
+
+from loaderbench.core.config import cell_ids, validate_config
 
 
 def test_config_readme_describes_the_shipped_quickstart(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from loaderbench.emulated import (
+from loaderbench.data.emulated import (
     DEVICE_MODELS,
     DeviceModel,
     EmulatedTierError,
@@ -85,7 +85,7 @@ def servers_for(mountpoint: Path) -> list[int]:
             state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
         except OSError:
             continue
-        if b"loaderbench.emulated" in argv and str(mountpoint).encode() in argv and state not in ("Z", "X"):
+        if b"loaderbench.data.emulated" in argv and str(mountpoint).encode() in argv and state not in ("Z", "X"):
             pids.append(int(proc.name))
     return pids
 
@@ -202,7 +202,7 @@ def test_stale_mount_of_a_killed_owner_is_cleaned_by_the_next_mount(tmp_path, mo
     mp = tmp_path / "mnt"
     code = textwrap.dedent(f"""
         import time
-        from loaderbench.emulated import DeviceModel, mount
+        from loaderbench.data.emulated import DeviceModel, mount
         m = mount({str(backing)!r}, {str(mp)!r}, DeviceModel("t", 1, 200, 1))
         print(m.server_pid, flush=True)
         time.sleep(120)

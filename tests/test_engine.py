@@ -13,11 +13,11 @@ import time
 import pytest
 import torch
 
-from loaderbench import placement
-from loaderbench.parallel import ReplicaThreads
-from loaderbench.runcell import phases
-from loaderbench.watchdog import Beat, Heartbeat, StallRule, describe, read
-from loaderbench.window import StopRule, burst_bounds, is_burst_start, relative_halfwidth, timed_window, warm_up
+from loaderbench.engine import placement
+from loaderbench.engine.parallel import ReplicaThreads
+from loaderbench.engine.runcell import phases
+from loaderbench.engine.watchdog import Beat, Heartbeat, StallRule, describe, read
+from loaderbench.engine.window import StopRule, burst_bounds, is_burst_start, relative_halfwidth, timed_window, warm_up
 from tests.conftest import BacklogLoader
 
 
@@ -192,7 +192,7 @@ def test_phases_split_the_wall_time_at_the_measuring_process_marks():
 
 
 def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_records():
-    from loaderbench.enginereport import render, report
+    from loaderbench.report.enginereport import render, report
 
     def rec(cid, sps, overhead, window_s=5.0, converged=True, status="ok"):
         return {"cell_id": cid, "status": status, "phases_s": {"wall": overhead + window_s, "overhead": overhead,
@@ -248,7 +248,7 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
 def test_engine_report_reads_repeats_against_the_hosts_steal():
     """The foreign CPU of each window, split into steal, interrupts and processes where the record has the split:
     the repeats' spread is printed beside each repeat's steal (study-3: 1.8-2.0 cores of hypervisor steal)."""
-    from loaderbench.enginereport import render, report
+    from loaderbench.report.enginereport import render, report
 
     def rec(cid, sps, foreign, split=None, contended=False):
         c = {"foreign_cpu_cores": foreign, "contended": contended}
@@ -378,7 +378,7 @@ def test_a_worker_fed_loader_stops_once_its_whole_bursts_know_the_rate():
 def test_batch_means_of_a_worker_fed_loader_follow_its_cycles_not_its_worker_count():
     """15 workers with 4 batches each ahead delivered about 32 batches a cycle on the 1-GPU H200 host: batches of 15
     steps cut across its cycles (+-35%); batches of whole cycles, between its burst starts, know the rate."""
-    from loaderbench.window import cycle_batches
+    from loaderbench.engine.window import cycle_batches
 
     durations = ([0.5] + [0.03] * 31) * 8  # 8 cycles of 32 steps, each opened by a 0.5 s wait
     step_end = ends(durations)
@@ -428,7 +428,7 @@ def test_engine_report_reads_a_sweeps_folders_and_keeps_its_variants_apart(tmp_p
     setting only some records have (written before it existed) with one value sets none apart."""
     import json as _json
 
-    from loaderbench.enginereport import load, report
+    from loaderbench.report.enginereport import load, report
 
     def rec(variant, r, sps, fused, loader="synthetic", **spec):
         d = tmp_path / variant

@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loaderbench.config import cell_spec
-from loaderbench.records import validate_record
+from loaderbench.core.config import cell_spec
+from loaderbench.core.records import validate_record
 from tests.conftest import REPO, staged_disk, tiny_config, write_config
 
 PY = sys.executable
@@ -42,7 +42,7 @@ def hold_lock(lock_dir: Path, seconds: float) -> subprocess.Popen:
     """Another measurement: a process that holds the host lock for `seconds`, then prints when it let go."""
     code = textwrap.dedent(f"""
         import sys, time
-        from loaderbench.hostlock import exclusive
+        from loaderbench.engine.hostlock import exclusive
         with exclusive("test holder", [], {str(lock_dir)!r}, 5):
             print("held", flush=True)
             time.sleep({seconds})
@@ -54,7 +54,7 @@ def hold_lock(lock_dir: Path, seconds: float) -> subprocess.Popen:
 
 
 def test_lock_is_exclusive_reentrant_and_not_inherited(tmp_path):
-    from loaderbench.hostlock import exclusive, read_holder
+    from loaderbench.engine.hostlock import exclusive, read_holder
 
     probe = [PY, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
              "try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\nexcept BlockingIOError: print('taken')"]  # fmt: skip
@@ -151,7 +151,7 @@ def test_foreign_gpu_processes_are_those_outside_the_cell_tree():
     """NVML stand-in (this host has no GPU) for the process lists only; the filtering and the summary are real."""
     from types import SimpleNamespace as P
 
-    from loaderbench.contention import foreign_gpu_processes, summarize, warning
+    from loaderbench.engine.contention import foreign_gpu_processes, summarize, warning
 
     class StandInNvml:
         @staticmethod
@@ -185,7 +185,7 @@ def cell_processes(workdir: Path) -> list[psutil.Process]:
         cmd = p.info["cmdline"] or []
         if p.info["status"] == psutil.STATUS_ZOMBIE or p.info["cwd"] != str(workdir):
             continue
-        if "run-cell" in cmd or "loaderbench.train" in cmd:
+        if "run-cell" in cmd or "loaderbench.engine.train" in cmd:
             out.append(p)
     return out
 

@@ -3,12 +3,11 @@ inputs it names, has its caption file, and the rule, make_figures and the bundle
 
 import inspect
 
-from loaderbench import figures
-from loaderbench.figure_registry import FIGURES, INPUTS, REGISTRY, Figure, load_captions
-
 import pytest
-
 from conftest import REPO
+
+from loaderbench.report import figures
+from loaderbench.report.figure_list import FIGURES, INPUTS, REGISTRY, Figure, load_captions
 
 
 def test_every_figure_has_a_draw_function_taking_the_inputs_it_names():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from loaderbench.emulated import mount_entry
+from loaderbench.data.emulated import mount_entry
 from tests.conftest import cell_record, needs_fuse
 
 pytestmark = [pytest.mark.e2e, needs_fuse]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loaderbench.config import cell_ids, validate_config
-from loaderbench.figure_registry import FIGURES
-from loaderbench.records import validate_record
+from loaderbench.core.config import cell_ids, validate_config
+from loaderbench.core.records import validate_record
+from loaderbench.report.figure_list import FIGURES
 from tests.conftest import cell_record, cells_table, snakemake
 
 pytestmark = pytest.mark.e2e

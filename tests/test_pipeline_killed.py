@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loaderbench.emulated import mount_entry
+from loaderbench.data.emulated import mount_entry
 from tests.conftest import cell_record, cells_table, needs_fuse, snakemake, start_snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 def measuring_children(root: psutil.Process) -> list[psutil.Process]:
     try:
-        return [p for p in root.children(recursive=True) if "loaderbench.train" in " ".join(p.cmdline())]
+        return [p for p in root.children(recursive=True) if "loaderbench.engine.train" in " ".join(p.cmdline())]
     except psutil.Error:
         return []
 

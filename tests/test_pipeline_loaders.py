@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from loaderbench.config import cell_ids, validate_config
-from loaderbench.records import validate_record
+from loaderbench.core.config import cell_ids, validate_config
+from loaderbench.core.records import validate_record
 from tests.conftest import cell_record, cells_table, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e

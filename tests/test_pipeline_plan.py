@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from loaderbench.config import cell_ids, validate_config
+from loaderbench.core.config import cell_ids, validate_config
 from tests.conftest import REPO, cell_record, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e

@@ -13,9 +13,12 @@ import pytest
 import yaml
 
 from loaderbench import cli
-from loaderbench.config import cell_ids, cell_spec, load_config, validate_config
+from loaderbench.core.cells import configuration
+from loaderbench.core.config import cell_ids, cell_spec, validate_config
+from loaderbench.core.records import make_record, spec_hash
+from loaderbench.core.util import atomic_write_json
 from loaderbench.loaders import BACKLOG, LOADERS
-from loaderbench.costmodel import (
+from loaderbench.plan.costmodel import (
     ASSUMED_SAMPLES_PER_S,
     CELL_OVERHEAD_S,
     FIRST_STEP_S,
@@ -24,10 +27,7 @@ from loaderbench.costmodel import (
     host_of_records,
     this_host,
 )
-from loaderbench.plan import make_plan
-from loaderbench.records import make_record, spec_hash
-from loaderbench.respread import configuration
-from loaderbench.util import atomic_write_json
+from loaderbench.plan.predict import make_plan
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 
 H200X2 = REPO / "docs/results/2026-11-30-h200x2/engine/bundle/cells"
@@ -181,7 +181,7 @@ def test_a_backlog_filled_during_setup_costs_compute_not_loading(project, h200_r
     """A worker-fed loader fills its prefetch during setup: its warm-up is those batches at the compute's pace, and
     one step that waits - not backlog + 2 steps at the loader's pace (study-2: torchvision's warm-up was 3-6 s, the
     old model's 62 steps at 131 ms gave 8 s)."""
-    from loaderbench.costmodel import PREFILL_SHARE, _warmup
+    from loaderbench.plan.costmodel import PREFILL_SHARE, _warmup
 
     spec = cell_spec(validate_config(engine_raw(), base_dir=REPO), "torchvision_ram_g1_b256_amp_dp_r0")
     steps, seconds = _warmup(spec, backlog=62, overhead=10.0, first=0.2, step_s=0.131, compute_s=0.036)
@@ -342,7 +342,7 @@ def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
 def test_profiled_steps_add_their_time_to_a_cells_prediction(project, h200_records):
     """`profile_steps` runs steps under the profiler after the window: a cell that profiles is predicted longer, by
     its steps at the neighbour's pace (slowed by the profiler) and the reduction of their events."""
-    from loaderbench.costmodel import PROFILE_SUMMARY_S, PROFILED_STEP_FACTOR
+    from loaderbench.plan.costmodel import PROFILE_SUMMARY_S, PROFILED_STEP_FACTOR
 
     raw = engine_raw()
     plain = make_plan(validate_config(raw, base_dir=REPO), [], host=host_of_records(h200_records),

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from loaderbench.config import ConfigError, validate_config
+from loaderbench.core.config import ConfigError, validate_config
 from tests.conftest import REPO, tiny_config, write_config
 
 # Every character class that broke or was run: a space, ';', a command substitution, both quotes, non-ASCII.

@@ -8,8 +8,8 @@ import os
 import pandas as pd
 import pytest
 
-from loaderbench.aggregate import aggregate
 from loaderbench.cli import main as cli
+from loaderbench.report.aggregate import aggregate
 from tests.conftest import snakemake, tiny_config, write_config
 
 CELL = "torchvision_disk-a_g1_b4_fp32_dp_r0"
@@ -64,7 +64,7 @@ def test_the_code_hash_changes_with_any_source_byte_and_not_with_the_folder_or_m
     from pathlib import Path
 
     import loaderbench
-    from loaderbench.provenance import code_sha256, tree_sha256
+    from loaderbench.core.provenance import code_sha256, tree_sha256
 
     src = Path(loaderbench.__file__).parent
     a = tmp_path / "a" / "loaderbench"
@@ -72,5 +72,5 @@ def test_the_code_hash_changes_with_any_source_byte_and_not_with_the_folder_or_m
     b = tmp_path / "b" / "loaderbench"
     shutil.copytree(a, b)  # a second copy elsewhere, new mtimes
     assert tree_sha256(a) == tree_sha256(b) == code_sha256()
-    (b / "window.py").write_text((b / "window.py").read_text() + "\n# one more line\n")
+    (b / "engine/window.py").write_text((b / "engine/window.py").read_text() + "\n# one more line\n")
     assert tree_sha256(b) != tree_sha256(a)

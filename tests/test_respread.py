@@ -6,8 +6,8 @@ import json
 
 import pandas as pd
 
-from loaderbench.aggregate import aggregate
-from loaderbench.respread import respread, spreads
+from loaderbench.plan.respread import respread, spreads
+from loaderbench.report.aggregate import aggregate
 
 
 def record(cid, sps, status="ok"):
@@ -56,7 +56,7 @@ def test_a_contended_cell_requeues_its_configuration_once_and_says_why(tmp_path)
     busy[1]["contention"] = {"contended": True, "foreign_cpu_cores": 1.2}
     single[0]["contention"] = {"contended": True, "foreign_cpu_cores": 0.9}
     write(cells, quiet + busy + single)
-    from loaderbench.respread import requeue
+    from loaderbench.plan.respread import requeue
 
     got = requeue(cells, 0.05, ledger)
     assert sorted(got) == ["opencv_ssd_g1_b128_amp_dp", "opencv_ssd_g1_b128_fp32_dp"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loaderbench.config import cell_ids, validate_config
+from loaderbench.core.config import cell_ids, validate_config
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 from tests.slurm_cluster import missing, running, slurm_cluster
 

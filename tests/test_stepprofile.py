@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from loaderbench.config import cell_spec
-from loaderbench.records import validate_record
-from loaderbench.runcell import run_cell
-from loaderbench.stepprofile import overlap_ns, run, summarize, union_ns
+from loaderbench.core.config import cell_spec
+from loaderbench.core.records import validate_record
+from loaderbench.engine.runcell import run_cell
+from loaderbench.engine.stepprofile import overlap_ns, run, summarize, union_ns
 from tests.conftest import staged_disk
 
 

@@ -15,7 +15,7 @@ import types
 import pandas as pd
 import pytest
 
-from loaderbench import telemetry
+from loaderbench.engine import telemetry
 
 
 def _busy_child(seconds: float) -> subprocess.Popen:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from loaderbench.config import cell_spec, validate_config
-from loaderbench.runcell import run_cell
+from loaderbench.core.config import cell_spec, validate_config
+from loaderbench.engine.runcell import run_cell
 
 
 def test_emulated_tier_without_fuse_gives_a_skipped_record_naming_the_fix(tmp_path, monkeypatch):
@@ -32,7 +32,7 @@ def test_emulated_tier_without_fuse_gives_a_skipped_record_naming_the_fix(tmp_pa
 def test_a_refused_mount_stays_a_failed_record(tmp_path):
     import pytest
 
-    from loaderbench.emulated import fuse_available
+    from loaderbench.data.emulated import fuse_available
 
     if fuse_available():
         pytest.skip(f"FUSE is not usable here: {fuse_available()}")

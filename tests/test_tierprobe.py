@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from loaderbench.cache import evict, resident_fraction
-from loaderbench.emulated import DeviceModel, fuse_available, mount, predict
-from loaderbench.provenance import filesystem_of
-from loaderbench.tierprobe import ProbeError, probe, probe_manifest
+from loaderbench.core.provenance import filesystem_of
+from loaderbench.data.cache import evict, resident_fraction
+from loaderbench.data.emulated import DeviceModel, fuse_available, mount, predict
+from loaderbench.data.tierprobe import ProbeError, probe, probe_manifest
 
 FUSE_PROBLEM = fuse_available()
 needs_fuse = pytest.mark.skipif(FUSE_PROBLEM is not None, reason=f"FUSE is not usable here: {FUSE_PROBLEM}")
@@ -108,7 +108,7 @@ def test_probe_manifest_on_a_plain_directory(tmp_path):
 def test_a_cold_tier_kept_cold_comes_back_from_the_device_on_every_reread(tmp_path):
     """A file read again while `KeepCold` runs was evicted in between: read, wait a sweep, and it is cold again -
     as a cell's second pass over a small dataset would find it."""
-    from loaderbench.cache import KeepCold
+    from loaderbench.data.cache import KeepCold
 
     fstype = filesystem_of(tmp_path)["fstype"]
     if fstype in ("tmpfs", "ramfs", None):

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from loaderbench import train
-from loaderbench.config import CellSpec, ConfigError, cell_spec, validate_config
+from loaderbench.core.config import CellSpec, ConfigError, cell_spec, validate_config
+from loaderbench.core.records import spec_hash
+from loaderbench.data.manifest import class_names
+from loaderbench.engine import train
 from loaderbench.loaders import get_loader
-from loaderbench.records import spec_hash
-from loaderbench.staged import class_names
 from tests.conftest import staged_disk, tiny_config
 from tests.test_cold_step import _ctx, _layout
 

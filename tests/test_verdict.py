@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from test_diagnose import cell, table
 
-from loaderbench.diagnose import diagnose
-from loaderbench.verdict import render_html, render_text, verdicts
+from loaderbench.report.diagnose import diagnose
+from loaderbench.report.verdict import render_html, render_text, verdicts
 
 BASELINE = {"loader": "torchvision", "gpus": 1, "batch_size": 128, "precision": "fp32", "parallel": "dp"}
 

@@ -1,4 +1,4 @@
-"""Warm starts (`loaderbench.warmstart`): measuring processes forked by a server that has imported torch - the same
+"""Warm starts (`loaderbench.engine.warmstart`): measuring processes forked by a server that has imported torch - the same
 record as a plain start, a fallback that says why, and no process left behind when its runner is killed."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from dataclasses import replace
 import psutil
 import pytest
 
-from loaderbench import warmstart
-from loaderbench.config import cell_ids, cell_spec, validate_config
-from loaderbench.records import validate_record
-from loaderbench.runcell import run_cell
+from loaderbench.core.config import cell_ids, cell_spec, validate_config
+from loaderbench.core.records import validate_record
+from loaderbench.engine import warmstart
+from loaderbench.engine.runcell import run_cell
 from tests.conftest import cell_record, snakemake, staged_disk, tiny_config, write_config
+
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory, small_dataset):
@@ -33,7 +34,7 @@ def server(tmp_path_factory):
 def _served(tmp_path_factory, *flags: str):
     """(socket, process) of a server started with `flags`, stopped when the fixture ends."""
     sock = tmp_path_factory.mktemp("sock") / "s.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.warmstart", str(sock), *flags],
+    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.warmstart", str(sock), *flags],
                             stdin=subprocess.DEVNULL)  # fmt: skip
     yield sock, proc
     proc.terminate()
@@ -97,8 +98,8 @@ def test_a_warm_process_dies_with_its_runner_killed_by_sigkill(staged, tmp_path,
     tmp, cfg = staged
     sock, proc = server
     spec = replace(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0"), window_steps=None, window_s=300.0)
-    script = ("import json, sys; from pathlib import Path; from loaderbench.config import CellSpec; "
-              "from loaderbench.runcell import run_cell; "
+    script = ("import json, sys; from pathlib import Path; from loaderbench.core.config import CellSpec; "
+              "from loaderbench.engine.runcell import run_cell; "
               "run_cell(CellSpec.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]))")  # fmt: skip
     runner = subprocess.Popen([sys.executable, "-c", script, json.dumps(spec.to_dict()), str(tmp / "disk.json"),
                                str(tmp_path / "c.json")], env={**os.environ, warmstart.ENV_SOCKET: str(sock)})  # fmt: skip
@@ -107,7 +108,7 @@ def test_a_warm_process_dies_with_its_runner_killed_by_sigkill(staged, tmp_path,
         time.sleep(0.2)
     children = forked_by(proc)
     assert children, "the server forked no measuring process"
-    assert "loaderbench.train" in " ".join(children[0].cmdline()) and spec.cell_id in " ".join(children[0].cmdline())
+    assert "loaderbench.engine.train" in " ".join(children[0].cmdline()) and spec.cell_id in " ".join(children[0].cmdline())
     family = [*children, *children[0].children(recursive=True)]
     time.sleep(3)
     runner.kill()
@@ -133,7 +134,7 @@ def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_othe
     new = [c for c in psutil.Process().children() if c.pid not in before]
     try:
         assert path != sock and os.environ[warmstart.ENV_SOCKET] == str(path)
-        assert len(new) == 1 and "loaderbench.warmstart" in " ".join(new[0].cmdline())
+        assert len(new) == 1 and "loaderbench.engine.warmstart" in " ".join(new[0].cmdline())
         assert warmstart.serves_this_code(path)  # the new one serves the code as it is now
     finally:
         for c in new:

@@ -2,7 +2,6 @@
 checkout. Conda itself is not on these machines: the environment is not built here, only its wiring checked."""
 
 import yaml
-
 from conftest import REPO
 
 

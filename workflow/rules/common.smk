@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
-from loaderbench.config import (
+from loaderbench.core.config import (
     CELL_ID_PATTERN,
     cell_ids,
     cell_spec,
@@ -16,10 +16,10 @@ from loaderbench.config import (
     parse_cell_id,
     validate_config,
 )
-from loaderbench.layout import DATASETS, RESULTS as R
-from loaderbench.provenance import run_id
-from loaderbench.records import load_records
-from loaderbench.util import stable_hash
+from loaderbench.core.layout import DATASETS, RESULTS as R
+from loaderbench.core.provenance import run_id
+from loaderbench.core.records import load_records
+from loaderbench.core.util import stable_hash
 from snakemake.settings.types import DeploymentMethod
 
 DEFAULT_CONFIG = "config/quickstart.yaml"
@@ -50,7 +50,7 @@ CELLS = cell_ids(CFG)
 # budget (without trim, or beyond what trim may leave out) stops here with the plan's figures. Without a budget the
 # records are not read here.
 if CFG["budget_minutes"] is not None:
-    from loaderbench.plan import workflow_cells
+    from loaderbench.plan.predict import workflow_cells
 
     CELLS = workflow_cells(CFG, R)
 TIERS = CFG["tiers"]
@@ -77,7 +77,7 @@ def apptainer_args(cfg, existing):
     ]
     if cfg["dataset"]["source"] == "path":
         paths.append(cfg["dataset"]["path"])
-    from loaderbench.hostlock import lock_directory
+    from loaderbench.engine.hostlock import lock_directory
 
     locks = lock_directory(cfg["host"]["lock_dir"])  # /tmp is bound by default; another directory must be bound
     if not str(locks.resolve()).startswith("/tmp/"):
@@ -90,7 +90,7 @@ def apptainer_args(cfg, existing):
     return " ".join([*map(shlex.quote, have), *map(shlex.quote, add)])
 
 
-# Exclusive measurement (config `host:`, src/loaderbench/hostlock.py): the lock directory, wait limit and contention
+# Exclusive measurement (config `host:`, src/loaderbench/engine/hostlock.py): the lock directory, wait limit and contention
 # thresholds reach run-cell and probe-tier as options. They are globals in the shell command, not params: params
 # (and spec fields) are rerun triggers, and these settings must not re-measure cells.
 HOST = CFG["host"]
@@ -105,13 +105,13 @@ HOST_ARGS = (
 
 onstart:
     # SIGINT/SIGTERM to Snakemake's pid alone: stop the measuring job now instead of letting it finish
-    from loaderbench.hostlock import stop_measurements_on_signals
+    from loaderbench.engine.hostlock import stop_measurements_on_signals
 
     stop_measurements_on_signals()
     if HOST["warm_start"] and not USE_CONTAINER and workflow.local_exec:
         # the fork server the cells start their measuring processes from (dies with this Snakemake); not for jobs
         # that run elsewhere (Slurm: on other nodes) or in containers (other mounts)
-        from loaderbench.warmstart import start_server
+        from loaderbench.engine.warmstart import start_server
 
         start_server(reuse=HOST["reuse_processes"])
 
@@ -129,7 +129,7 @@ else:
     CELL_LB = SNAKEMAKE_LB
 # Records name the commit even where the job's tree has no .git (a container, a copied tree).
 if "LOADERBENCH_GIT_COMMIT" not in os.environ:
-    from loaderbench.provenance import git_commit
+    from loaderbench.core.provenance import git_commit
 
     if git_commit()["commit"]:
         os.environ.update(LOADERBENCH_GIT_COMMIT=git_commit()["commit"])

@@ -1,6 +1,6 @@
 # Tables, diagnosis and telemetry timelines -> figures (PNG for the report and the bundle, SVG beside each). The
 # figures, their report categories and captions (workflow/report/<figure>.rst) come from one registry.
-from loaderbench.figure_registry import EXTRA_FILES, FIGURES, REGISTRY
+from loaderbench.report.figure_list import EXTRA_FILES, FIGURES, REGISTRY
 
 
 rule figures:

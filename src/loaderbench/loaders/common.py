@@ -89,7 +89,7 @@ class LoaderContext:
     def samples(self) -> tuple[list[tuple[str, int]], list[str]]:
         """(path, label) pairs and class names from the staged manifest's files (`allowed`), in ImageFolder's order;
         never from a scan of the tier, whose foreign files and folders are ignored."""
-        from ..staged import samples
+        from loaderbench.data.manifest import samples
 
         return samples(self.data_root, self.allowed)
 

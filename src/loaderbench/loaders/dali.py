@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
 
 import torch
 
@@ -100,8 +101,6 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
     """
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-    from ..parallel import scatter_from_main
-
     on_gpu = ctx.device.type == "cuda"
     depth, hw_load = _settings(ctx)
     mixed = on_gpu and decode == "mixed"
@@ -161,3 +160,23 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
         return scatter_from_main(source, ctx.rank, ctx.device, ctx.batch_size, ctx.crop_size, ctx.dtype,
                                  ctx.channels_last)  # fmt: skip
     return source
+
+
+def scatter_from_main(source: Iterator | None, rank: int, device: torch.device, per_rank: int, crop: int,
+                      dtype: torch.dtype, channels_last: bool) -> Iterator:  # fmt: skip
+    """dali-sc under ddp: rank 0 produces the batch for all ranks (`source`, None elsewhere) and scatters each rank
+    its slice over the default group (NCCL on GPUs)."""
+    import torch.distributed as dist
+
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    while True:
+        images = torch.empty((per_rank, 3, crop, crop), dtype=dtype, device=device, memory_format=fmt)
+        labels = torch.empty((per_rank,), dtype=torch.int64, device=device)
+        img_parts = lab_parts = None
+        if rank == 0:
+            batch_images, batch_labels = next(source)
+            img_parts = [p.contiguous(memory_format=fmt) for p in batch_images.split(per_rank)]
+            lab_parts = [p.contiguous() for p in batch_labels.split(per_rank)]
+        dist.scatter(images, img_parts, src=0)
+        dist.scatter(labels, lab_parts, src=0)
+        yield images, labels

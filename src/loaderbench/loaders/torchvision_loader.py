@@ -14,8 +14,16 @@ import torchvision.transforms as T
 import torchvision.transforms.functional as F
 from torchvision.datasets.folder import default_loader
 
-from .common import (CROP_RATIO, CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, LoaderContext, SampleDataset, forever,
-                     uint8_to_device)  # fmt: skip
+from .common import (
+    CROP_RATIO,
+    CROP_SCALE,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    LoaderContext,
+    SampleDataset,
+    forever,
+    uint8_to_device,
+)  # fmt: skip
 
 TRANSPORTS = ("float32", "uint8")
 

@@ -1,0 +1,59 @@
+"""What the subcommands share: the config of a command line, host settings and lock, and their options."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from loaderbench.core.config import load_config
+from loaderbench.core.layout import RESULTS
+
+
+def _cfg(a) -> dict:
+    return load_config(a.config)
+
+
+def _host(a, cfg: dict | None = None):
+    """Host settings (lock directory, wait limit, contention thresholds): the command line's, else the config's."""
+    from loaderbench.engine.hostlock import HostSettings
+
+    base = HostSettings.from_config(cfg)
+    over = {k: getattr(a, k, None) for k in ("lock_dir", "lock_wait_s", "contention_cpu_cores",
+                                            "contention_gpu_processes")}  # fmt: skip
+    return dataclasses.replace(base, **{k: v for k, v in over.items() if v is not None})
+
+
+def _measuring(a, holder: str, gpus: int, cfg: dict | None = None):
+    """The host lock (and the ancestor watch) for a measuring command that is not a cell."""
+    from loaderbench.engine.hostlock import gpu_indices, measuring
+
+    return measuring(holder, gpu_indices(gpus), _host(a, cfg))
+
+
+def _host_options(s, contention: bool = False) -> None:
+    """The `host:` settings as options (Snakemake passes them to run-cell and probe-tier; they override a config's)."""
+    s.add_argument("--lock-dir", help="host lock directory (default: host.lock_dir, else env LOADERBENCH_LOCK_DIR, "
+                   "else /tmp/loaderbench-locks)")  # fmt: skip
+    s.add_argument("--lock-wait-s", type=float, help="seconds to wait for a busy host before failing (default 1800)")
+    if contention:
+        s.add_argument("--contention-cpu-cores", type=float,
+                       help="foreign CPU cores in the window above which the cell is contended (default 0.5)")
+        s.add_argument("--contention-gpu-processes", type=int,
+                       help="foreign GPU processes in the window above which the cell is contended (default 0)")
+
+
+def _side_measurement(s, func) -> None:
+    """What bench, ceiling and sweep share: the results folder they read the staged tiers from, the host lock."""
+    s.add_argument("--results", default=RESULTS.root)
+    _host_options(s)
+    s.set_defaults(func=func)
+
+
+def _batch_and_precision(s) -> None:
+    """The one configuration a side measurement (ceiling, sweep) runs at."""
+    s.add_argument("--batch-size", type=int, help="default: the config's largest")
+    s.add_argument("--precision", choices=["fp32", "amp"], default="amp")
+
+
+def _required(s, *names: str) -> None:
+    for name in names:
+        s.add_argument(name, required=True)

@@ -1,0 +1,163 @@
+"""Side measurements outside the grid, each against a reference: loader-only throughput, the ceiling, the harness against a bare loop, settings sweeps, the engine's own cost."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from loaderbench.core.config import ConfigError, cell_spec
+from loaderbench.core.layout import RESULTS, Layout
+
+from .common import _batch_and_precision, _cfg, _host, _measuring, _side_measurement
+
+TITLE = "Measure outside the grid"
+
+
+def register(add) -> None:
+    """Add this group's subcommands (`add` is `add_parser` that also lists the command under TITLE)."""
+    s = add("bench", help="loader-only throughput (images/s, no model) on a staged tier")
+    s.add_argument("--config", required=True)
+    s.add_argument("--tier", help="tier to read (default: the config's first)")
+    s.add_argument("--loaders", nargs="+")
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--workers", type=int, default=None, help="default: all usable CPUs")
+    s.add_argument("--seconds", type=float, default=10.0)
+    s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--json", help="also write the figures as JSON here")
+    _side_measurement(s, cmd_bench)
+
+    s = add("ceiling", help="the synthetic cell against a bare training loop, and input layout/dtype costs")
+    s.add_argument("--config", required=True, help="settings (window, warm-up, compile, ...) and the staged tier")
+    _batch_and_precision(s)
+    s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--compile", action="store_true", help="torch.compile the model (the compiled ceiling)")
+    s.add_argument("--variant-steps", type=int, default=50, help="bare-loop steps per input variant (0: skip them)")
+    s.add_argument("--json", help="also write the figures as JSON here")
+    _side_measurement(s, cmd_ceiling)
+
+    s = add("crosscheck", help="cells against a bare training loop of the same loader: does the harness "
+                       "slow what it measures? (cell/bare with its interval)")  # fmt: skip
+    s.add_argument("--config", required=True, help="settings (window, warm-up, workers, ...) and the staged tier")
+    s.add_argument("--loaders", nargs="+", required=True, help="built-in loader names (or plugins)")
+    s.add_argument("--tier", help="default: the config's first")
+    s.add_argument("--batch-size", type=int, help="default: the config's largest")
+    s.add_argument("--precision", nargs="+", choices=["fp32", "amp"], default=["fp32"])
+    s.add_argument("--rounds", type=int, default=2, help="cell and bare loop each, alternating (default 2)")
+    s.add_argument("--out", help="folder for crosscheck.json and the cells' records (default <results>/crosscheck)")
+    _side_measurement(s, cmd_crosscheck)
+
+    s = add("sweep", help="the same cells under variants of settings (a tuning experiment outside the grid)")
+    s.add_argument("--config", required=True)
+    s.add_argument("--variant", action="append", required=True,
+                   help="name:field=value,... over cell settings, e.g. hw1:dali_hw_decoder_load=1.0 (repeatable)")
+    s.add_argument("--loaders", nargs="+", required=True)
+    s.add_argument("--tier", help="default: the config's first")
+    _batch_and_precision(s)
+    s.add_argument("--repeats", type=int, default=1)
+    s.add_argument("--out", help="records folder (default <results>/sweep)")
+    _side_measurement(s, cmd_sweep)
+
+    s = add("engine-report", help="the engine's cost and trust: per-cell overhead, convergence, dp/ddp, spread")
+    s.add_argument("--cells", default=RESULTS.cells, help="folder of cell records (default %(default)s)")
+    s.add_argument("--ceiling", help="a `loaderbench ceiling --json` file to include")
+    s.add_argument("--json", help="also write the report as JSON here")
+    s.set_defaults(func=cmd_engine_report)
+
+
+def cmd_bench(a) -> int:
+    from loaderbench.experiments.bench import bench
+
+    cfg = _cfg(a)
+    tier = a.tier or cfg["tiers"][0]
+    loaders = a.loaders or ["torchvision", "opencv"]
+    with _measuring(a, "bench", 1, cfg):
+        r = bench(Path(Layout(a.results).manifest(tier)), loaders, a.batch_size, cfg["crop_size"], a.workers,
+                  a.seconds, a.rounds)  # fmt: skip
+    print(f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
+          f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:")  # fmt: skip
+    for lo, v in r["images_per_s"].items():
+        runs = ", ".join(f"{x:.0f}" for x in r["images_per_s_all"][lo])
+        print(f"  {lo:12s} {v:8.1f} images/s (median; rounds: {runs})")
+    if {"torchvision", "opencv"} <= set(loaders):
+        print(f"  opencv / torchvision = {r['images_per_s']['opencv'] / r['images_per_s']['torchvision']:.2f}x")
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=2))
+    return 0
+
+
+def cmd_ceiling(a) -> int:
+    from loaderbench.core.config import cell_id
+    from loaderbench.experiments.ceiling import ceiling
+
+    cfg = _cfg(a)
+    tier = cfg["tiers"][0]
+    cid = cell_id("synthetic", tier, 1, a.batch_size or cfg["batch_sizes"][-1], a.precision, "dp", 0)
+    spec = cell_spec(cfg, cid, in_grid=False)
+    if a.compile:
+        spec = dataclasses.replace(spec, compile=True)
+    with _measuring(a, "ceiling", 1, cfg):
+        r = ceiling(spec, Path(Layout(a.results).manifest(tier)), a.rounds, a.variant_steps,
+                    Path(Layout(a.results).ceiling), timeout_s=cfg["cell_timeout_s"], host=_host(a, cfg))  # fmt: skip
+    window = (f"{spec.window_steps} steps" if spec.window_steps else f"{spec.window_s:g} s" if spec.window_s
+              else f"adaptive (+-{100 * spec.window_precision:g}%, at most {spec.window_max_s:g} s)")  # fmt: skip
+    print(f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
+          f"channels_last={r['channels_last']}, compile={r['compile']}, cudnn.benchmark={r['cudnn_benchmark']}; "
+          f"window {window} after the cell's warm-up, {a.rounds} alternating rounds, each in a fresh process")  # fmt: skip
+    print(f"  placement (both loops): {json.dumps(r['placement'])}")
+    for s_, b_, n, ph in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"], r["steps"], r["synthetic_phases"]):
+        print(f"  synthetic cell {s_:9.1f} Samples/s   bare loop {b_:9.1f} Samples/s   ({n} steps each)  ratio "
+              f"{s_ / b_:.4f}   (cell setup {ph['setup_s']:.1f} s, first step {ph['first_step_s']:.1f} s, warm-up "
+              f"{ph['warmup_steps']} steps {ph['warmup_s']:.1f} s)")  # fmt: skip
+    print(f"  synthetic / bare loop (median of rounds) = {r['synthetic_over_bare']:.4f}")
+    for name, ms in (r.get("input_variants_ms_per_step") or {}).items():
+        print(f"  amp step, input {name:26s} {ms:8.2f} ms/step")
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=2))
+    return 0
+
+
+def cmd_crosscheck(a) -> int:
+    from loaderbench.experiments.crosscheck import crosscheck, render
+
+    cfg = _cfg(a)
+    tier = a.tier or cfg["tiers"][0]
+    batch = a.batch_size or cfg["batch_sizes"][-1]
+    out = Path(a.out or Layout(a.results).crosscheck)
+    if a.rounds < 1:
+        raise ConfigError("--rounds: at least 1")
+    from loaderbench.loaders import LOADERS
+
+    if unknown := [lo for lo in a.loaders if lo not in LOADERS]:
+        raise ConfigError(f"--loaders: unknown loader(s) {', '.join(unknown)}; known: {', '.join(LOADERS)}")
+    with _measuring(a, "crosscheck", 1, cfg):
+        rows = crosscheck(cfg, a.loaders, tier, batch, a.precision, a.rounds, Path(Layout(a.results).manifest(tier)),
+                          out, host=_host(a, cfg))  # fmt: skip
+    print(f"crosscheck on tier {tier}, 1 GPU x batch {batch}: each cell against a bare loop of its loader, "
+          f"{a.rounds} alternating round(s) in fresh processes; cell/bare [95% interval]; {out / 'crosscheck.json'}")
+    print(render(rows))
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+def cmd_engine_report(a) -> int:
+    from loaderbench.report.enginereport import load, render, report
+
+    rep = report(load(Path(a.cells)), json.loads(Path(a.ceiling).read_text()) if a.ceiling else None)
+    print(render(rep))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rep, indent=2))
+    return 0
+
+
+def cmd_sweep(a) -> int:
+    from loaderbench.experiments.sweep import render, sweep
+
+    cfg = _cfg(a)
+    tier = a.tier or cfg["tiers"][0]
+    with _measuring(a, "sweep", max(cfg["gpus"]), cfg):  # held across its cells (each cell's own lock: a no-op)
+        rows = sweep(cfg, a.variant, a.loaders, tier, a.batch_size or cfg["batch_sizes"][-1], a.precision,
+                     a.repeats, Path(Layout(a.results).manifest(tier)), Path(a.out or Layout(a.results).sweep), host=_host(a, cfg))  # fmt: skip
+    print(f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
+          f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)")  # fmt: skip
+    print(render(rows))
+    return 0

@@ -1,0 +1,217 @@
+"""The steps Snakemake's rules run, one subcommand per job: dataset, check, staging, cells, tier probes, tables, diagnosis, figures, bundle."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from loaderbench.core.config import ConfigError, cell_spec
+from loaderbench.core.layout import RESULTS
+from loaderbench.data.stage import StagingError
+
+from .common import _cfg, _host, _host_options, _measuring, _required
+
+TITLE = "Pipeline steps (the workflow runs these)"
+
+
+def register(add) -> None:
+    """Add this group's subcommands (`add` is `add_parser` that also lists the command under TITLE)."""
+    s = add("make-dataset", help="write a deterministic ImageNet-like JPEG class-folder tree")
+    s.add_argument("--out", required=True)
+    for name, default in (("--images", 256), ("--classes", 4), ("--seed", 0), ("--quality", 90), ("--jobs", None)):
+        s.add_argument(name, type=int, default=default)
+    s.set_defaults(func=cmd_make_dataset)
+
+    s = add("check", help="check every image of a dataset source once; quarantine undecodable ones")
+    _required(s, "--source", "--out", "--quarantine")
+    s.add_argument("--strict", action="store_true")
+    s.add_argument("--jobs", type=int, default=None)
+    s.set_defaults(func=cmd_check)
+
+    s = add("stage", help="stage the checked dataset onto one tier and write its manifest")
+    _required(s, "--check", "--tier", "--tier-path", "--dataset", "--out")
+    s.add_argument("--project-dir", default=".")
+    s.add_argument("--verify", action="store_true",
+                   help="checksum every staged file against the manifest and restage those that differ")
+    s.set_defaults(func=cmd_stage)
+
+    s = add("run-cell", help="measure one cell and write its record")
+    s.add_argument("--spec", help="cell spec as JSON (what Snakemake passes)")
+    s.add_argument("--config", help="config file, with --cell")
+    s.add_argument("--cell", help="cell id (see `loaderbench cells`)")
+    s.add_argument("--manifest", help=f"tier manifest (default {RESULTS.manifest('<tier>')})")
+    s.add_argument("--out", help=f"record path (default {RESULTS.cell('<cell>')})")
+    s.add_argument("--timeline", help=f"telemetry timeline CSV (default {RESULTS.timeline('<cell>')})")
+    s.add_argument("--position", help="'i/n': the cell's place in the grid, shown in its progress lines")
+    s.add_argument("--timeout-s", type=float, help="the cell's time limit (default: config cell_timeout_s, else auto)")
+    s.add_argument("--stall-s", type=float, help="watchdog: no step for this long is a stall (default 60)")
+    s.add_argument("--stall-factor", type=float, help="... or for this many median steps, when longer (default 50)")
+    _host_options(s, contention=True)
+    s.set_defaults(func=cmd_run_cell)
+
+    s = add("probe-tier", help="measured read rate of one tier (files/s, MB/s; 1 and N readers, cold)")
+    s.add_argument("--manifest", required=True, help="the tier's staging manifest")
+    s.add_argument("--tier", required=True, help="the tier's storage entry (config, full form) as JSON")
+    s.add_argument("--readers", type=int, nargs="+", default=[1, 8])
+    s.add_argument("--max-files", type=int)
+    s.add_argument("--max-seconds", type=float, default=20.0)
+    s.add_argument("--out", required=True)
+    _host_options(s)
+    s.set_defaults(func=cmd_probe_tier)
+
+    s = add("aggregate", help="cell records -> results tables")
+    s.add_argument("--cells", nargs="+", required=True)
+    s.add_argument("--baseline", required=True, help="baseline cell as JSON")
+    s.add_argument("--spread-warn", type=float, default=0.05)
+    s.add_argument("--probes", nargs="*", help="tier probe results -> tier_probe.csv")
+    s.add_argument("--ledger", default=RESULTS.respread_ledger, help="respread's ledger (default %(default)s)")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_aggregate)
+
+    s = add("diagnose", help="cells table -> stall attribution, bottleneck per cell, recommendations")
+    s.add_argument("--table", required=True)
+    s.add_argument("--baseline", required=True, help="the config's baseline as JSON")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_diagnose)
+
+    s = add("figures", help="tables -> figures (PNG + SVG)")
+    _required(s, "--table", "--repeats", "--out-dir")
+    s.add_argument("--diagnosis", help="diagnosis.csv (default: computed from --table)")
+    s.add_argument("--probe", help="tier_probe.csv (default: none, the tier-probe figure says so)")
+    s.add_argument("--timelines", nargs="*", default=[], help="the cells' telemetry timeline CSVs (<cell>.csv)")
+    s.add_argument("--timeline-cells", nargs="*", help="cells whose timelines to draw (default: one per loader)")
+    s.set_defaults(func=cmd_figures)
+
+    s = add("bundle", help=f"figures + tables + provenance -> {RESULTS.bundle}/ and {RESULTS.bundle_zip}")
+    s.add_argument("--config-json", required=True)
+    s.add_argument("--tables", nargs="+", required=True, help="the table files (cells.csv, repeats.csv, ...)")
+    s.add_argument("--figures", nargs="+", required=True, help="the figure files (PNG, SVG, seed_table.html)")
+    s.add_argument("--check", required=True)
+    s.add_argument("--check-report", required=True, help="the dataset check's text report")
+    s.add_argument("--manifests", nargs="+", required=True)
+    s.add_argument("--cells", nargs="+", required=True)
+    _required(s, "--captions", "--out-dir", "--zip")
+    s.add_argument("--timelines", nargs="*", help="the cells' telemetry timeline CSVs, copied into the bundle")
+    s.add_argument("--crosscheck", nargs="*", help="a `loaderbench crosscheck` summary (crosscheck.json) to show")
+    s.set_defaults(func=cmd_bundle)
+
+
+def cmd_make_dataset(a) -> int:
+    import time
+
+    from loaderbench.data.dataset import DatasetParams, make_dataset
+
+    t0 = time.monotonic()
+    stats = make_dataset(
+        DatasetParams(images=a.images, classes=a.classes, seed=a.seed, quality=a.quality), Path(a.out), jobs=a.jobs
+    )
+    # the duration is read back by `loaderbench plan` (fixedcosts.GENERATED_LOG_RE) to predict the next generation here
+    print(f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB, in "
+          f"{time.monotonic() - t0:.1f} s", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_check(a) -> int:
+    from loaderbench.data.check import check_dataset, render_report
+
+    result = check_dataset(Path(a.source), Path(a.out), Path(a.quarantine), strict=a.strict, jobs=a.jobs)
+    print(render_report(result), file=sys.stderr, end="")
+    return 0
+
+
+def cmd_stage(a) -> int:
+    from loaderbench.data.stage import stage
+
+    m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir),
+              verify=a.verify)  # fmt: skip
+    c = m["counts"]
+    print(f"staged {c['files']} files ({c['bytes'] / 1e6:.1f} MB) on tier {a.tier} at {m['root']}: "
+          f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed"
+          + (f"; verified by checksum: {c['repaired']} differed and were restaged" if a.verify else "")
+          + (f"; {c['foreign']} foreign file(s) in the tier ignored" if c.get("foreign") else ""), file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_run_cell(a) -> int:
+    from loaderbench.core.config import CellSpec
+    from loaderbench.engine.runcell import run_cell
+    from loaderbench.engine.watchdog import StallRule
+
+    cfg = None
+    if a.spec:
+        spec = CellSpec.from_dict(json.loads(a.spec))
+    elif a.config and a.cell:
+        cfg = _cfg(a)
+        spec = cell_spec(cfg, a.cell)
+    else:
+        raise ConfigError("run-cell needs --spec, or --config with --cell")
+    manifest = Path(a.manifest or RESULTS.manifest(spec.tier))
+    if not manifest.is_file():
+        raise StagingError(f"tier manifest {manifest} is missing: stage the dataset first (snakemake {manifest})")
+    out = Path(a.out or RESULTS.cell(spec.cell_id))
+    timeline = Path(a.timeline or RESULTS.timeline(spec.cell_id))
+    timeout_s = a.timeout_s or (cfg["cell_timeout_s"] if cfg else None)
+    stall = StallRule(floor_s=a.stall_s or (cfg["watchdog"]["stall_s"] if cfg else 60.0),
+                      factor=a.stall_factor or (cfg["watchdog"]["step_factor"] if cfg else 50.0))  # fmt: skip
+    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "", host=_host(a, cfg),
+             timeout_s=timeout_s, stall=stall)  # fmt: skip
+    return 0
+
+
+def cmd_probe_tier(a) -> int:
+    from loaderbench.core.util import atomic_write_json
+    from loaderbench.data.tierprobe import probe_tier
+
+    manifest = json.loads(Path(a.manifest).read_text())
+    with _measuring(a, f"probe-tier {manifest.get('tier')}", 0):
+        result = probe_tier(manifest, json.loads(a.tier), a.readers, a.max_files, a.max_seconds)
+    atomic_write_json(Path(a.out), result)
+    if result.get("error"):
+        print(f"tier {result['tier']}: not probed: {result['error']}", file=sys.stderr)
+    for run in result["runs"]:
+        pred = f", model predicts {run['predicted']['files_per_s']:.1f} (x{run['ratio']:.2f})" if run.get("ratio") else ""
+        print(f"tier {result['tier']} ({result['kind']}, {'cold' if result['cold'] else 'warm'}): {run['readers']} "
+              f"readers {run['files_per_s']:.1f} files/s, {run['mb_per_s']:.1f} MB/s{pred}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_aggregate(a) -> int:
+    from loaderbench.report.aggregate import aggregate
+
+    table = aggregate([Path(p) for p in a.cells], json.loads(a.baseline), a.spread_warn, Path(a.out_dir),
+                      probes=[Path(p) for p in a.probes or []], ledger=Path(a.ledger))  # fmt: skip
+    print(f"aggregated {len(a.cells)} cell records into {len(table)} rows in {a.out_dir}/cells.csv", file=sys.stderr)
+    return 0
+
+
+def cmd_figures(a) -> int:
+    from loaderbench.report.figures import make_figures
+
+    make_figures(Path(a.table), Path(a.repeats), Path(a.out_dir), diagnosis_csv=Path(a.diagnosis) if a.diagnosis else None,
+                 probe_csv=Path(a.probe) if a.probe else None, timeline_csvs=[Path(p) for p in a.timelines],
+                 timeline_cells=a.timeline_cells)  # fmt: skip
+    return 0
+
+
+def cmd_diagnose(a) -> int:
+    from loaderbench.report.diagnose import run
+
+    d = run(Path(a.table), json.loads(a.baseline), Path(a.out_dir))
+    for _, r in d.iterrows():
+        print(f"{r['loader']:>12} {r['tier']:>8} g{r['gpus']} b{r['batch_size']} {r['precision']:>4} "
+              f"{r['parallel']:>3}: {r['bottleneck']}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_bundle(a) -> int:
+    from loaderbench.report.bundle import make_bundle
+
+    paths = lambda names: [Path(n) for n in names or []]  # noqa: E731
+    index = make_bundle(
+        Path(a.config_json), paths(a.tables), paths(a.figures), Path(a.check), Path(a.check_report),
+        paths(a.manifests), paths(a.cells), Path(a.captions), Path(a.out_dir), Path(a.zip),
+        timeline_files=paths(a.timelines), crosscheck_files=paths(a.crosscheck),
+    )  # fmt: skip
+    print(f"bundle: {index.resolve()}  (zip: {Path(a.zip).resolve()})")
+    return 0

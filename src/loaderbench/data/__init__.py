@@ -1,0 +1,13 @@
+"""The dataset and where it is read from: generate or check the source, stage it onto each tier, read the staged
+manifest, keep a cold tier cold, probe a tier's read rate, and emulate slow devices with FUSE (`emulated`).
+
+Modules: `dataset` (the embedded generated dataset), `check` (validate a source folder), `stage` (copy it onto a tier
+and write the manifest), `manifest` (the staged files and labels every reader takes), `cache` (page-cache eviction),
+`tierprobe` (a tier's measured read rate), `emulated/` (a FUSE filesystem with a disk's timing).
+"""
+
+from .check import DatasetError, check_dataset
+from .manifest import samples
+from .stage import StagingError, stage
+
+__all__ = ["DatasetError", "StagingError", "check_dataset", "samples", "stage"]

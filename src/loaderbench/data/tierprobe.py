@@ -1,0 +1,195 @@
+"""The measured read rate of a storage tier: whole-file reads by 1..N concurrent readers, cold by default.
+
+`probe()` reads the same deterministic subset of files once per reader count (evicting the page cache first
+when cold) and reports files/s and MB/s; with a `DeviceModel` it adds what the model predicts and the ratio.
+`probe_manifest()` does the same for a staging manifest (its "root" and "files").
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from loaderbench.core.devices import DeviceModel, EmulatedTierError, predict
+
+from . import cache
+
+CHUNK = 1 << 20
+
+
+class ProbeError(ValueError):
+    """A probe cannot run; the message names the path or manifest key and the fix."""
+
+
+def _relative_paths(files: Iterable[str | os.PathLike | dict]) -> list[str]:
+    """Relative paths from plain paths or manifest entries ({"path", "size", ...})."""
+    out = []
+    for i, f in enumerate(files):
+        if isinstance(f, dict):
+            if "path" not in f:
+                raise ProbeError(f"files[{i}] has no 'path' key (got keys {sorted(f)})")
+            f = f["path"]
+        out.append(os.fspath(f))
+    return out
+
+
+def select(files: Sequence[str], max_files: int | None) -> list[str]:
+    """At most `max_files` files, evenly spread over the list, in list order; the same for the same input."""
+    if max_files is None or len(files) <= max_files:
+        return list(files)
+    if max_files < 1:
+        raise ProbeError(f"max_files must be >= 1 or None, got {max_files}")
+    return [files[i * len(files) // max_files] for i in range(max_files)]
+
+
+def _read_whole(path: str, buf: mmap.mmap) -> int:
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while got := f.readinto(buf):
+            n += got
+    return n
+
+
+def read_files(paths: Sequence[str], readers: int, max_seconds: float) -> dict:
+    """Read whole files with `readers` threads, issuing no new file after `max_seconds` (at least one file)."""
+    lock = threading.Lock()
+    state = {"next": 0, "files": 0, "bytes": 0}
+    errors: list[BaseException] = []
+    start = time.monotonic()
+    deadline = start + max_seconds
+
+    def worker() -> None:
+        buf = mmap.mmap(-1, CHUNK)  # page-aligned: the kernel does not split a direct-I/O read at a page boundary
+        while True:
+            with lock:
+                i = state["next"]
+                if i >= len(paths) or (i > 0 and time.monotonic() >= deadline) or errors:
+                    return
+                state["next"] = i + 1
+            try:
+                n = _read_whole(paths[i], buf)
+            except OSError as e:
+                errors.append(e)
+                return
+            with lock:
+                state["files"] += 1
+                state["bytes"] += n
+
+    threads = [threading.Thread(target=worker, name=f"probe-reader-{k}") for k in range(readers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.monotonic() - start
+    if errors:
+        raise ProbeError(f"reading {getattr(errors[0], 'filename', '?')} failed: {errors[0]}")
+    files, nbytes = state["files"], state["bytes"]
+    return {
+        "readers": readers,
+        "files": files,
+        "bytes": nbytes,
+        "seconds": round(seconds, 6),
+        "files_per_s": files / seconds if seconds > 0 else 0.0,
+        "mb_per_s": nbytes / 1e6 / seconds if seconds > 0 else 0.0,
+        "mean_file_bytes": nbytes / files if files else 0.0,
+        "stopped_by_time": files < len(paths),
+    }
+
+
+def probe(root: str | os.PathLike, files: Iterable[str | os.PathLike | dict], readers: Iterable[int] = (1, 8),
+          max_files: int | None = None, max_seconds: float = 10.0, cold: bool = True,
+          model: DeviceModel | None = None) -> dict:  # fmt: skip
+    """Measured whole-file read rate of `files` (relative to `root`) for each reader count."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ProbeError(f"probe root {root} is not a directory; stage the dataset onto the tier first")
+    readers = [int(r) for r in readers]
+    if not readers or min(readers) < 1:
+        raise ProbeError(f"readers must be a non-empty list of counts >= 1, got {readers}")
+    if max_seconds <= 0:
+        raise ProbeError(f"max_seconds must be > 0, got {max_seconds}")
+    rel = _relative_paths(files)
+    if not rel:
+        raise ProbeError(f"no files to probe under {root}")
+    chosen = [str(root / p) for p in select(rel, max_files)]
+    runs = []
+    for r in readers:
+        eviction = cache.evict(chosen) if cold else None
+        run = read_files(chosen, r, max_seconds)
+        run["eviction"] = eviction
+        if model is not None and run["files"]:
+            expected = predict(model, run["mean_file_bytes"], r)
+            run["predicted"] = expected
+            run["ratio"] = run["files_per_s"] / expected["files_per_s"]
+        runs.append(run)
+    return {
+        "root": str(root),
+        "files_available": len(rel),
+        "files_selected": len(chosen),
+        "max_seconds": max_seconds,
+        "cold": cold,
+        "model": model.to_dict() if model is not None else None,
+        "runs": runs,
+    }
+
+
+def probe_manifest(manifest: dict, readers: Iterable[int] = (1, 8), max_files: int | None = None,
+                   max_seconds: float = 10.0, model: DeviceModel | None = None, cold: bool = True) -> dict:  # fmt: skip
+    """`probe()` over a staging manifest ({"tier", "root", "files": [{"path", "size", "sha256"}]})."""
+    tier = manifest.get("tier", "?") if isinstance(manifest, dict) else "?"
+    for key in ("root", "files"):
+        if not isinstance(manifest, dict) or key not in manifest:
+            raise ProbeError(f"staging manifest of tier '{tier}' has no '{key}' key; re-run the stage step")
+    result = probe(manifest["root"], manifest["files"], readers=readers, max_files=max_files,
+                   max_seconds=max_seconds, cold=cold, model=model)  # fmt: skip
+    return {"tier": manifest.get("tier"), **result}
+
+
+def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_files: int | None = None,
+               max_seconds: float = 10.0) -> dict:  # fmt: skip
+    """The probe job: a configured tier (config's full storage entry) read as the cells read it - an emulated
+    tier through its FUSE mount (mounted for the probe and always unmounted), cold unless the tier is RAM."""
+    from loaderbench.core.config import staged_root
+
+    from .emulated import mount
+
+    base = {"tier": manifest.get("tier"), "kind": tier["kind"], "cache": tier["cache"]}
+    cold = tier["kind"] != "ram"
+    if tier["kind"] != "emulated":
+        return {**base, **probe_manifest(manifest, readers, max_files, max_seconds, cold=cold)}
+    model = DeviceModel.from_dict(tier["model"])
+    try:
+        with mount(tier["path"], tier["mount"], model) as m:
+            root = staged_root(tier["mount"], manifest["dataset"])
+            result = probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
+            result["emulated_stats"] = m.stats()
+    except EmulatedTierError as e:  # no FUSE here: a result that says why (the tier's cells say it too)
+        return {**base, "cold": True, "model": model.to_dict(), "runs": [], "error": str(e)}
+    return {**base, **result}
+
+
+PROBE_COLUMNS = ["Tier", "Kind", "Cold", "Readers", "Files", "Mean file KB", "Files/s", "MB/s", "Model",
+                 "Predicted files/s", "Measured/predicted", "Eviction", "Error"]  # fmt: skip
+
+
+def probe_rows(results: list[dict]) -> list[dict]:
+    """One table row per tier and reader count."""
+    rows = []
+    for res in results:
+        if res.get("error"):
+            rows.append({"Tier": res["tier"], "Kind": res["kind"], "Cold": res.get("cold"), "Readers": None,
+                         "Model": (res.get("model") or {}).get("name"), "Error": res["error"]})  # fmt: skip
+        for run in res["runs"]:
+            pred = run.get("predicted") or {}
+            rows.append({
+                "Tier": res["tier"], "Kind": res["kind"], "Cold": res["cold"], "Readers": run["readers"],
+                "Files": run["files"], "Mean file KB": run["mean_file_bytes"] / 1e3, "Files/s": run["files_per_s"],
+                "MB/s": run["mb_per_s"], "Model": (res.get("model") or {}).get("name"),
+                "Predicted files/s": pred.get("files_per_s"), "Measured/predicted": run.get("ratio"),
+                "Eviction": (run.get("eviction") or {}).get("method"),
+            })  # fmt: skip
+    return rows

@@ -1,0 +1,413 @@
+"""Cell job: run the measurement in a fresh child process and always leave a complete record.
+
+The child (`python -m loaderbench.engine.train`) reports ok/skipped/failed with its metrics; this parent covers what the
+child cannot (death by a signal, a stall, a hang past the cell timeout), adds what it measured around the child
+(tier, telemetry, contention, provenance, phases) and builds the record, once (`records.make_record`).
+The record reaches `out` only by an atomic rename, so an interrupted run never leaves a truncated file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from loaderbench.core.cells import configuration
+from loaderbench.core.config import TIERLESS, CellSpec, auto_timeout, staged_root
+from loaderbench.core.provenance import collect
+from loaderbench.core.records import make_record, warning, warning_lines
+from loaderbench.core.util import atomic_write_json, die_with_parent, kill_tree
+
+from . import contention as _contention
+from . import hostlock, placement, telemetry, warmstart
+from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
+
+
+def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = None, position: str = "",
+             host: hostlock.HostSettings | None = None, timeout_s: float | None = None,
+             stall: StallRule | None = None) -> dict:  # fmt: skip
+    """Measure the cell in child processes and write its record to `out` (and its telemetry to `timeline`).
+
+    Around the measurement: an emulated tier is mounted (and always unmounted), a cold tier's files are evicted
+    from the page cache, the resource sampler runs, and the stall watchdog reads the ranks' heartbeats.
+    `position` ("3/26") prefixes the progress lines; `timeout_s` (default: from the window) bounds the cell.
+
+    The whole of it holds the host lock (`hostlock`: one measurement at a time per host; `host` gives its
+    directory, wait limit and the contention thresholds); a host still busy after the wait limit gives a failed
+    record naming the holder. The runner stops, as on SIGTERM, when one of its ancestors dies."""
+    # --- exclusive measurement (hostlock): SIGTERM -> cleanup, the ancestor watch, the host lock ---
+    host = host or hostlock.HostSettings()
+    run = dict(timeout_s=timeout_s or spec_timeout(spec), stall=stall or StallRule())
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup in _run_cell
+    try:
+        with hostlock.watch_ancestors():
+            try:
+                with hostlock.exclusive(f"cell {spec.cell_id}", hostlock.gpu_indices(spec.gpus), host.directory,
+                                        host.lock_wait_s):  # fmt: skip
+                    return _run_cell(spec, manifest, out, timeline, position, host, busy=None, **run)
+            except hostlock.HostBusy as e:
+                return _run_cell(spec, manifest, out, timeline, position, host, busy=str(e), **run)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, position: str,
+              host: hostlock.HostSettings, busy: str | None, timeout_s: float, stall: StallRule) -> dict:  # fmt: skip
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.parent / f".{out.name}.child"
+    ranks = spec.gpus if spec.parallel == "ddp" else 1
+    beats = [heartbeat_path(partial, r) for r in range(ranks)]
+    stacks = [stacks_path(partial, r) for r in range(ranks)]
+    # ddp's ranks meet through a file (torch's FileStore), not a TCP port picked here and bound later by rank 0:
+    # between the two, another process on the host could take the port
+    rendezvous = partial.with_name(f"{partial.name}.rendezvous").resolve()
+    leftovers = [partial, *(partial.with_name(f"{partial.name}.rank{r}") for r in range(1, ranks)), *beats, *stacks,
+                 rendezvous]  # fmt: skip
+    for p in leftovers:
+        p.unlink(missing_ok=True)
+    args = ["--spec", json.dumps(spec.to_dict()), "--manifest", str(manifest), "--out", str(partial),
+            "--timeout-s", str(timeout_s)]  # fmt: skip
+    started = time.time()
+    label = f"[{position}] " if position else ""
+    print(f"{label}cell {spec.cell_id}: starting ({spec.loader} on {spec.tier} ({spec.tier_kind}, {spec.cache}), "
+          f"{spec.gpus} GPU x batch {spec.batch_size}, {spec.precision}, {spec.parallel})",
+          file=sys.stderr, flush=True)  # fmt: skip
+    manifest_data = json.loads(Path(manifest).read_text())
+    tier = {"name": spec.tier, "kind": spec.tier_kind, "cache": spec.cache, "path": spec.tier_path,
+            "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
+    procs, process_start = [], []
+    mount = sampler = samples = keep_cold = None
+    placed_runner: dict[int, set[int]] = {}
+    rc, why, culprit, stack_dump, absent = None, busy, None, {}, False
+    spawned = exited = None
+    contention = None if busy else _contention.Sampler(spec.gpus).start()
+    try:
+        if why is None and spec.loader not in TIERLESS:
+            try:
+                mount = _prepare_tier(spec, manifest_data, tier)
+            except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
+                why = f"tier {spec.tier} ({spec.tier_kind}) could not be prepared: {e}"
+                # FUSE simply absent here: skipped (the reason names the fix); a refused mount stays failed
+                absent = spec.tier_kind == "emulated" and _fuse_missing()
+        # ddp: one process per GPU (rank), as torchrun would start them, under this runner's supervision
+        for rank in range(ranks if why is None else 0):
+            env = dict(os.environ)
+            if spec.parallel == "ddp":
+                env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
+                           LOADERBENCH_RENDEZVOUS=str(rendezvous))  # fmt: skip
+                # the ranks share the CPUs: split torch's intra-op threads among them as torchrun does (without it,
+                # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
+                env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
+            spawned = spawned or time.time()
+            # a dp cell (one process) may be measured by a process the server kept from a cell of another
+            # configuration (host.reuse_processes; warmstart): the cell id but for its repeat
+            config = configuration(spec.cell_id) if spec.parallel == "dp" else None
+            proc, how, reused = warmstart.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp"
+                                                                           else ""), reuse_config=config)  # fmt: skip
+            if proc is not None and contention is not None:
+                contention.roots.append(proc.pid)  # not the runner's child, but measured as its own
+            procs.append(proc or subprocess.Popen([sys.executable, "-m", "loaderbench.engine.train", *args],
+                                                  preexec_fn=die_with_parent, env=env))  # fmt: skip
+            process_start.append({"rank": rank, "pid": procs[-1].pid, "warm": proc is not None, "how": how,
+                                  "reused": reused})  # fmt: skip
+        if spec.telemetry_hz > 0 and procs:
+            sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
+        if procs:
+            keep_cold = keep_cold_tier(spec, manifest_data)
+        placed_runner = _keep_off_launch_cores(spec, mount)
+        if procs:
+            rc, why, culprit, stack_dump = _wait_all(procs, timeout_s, beats, stacks, stall)
+            exited = time.time()
+    except BaseException:
+        for proc in procs:
+            _kill_tree(proc)  # interrupted: take the ranks and their loader workers down with us
+        raise
+    finally:
+        # the runner's threads back where they were: a process that runs cell after cell (a sweep, the ceiling, a
+        # bench) otherwise lost a core to each cell's launch cores - a sweep on the H200 ran its 12th cell on 4 CPUs
+        for tid, cpus in placed_runner.items():
+            placement.set_thread_cpus(tid, cpus)
+        if sampler:
+            samples = sampler.stop()
+        if keep_cold:
+            tier["keep_cold"] = keep_cold.stop()
+        if mount:
+            mount.unmount()
+            tier["emulated"] = mount.final_stats
+        contention_samples = contention.stop() if contention else None
+    if any(getattr(p, "server_gone", False) for p in procs):
+        # the warm-start server died, and the measuring process with it: it dies with Snakemake, so the run is
+        # ending - let the ancestor watch say so (it checks twice a second), else stop as interrupted all the same
+        time.sleep(2)
+        raise SystemExit(f"cell {spec.cell_id}: interrupted (the warm-start server is gone); no record written")
+    if rc in (-signal.SIGTERM, -signal.SIGINT):
+        # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
+        # so the next run measures this cell again.
+        raise SystemExit(f"cell {spec.cell_id}: interrupted ({signal.Signals(-rc).name}); no record written")
+    result = _outcome(partial, leftovers, culprit, why, absent)
+    metrics = result.get("metrics") or {}
+    if spec.loader not in TIERLESS:
+        _check_rereads(manifest_data, tier, metrics)
+    marks = metrics.get("marks")
+    telemetry_summary = telemetry.summarize(samples, marks) if samples is not None else {"off": "telemetry_hz is 0"}
+    if result.get("metrics") is not None and spec.loader not in TIERLESS:
+        _device_read_share(spec, manifest_data, tier, metrics, telemetry_summary)
+    parts = {}
+    if contention_samples is not None:  # foreign CPU and GPU use during the window (contention.py)
+        parts["contention"] = _contention.summarize(contention_samples, marks, host.contention_cpu_cores,
+                                                    host.contention_gpu_processes)  # fmt: skip
+        if (warn := _contention.warning(parts["contention"])) and result.get("metrics") is not None:
+            metrics.setdefault("warnings", []).append(warn)
+    if timeline is not None:
+        telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
+        telemetry_summary["timeline"] = str(timeline)
+    if stack_dump:
+        parts["stacks"] = stack_dump
+        for rank, text in stack_dump.items():
+            print(f"--- Python stacks of rank {rank} ---\n{text}", file=sys.stderr, flush=True)
+    provenance = collect(spec.tier_path, result.get("runtime"))
+    ended = time.time()
+    record = make_record(
+        spec, result["status"], metrics=result.get("metrics"), reason=result.get("reason"), detail=result.get("detail"),
+        started_at=started, wall_s=ended - started, manifest_sha256=manifest_data.get("sha256"), tier=tier,
+        telemetry=telemetry_summary, provenance=provenance, phases_s=phases(started, spawned, marks, exited, ended),
+        process_start=process_start, **parts,
+    )  # fmt: skip
+    atomic_write_json(out, record)
+    for p in leftovers:
+        p.unlink(missing_ok=True)
+    print(label + summary_line(record), file=sys.stderr, flush=True)
+    return record
+
+
+def _outcome(partial: Path, leftovers: list[Path], culprit: int | None, why: str | None, absent: bool) -> dict:
+    """What the measuring processes reported (train.outcome), or, where they could not (killed, stalled, timed out,
+    host busy, tier not prepared), the runner's own failed or skipped outcome with its reason."""
+    rank0 = json.loads(partial.read_text()) if partial.is_file() else None
+    if culprit:
+        # another rank failed first; what rank 0 then reported (a broken collective) is a consequence, not the cause
+        own = leftovers[culprit]
+        if own.is_file():
+            return json.loads(own.read_text())
+        consequence = rank0["reason"] if rank0 else None
+        return {"status": "failed", "reason": why, "detail": f"rank 0 then: {consequence}" if consequence else None}
+    if rank0 and (why is None or rank0["status"] != "ok"):
+        return rank0
+    if absent:
+        return {"status": "skipped", "reason": why}
+    return {"status": "failed", "reason": why or "measurement process wrote no record"}
+
+
+def phases(started: float, spawned: float | None, marks: dict | None, exited: float | None, ended: float) -> dict:
+    """Where the cell's wall time went (seconds), from the runner's clock and the measuring process's marks: before
+    the process (lock, eviction, mount), its start-up (interpreter, imports), setup, warm-up, the window, its teardown
+    (workers stopped, record written, exit), and the runner's own close (telemetry, record)."""
+    out = {"wall": ended - started}
+    if spawned is None:
+        return out
+    out["before_process"] = spawned - started
+    m = marks or {}
+    points = [("startup", m.get("setup_start")), ("setup", m.get("warmup_start")), ("warmup", m.get("window_start")),
+              ("window", m.get("window_end")), ("teardown", exited), ("close", ended)]  # fmt: skip
+    last = spawned
+    for name, t in points:
+        if t is not None:
+            out[name] = t - last
+            last = t
+    out["overhead"] = out["wall"] - out.get("window", 0.0)
+    return out
+
+
+def _fuse_missing() -> bool:
+    from loaderbench.data.emulated import fuse_available
+
+    return fuse_available() is not None
+
+
+def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict):
+    """Mount an emulated tier (returned, to be unmounted by the caller) and make a cold tier cold."""
+    mount = None
+    if spec.tier_kind == "emulated":
+        from loaderbench.data.emulated import DeviceModel
+        from loaderbench.data.emulated import mount as mount_emulated
+
+        mount = mount_emulated(spec.tier_path, spec.read_path, DeviceModel.from_dict(spec.device_model))
+    if spec.cache == "cold":
+        from loaderbench.data.cache import evict
+
+        tier["eviction"] = evict(_staged_files(spec, manifest))
+    return mount
+
+
+def _staged_files(spec: CellSpec, manifest: dict) -> list[Path]:
+    """The tier's real copies of the manifest's files (an emulated tier's backing files)."""
+    root = staged_root(spec.tier_path, spec.dataset)
+    return [root / f["path"] for f in manifest["files"]]
+
+
+def keep_cold_tier(spec: CellSpec, manifest: dict, evict_first: bool = False):
+    """A cold path tier is evicted again and again while the cell reads it (`cache.KeepCold`); None for other tiers
+    (an emulated tier's mount bypasses the page cache itself, RAM is warm by nature). With `evict_first`, the files
+    are evicted once before it starts (a cell's runner has done so already)."""
+    if spec.cache != "cold" or spec.tier_kind != "path" or spec.loader in TIERLESS:
+        return None
+    from loaderbench.data.cache import KeepCold, evict
+
+    paths = _staged_files(spec, manifest)
+    if evict_first:
+        evict(paths)
+    return KeepCold(paths).start()
+
+
+def _device_read_share(spec: CellSpec, manifest: dict, tier: dict, metrics: dict, tele: dict) -> None:
+    """The share of the window's bytes that came from the tier's device rather than the page cache, on a cold path
+    tier: the device's read bytes in the window (telemetry, the tier's whole disk: other readers count too, so it is
+    an upper bound) over the bytes of the images the window's steps took. Below COLD_SHARE the cell is warm."""
+    from loaderbench.data.cache import COLD_SHARE
+
+    if spec.cache != "cold" or spec.tier_kind != "path":
+        return
+    files, size = len(manifest["files"]), manifest.get("counts", {}).get("bytes", 0)
+    disk = (tele.get("disk_read_mb_s") or {}).get("mean")
+    window_bytes = metrics.get("steps", 0) * metrics.get("global_batch", 0) * (size / files if files else 0)
+    if disk is None or not window_bytes or not metrics.get("time_s"):
+        tier["device_read_share"] = None
+        tier["device_read_note"] = tele.get("disk_note") or "no device read counter for this tier"
+        return
+    device = disk * 1e6 * metrics["time_s"]
+    share = min(1.0, device / window_bytes)
+    tier.update(device_read_share=round(share, 4), device_read_bytes=round(device), window_bytes=round(window_bytes))
+    if share < COLD_SHARE:
+        metrics.setdefault("warnings", []).append(warning(
+            "warm_reads", f"only {100 * share:.0f}% of the window's bytes came from the device of this cold tier (the "
+            f"rest from the page cache), under {100 * COLD_SHARE:.0f}%: the cell is shown as warm and carries no "
+            "cold verdict"))  # fmt: skip
+
+
+def _check_rereads(manifest: dict, tier: dict, metrics: dict) -> None:
+    """How many images the cell read against the dataset's files: the share it read more than once. On a cold path
+    tier those rereads come from the device too (`keep_cold_tier`); `_device_read_share` says how much did."""
+    files = len(manifest["files"])
+    read = (metrics.get("warmup_steps", 0) + metrics.get("steps", 0)) * metrics.get("global_batch", 0)
+    if not files or not read:
+        return
+    tier["images_read"] = read
+    tier["reread_fraction"] = max(0.0, read - files) / read
+
+
+def _wait_all(procs: list[subprocess.Popen], timeout_s: float, beats: list[Path], stacks: list[Path],
+              stall: StallRule, grace_s: float = 60.0) -> tuple[int | None, str | None, int | None, dict]:  # fmt: skip
+    """Wait for every rank. The first rank to fail, a stall (no heartbeat for the stall rule's limit) or a hang past
+    the timeout stops them all: ranks block in collectives for their peers, so one failure would otherwise hang the
+    rest until the timeout. When one rank finishes, the others get `grace_s` to finish too. A stall or a timeout
+    first collects every rank's Python stacks. Returns (exit status, reason, rank, stacks) of the first process
+    that exited non-zero or by a signal (rank None when none did)."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    first_done = None
+    next_beat_check = start + 0.5
+    who = (lambda r: f"rank {r} ") if len(procs) > 1 else (lambda r: "")
+
+    def stop(reason: str, rank: int | None, with_stacks: bool):
+        dump = request_stacks([p.pid for p in procs if p.poll() is None], stacks) if with_stacks else {}
+        for p in procs:
+            _kill_tree(p)
+        return None, reason, rank, dump
+
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        if bad:
+            rank, code = bad[0]
+            for p in procs:
+                _kill_tree(p)
+            return code, who(rank) + _exit_reason(code), rank, {}
+        if all(c == 0 for c in codes):
+            return 0, None, None, {}
+        now = time.monotonic()
+        if first_done is None and any(c == 0 for c in codes):
+            first_done = now
+        if now > deadline:
+            return stop(f"timed out after {timeout_s:g} s (cell_timeout_s)", None, True)
+        if first_done is not None and now - first_done > grace_s:
+            return stop(f"ranks still running {grace_s:g} s after another finished (a collective without its peers)",
+                        None, True)  # fmt: skip
+        if now >= next_beat_check:
+            next_beat_check = now + 0.5
+            for rank, path in enumerate(beats):
+                if codes[rank] is not None:
+                    continue
+                # before its first beat a process is starting up (interpreter, imports) since the runner started it
+                beat = read(path) or Beat(0, "startup", start, None)
+                idle = stall.stalled(beat, now)
+                if idle is not None:
+                    return stop(describe(beat, idle, rank if len(procs) > 1 else None), rank, True)
+        time.sleep(0.1)
+
+
+def spec_timeout(spec: CellSpec) -> float:
+    return auto_timeout({"seconds": spec.window_s, "max_seconds": spec.window_max_s}, spec.compile)
+
+
+def _keep_off_launch_cores(spec: CellSpec, mount) -> dict[int, set[int]]:
+    """The runner's own threads (the sampler, this wait loop) and an emulated tier's server off the cores the
+    measuring processes launch from (they place their own threads). Returns the runner's threads' CPUs before."""
+    place = placement.for_cell(spec.placement, spec.gpus, "cuda" if _has_gpu() else "cpu")
+    if place is None:
+        return {}
+    before = {}
+    for tid in placement.threads_of(os.getpid()):
+        try:
+            before[tid] = os.sched_getaffinity(tid)
+        except OSError:  # the thread ended meanwhile
+            continue
+        placement.set_thread_cpus(tid, place.others)
+    server = getattr(mount, "proc", None)
+    if server is not None:
+        placement.pin_process_tree(server.pid, place.others)
+    return before
+
+
+def _has_gpu() -> bool:
+    return Path("/dev/nvidiactl").exists()
+
+
+def summary_line(record: dict) -> str:
+    m = record.get("metrics") or {}
+    if record["status"] == "ok":
+        warn = "".join(f"\n  warning: {w}" for w in warning_lines(m))
+        tel = record.get("telemetry") or {}
+        res = ""
+        if (tel.get("cpu_mean_pct") or {}).get("mean") is not None:
+            res += f", CPU {tel['cpu_mean_pct']['mean']:.0f}%"
+        gpu_util = [g["util_pct"]["mean"] for g in tel.get("gpus", []) if g.get("util_pct")]
+        if gpu_util:
+            res += ", GPU " + "/".join(f"{u:.0f}" for u in gpu_util) + "%"
+        return (f"cell {record['cell_id']}: ok  {m['samples_per_s']:.1f} samples/s  ({m['steps']} steps in "
+                f"{m['time_s']:.1f} s, data wait {100 * m['data_wait_fraction']:.0f}% of the window{res}){warn}")  # fmt: skip
+    return f"cell {record['cell_id']}: {record['status']}  {record['reason']}"
+
+
+def _exit_reason(rc: int) -> str:
+    if rc < 0:
+        name = signal.Signals(-rc).name
+        hint = " (SIGKILL: often the kernel's OOM killer)" if -rc == signal.SIGKILL else ""
+        return f"measurement process killed by {name}{hint}"
+    return f"measurement process exited with status {rc}"
+
+
+def _raise_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _kill_tree(proc) -> None:
+    kill_tree(proc.pid)
+    proc.wait()

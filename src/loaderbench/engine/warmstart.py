@@ -1,0 +1,560 @@
+"""Warm starts for the measuring processes: a fork server that has already imported torch, torchvision, OpenCV and
+loaderbench's training code, and forks one fresh process per cell (per rank under ddp) on request.
+
+Why: on the H200 host a measuring process spent 4-5 s starting (interpreter, `import torch`) and about 4 more in
+its setup importing torchvision (which imports torch._dynamo) - a third of a cell's overhead, paid by every cell.
+A forked process starts with those modules in memory; what the cell measures is unchanged: the child is still a
+fresh process (its own CUDA context, cuDNN handles, loader workers, random state), the server never touches CUDA
+(a fork after CUDA's initialisation would not be usable), and repeats still run in separate processes.
+
+Lifecycle: Snakemake's `onstart` starts one server per run (`start_server`) as its own child, which dies with it
+(PR_SET_PDEATHSIG), and names its socket in LOADERBENCH_WARM_SOCKET for the cell jobs. The server's command line
+is `python -m loaderbench.engine.warmstart SOCKET`; a child rewrites its own to `python -m loaderbench.engine.train --cell ID ...`,
+so that `ps` (and whatever looks for measuring processes) sees it as what it is.
+A cell runner asks for a process (`spawn`), gets its pid, and keeps the connection open: when the runner goes
+away (killed, even by SIGKILL) the server sees the connection close and kills the child with its loader workers;
+when the child exits the server sends its exit status. The child dies with the server too (PR_SET_PDEATHSIG).
+
+Reuse (`host.reuse_processes`, off by default; the server then runs with `--reuse`): a DataParallel cell's process
+(one process, so one request) is kept after an ok cell instead of exiting, and serves the next dp cell whose request
+has the same environment and working directory (the same CUDA_VISIBLE_DEVICES: the same devices visible; a process
+that measured on 2 GPUs and then measures on 1 keeps its context on the second, idle) - never a
+cell of a configuration it has already measured, so repeats still run in separate processes. It skips the next
+cell's CUDA start and, for the same shapes, cuDNN's plans: the cold step, 3-5 s a GPU on the H200 (docs/results/
+2026-11-30-h200/cold-step-probe). Between cells it kills the cell's loader workers, gives back the device memory it
+cached, resets the peak statistics, cuDNN's settings and its threads' placement (`train.reset_for_next_cell`),
+and lets go of the runner's standard streams. At most one process waits idle; any other request (a ddp cell, another
+environment) kills it before a new process is forked, so no idle process holds a GPU another cell measures on.
+The record's `process_start` says which cell of its process each one was (`reused`).
+
+A runner falls back to starting `python -m loaderbench.engine.train` itself, and says why in the record
+(`process_start`), when there is no server, when it cannot be reached, or when it was started from other code,
+another interpreter or another mount namespace (a container job: the runner's mounts would not be the child's)
+- `key()` compares them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from loaderbench.core.util import die_with_parent, kill_tree, stable_hash
+
+ENV_SOCKET = "LOADERBENCH_WARM_SOCKET"
+PRELOAD = ("torch", "torchvision", "torchvision.models", "numpy", "PIL.Image", "cv2", "psutil",
+           "loaderbench.engine.train", "loaderbench.engine.window", "loaderbench.engine.metrics")  # fmt: skip
+# environment that changes what an import does: a server started under other values is not used
+_IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD")
+_MAX_MESSAGE = 1 << 20
+_TITLE_ROOM = 240
+_PACKAGE = Path(__file__).resolve().parents[1]  # the whole loaderbench package
+
+
+def key(env: dict | None = None) -> str:
+    """What a forked process shares with its server: interpreter, loaderbench's code (files, sizes, mtimes), the
+    import-relevant environment, user and mount namespace. Equal keys: a warm process runs what an exec would."""
+    env = os.environ if env is None else env
+    h = hashlib.sha256()
+    h.update(f"{sys.executable}\0{sys.version}\0{os.getuid()}\0{_mount_namespace()}\0".encode())
+    for name in _IMPORT_ENV:
+        h.update(f"{name}={env.get(name, '')}\0".encode())
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        st = path.stat()
+        h.update(f"{path.relative_to(_PACKAGE)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:20]
+
+
+def _mount_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return "?"
+
+
+def in_container() -> bool:
+    return any(v in os.environ for v in ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"))
+
+
+# ----------------------------------------------------------------------------------------------------- the server
+
+
+def start_server(directory: str | os.PathLike | None = None, reuse: bool = False) -> Path | None:
+    """Start a warm-start server as a child of this process (dying with it) and export its socket to the jobs this
+    process starts. Returns the socket path, or None where warm starts cannot apply (inside a container). A server
+    already named in LOADERBENCH_WARM_SOCKET that serves this code, with the same `reuse`, is used instead: a driver
+    that runs Snakemake several times (dev/gpu-study.sh, a part at a time) starts one for all of them."""
+    if in_container():
+        return None
+    return _named_server(reuse) or _launch(directory, reuse)[1]
+
+
+@contextlib.contextmanager
+def serving(reuse: bool = False):
+    """A warm-start server for the cells this process runs one after another itself (`loaderbench sweep`: 18.8 s of
+    overhead a cell on the H200 when each started plainly, 7.6 s forked warm), stopped when they are done, and the
+    environment as it was. A server already named in LOADERBENCH_WARM_SOCKET that serves this code with the same
+    `reuse` is used as it is, and left running."""
+    if in_container() or _named_server(reuse):
+        yield
+        return
+    before = os.environ.get(ENV_SOCKET)
+    proc, path = _launch(None, reuse)
+    try:
+        # the first cell waits for the imports as it would anyway; a cell asks without waiting for the socket
+        serves_this_code(path, reuse=reuse)
+        yield
+    finally:
+        proc.terminate()  # SIGTERM: the server exits, and its idle children die with it (PR_SET_PDEATHSIG)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        path.unlink(missing_ok=True)
+        if before is None:
+            os.environ.pop(ENV_SOCKET, None)
+        else:
+            os.environ[ENV_SOCKET] = before
+
+
+def _named_server(reuse: bool) -> Path | None:
+    """The server named in LOADERBENCH_WARM_SOCKET, if it answers, serves this code and keeps dp processes as
+    `reuse` asks (a driver's, used by every run it starts)."""
+    path = os.environ.get(ENV_SOCKET)
+    return Path(path) if path and serves_this_code(path, reuse=reuse) else None
+
+
+def _launch(directory: str | os.PathLike | None, reuse: bool) -> tuple[subprocess.Popen, Path]:
+    base = Path(directory) if directory else Path(tempfile.gettempdir()) / f"loaderbench-warm-{os.getuid()}"
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = base / f"{os.getpid()}.sock"  # short: a socket path has at most 107 bytes
+    path.unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.warmstart", str(path), *(["--reuse"] if reuse else [])],
+                            stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, close_fds=True)  # fmt: skip
+    os.environ[ENV_SOCKET] = str(path)
+    return proc, path
+
+
+class _Kid:
+    """A process the server forked: the runner it measures for (None: that runner is gone, or it waits idle), and
+    for a reusable one its control socket, the environment it was made for and the configurations it measured."""
+
+    def __init__(self, pid: int, conn: socket.socket, ctl: socket.socket | None, signature: str | None,
+                 config: str | None):  # fmt: skip
+        self.pid, self.conn, self.ctl, self.signature = pid, conn, ctl, signature
+        self.served = {config}  # one configuration a cell: how many cells it measured, too
+
+    @property
+    def idle(self) -> bool:
+        return self.conn is None and self.ctl is not None
+
+
+def serve(path: str | os.PathLike, reuse: bool = False) -> int:
+    """The server's loop (the process `start_server` starts): bind, import, then fork a process per request (or,
+    with `reuse`, hand a dp cell to an idle process of the same environment)."""
+    path = Path(path)
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    path.unlink(missing_ok=True)
+    listener.bind(str(path))  # bound before the imports: a runner that connects early waits for them
+    listener.listen(64)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; Snakemake decides, we die with it
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    started = time.perf_counter()
+    own_key = key()  # before the imports: OpenCV's adds to LD_LIBRARY_PATH
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:  # an optional module (OpenCV): the child imports what it needs itself
+            pass
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+        print("loaderbench warm start: CUDA was initialised while importing; not serving", file=sys.stderr)
+        return 1
+    print(f"loaderbench warm start: ready in {time.perf_counter() - started:.1f} s (pid {os.getpid()}, {path}"
+          f"{', reusing dp processes' if reuse else ''})", file=sys.stderr, flush=True)  # fmt: skip
+    kids: dict[int, _Kid] = {}
+    waiting: list[socket.socket] = []  # connections whose request has not come yet
+    try:
+        while os.getppid() == parent:
+            conns = {k.conn: k for k in kids.values() if k.conn is not None}
+            ctls = {k.ctl: k for k in kids.values() if k.ctl is not None}
+            ready, _, _ = select.select([listener, *waiting, *conns, *ctls], [], [], 0.2)
+            for sock in ready:
+                if sock is listener:
+                    waiting.append(listener.accept()[0])
+                elif sock in waiting:
+                    waiting.remove(sock)
+                    kid = _handle_request(sock, own_key, reuse, kids, [listener, *waiting])
+                    if kid is None:
+                        sock.close()
+                elif sock in ctls:  # a kept process finished its cell (or died: _reap tells its runner)
+                    if ctls[sock].ctl is sock:  # not let go of earlier in this round
+                        _cell_done(ctls[sock], kids)
+                elif sock in conns and conns[sock].conn is sock:  # a runner's connection closed (or spoke out of
+                    kid = conns[sock]  # turn): its process must not outlive it
+                    kill_tree(kid.pid)
+                    sock.close()
+                    kid.conn = None
+                    if kid.ctl is not None:
+                        kid.ctl.close()
+                        kid.ctl = None
+            _reap(kids)
+    finally:
+        for pid in list(kids):
+            kill_tree(pid)
+        path.unlink(missing_ok=True)
+    return 0
+
+
+def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[int, _Kid],
+                    others: list) -> _Kid | None:  # fmt: skip
+    """Serve one request on `conn`: a ping, or a process - a kept one, or one forked now (which closes `others`, the
+    server's sockets besides its processes', and those)."""
+    try:
+        data, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
+        request = json.loads(data)
+    except (OSError, ValueError):
+        return None
+    if request.get("ping"):  # `serves_this_code`
+        _send(conn, {"same_code": request.get("key") == own_key, "reuse": reuse})
+        return None
+    if request.get("key") != own_key or len(fds) != 3:
+        _send(conn, {"error": f"server key {own_key} differs from the runner's {request.get('key')} (other code, "
+                              "interpreter, environment or mount namespace)"})  # fmt: skip
+        for fd in fds:
+            os.close(fd)
+        return None
+    reusable = reuse and bool(request.get("reusable"))
+    signature = _signature(request) if reusable else None
+    config = request.get("config")
+    for kid in kids.values():
+        if kid.idle and signature is not None and kid.signature == signature and config not in kid.served:
+            try:  # hand the cell to the kept process
+                socket.send_fds(kid.ctl, [json.dumps(request).encode()], fds)
+            except OSError:
+                break
+            for fd in fds:
+                os.close(fd)
+            kid.conn = conn
+            kid.served.add(config)
+            _send(conn, {"pid": kid.pid, "reused": len(kid.served) - 1})
+            return kid
+    _kill_idle(kids)  # no process but the new one on the devices
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctl, child_ctl = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if reusable else (None, None)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for c in [*others, *(k.conn for k in kids.values() if k.conn), *(k.ctl for k in kids.values() if k.ctl)]:
+                c.close()
+            if ctl is not None:
+                ctl.close()
+            _child(conn, request, fds, child_ctl)  # never returns
+        finally:
+            os._exit(70)
+    for fd in fds:
+        os.close(fd)
+    if child_ctl is not None:
+        child_ctl.close()
+    _send(conn, {"pid": pid, "reused": 0})
+    kids[pid] = _Kid(pid, conn, ctl, signature, config)
+    return kids[pid]
+
+
+def _signature(request: dict) -> str:
+    """What a kept process must share with a cell to measure it: the environment (CUDA_VISIBLE_DEVICES, threads, the
+    import paths) and the working directory it was started with."""
+    return stable_hash([request["env"], request["cwd"]])
+
+
+def _cell_done(kid: _Kid, kids: dict[int, _Kid]) -> None:
+    """A kept process says its cell ended ({"done": returncode}) and it waits for the next: tell its runner."""
+    try:
+        message = json.loads(kid.ctl.recv(4096) or b"{}")
+    except (OSError, ValueError):
+        message = {}
+    if "done" not in message:  # it died: its runner hears from _reap
+        kid.ctl.close()
+        kid.ctl = None
+        return
+    if kid.conn is not None:
+        _send(kid.conn, {"returncode": message["done"]})
+        kid.conn.close()
+        kid.conn = None
+    _kill_idle(kids, keep=kid.pid)  # at most one process waits
+
+
+def _kill_idle(kids: dict[int, _Kid], keep: int | None = None) -> None:
+    for kid in [k for k in kids.values() if k.idle and k.pid != keep]:
+        kid.ctl.close()
+        kid.ctl = None
+        kill_tree(kid.pid)
+        try:
+            os.waitpid(kid.pid, 0)  # gone before the next process starts on its devices
+        except ChildProcessError:
+            pass
+        kids.pop(kid.pid, None)
+
+
+_RUNNER = [None]  # the pid of the runner this process now measures for (a kept process: None between cells)
+
+
+def _child(conn: socket.socket, request: dict, fds: list[int], ctl: socket.socket | None) -> None:
+    """In the forked process: become the measuring process the runner asked for, then run it; a kept one (`ctl`)
+    then waits for its next cell there."""
+    conn.close()
+    die_with_parent()  # with the server (itself dying with Snakemake)
+    for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL),
+                         (signal.SIGCHLD, signal.SIG_DFL)):  # fmt: skip
+        signal.signal(sig, handler)
+    cpus = os.sched_getaffinity(0)
+    from . import train
+
+    while True:
+        code = _run_cell(request, fds)
+        if ctl is None or code != 0 or train.LAST_STATUS[0] != "ok":
+            train._exit_now(code)  # a failed cell's process is not kept: its state is not known
+        _RUNNER[0] = None
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):  # the finished job's streams: its log must see their end
+            os.dup2(devnull, target)
+        os.close(devnull)
+        try:
+            ctl.send(json.dumps({"done": code}).encode())  # the runner has its cell; what follows is this process's
+            train.reset_for_next_cell(cpus)  # a next cell handed over meanwhile waits for it (its start-up phase)
+            data, fds, _, _ = socket.recv_fds(ctl, _MAX_MESSAGE, 3)
+            train.CELL_START[0] = time.time()
+            request = json.loads(data)
+        except (OSError, ValueError):
+            data = b""
+        except BaseException:  # not fit for another cell: the server reaps it, no runner waits on it
+            train._exit_now(0)
+        if not data or len(fds) != 3:
+            train._exit_now(0)  # the server let go of this process
+
+
+def _run_cell(request: dict, fds: list[int]) -> int:
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _RUNNER[0] = int(request["runner"])
+    _watch_runner(_RUNNER[0])
+    import random
+
+    random.seed()
+    import torch
+
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # read by torch at its first parallel region, here by hand
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    sys.argv = ["-m loaderbench.engine.train", *request["args"]]
+    _set_cmdline(f"{sys.executable} -m loaderbench.engine.train --cell {request.get('title', '?')} (forked by the "
+                 f"warm-start server {os.getppid()})")  # fmt: skip
+    from . import train
+
+    try:
+        return train.main(request["args"])
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+def _set_cmdline(text: str) -> None:
+    """Rewrite this process's command line as `ps` and /proc/PID/cmdline show it: the kernel reads it from the
+    argument area of the process's memory (arg_start..arg_end in /proc/self/stat), overwritten here in place, as
+    setproctitle does. Arguments are separated by NULs; what does not fit is cut."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # fields 48 and 49 of proc(5)
+    except (OSError, IndexError, ValueError):
+        return
+    size = end - start
+    data = text.replace(" ", "\0").encode()[: size - 1]
+    ctypes.memmove(start, data + b"\0" * (size - len(data)), size)
+
+
+def _watch_runner(pid: int) -> None:
+    """A thread that ends this process (and its loader workers) when the runner that asked for it is gone - the
+    server does the same when it sees the runner's connection close; this covers a server that is gone too."""
+    import threading
+
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return
+
+    def watch():
+        select.select([fd], [], [])
+        os.close(fd)
+        if _RUNNER[0] == pid:  # gone while this process measured for it (a kept process between cells: not)
+            kill_tree(os.getpid())
+
+    threading.Thread(target=watch, name="loaderbench-runner-watch", daemon=True).start()
+
+
+def _reap(kids: dict[int, _Kid]) -> None:
+    while kids:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        kid = kids.pop(pid, None)
+        if kid is None:
+            continue
+        if kid.ctl is not None:
+            kid.ctl.close()
+        if kid.conn is not None:
+            _send(kid.conn, {"returncode": os.waitstatus_to_exitcode(status)})
+            kid.conn.close()
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    try:
+        conn.send(json.dumps(message).encode())
+    except OSError:
+        pass
+
+
+# ----------------------------------------------------------------------------------------------------- the runner
+
+
+class WarmProcess:
+    """A measuring process forked by the server, seen by its runner as the subset of `subprocess.Popen` it uses:
+    `pid`, `poll()`, `wait()`, `kill()`, `returncode`."""
+
+    def __init__(self, conn: socket.socket, pid: int):
+        self.conn, self.pid, self.returncode = conn, pid, None
+        self.server_gone = False  # the server died first (with Snakemake, as a rule), and the process with it
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                data = self.conn.recv(4096, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+            except OSError:
+                data = b""
+            # no message and a closed connection: the server died, and its children with it (PR_SET_PDEATHSIG)
+            self.server_gone = not data
+            self.returncode = json.loads(data)["returncode"] if data else -signal.SIGKILL
+            self.conn.close()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"warm process {self.pid}", timeout)
+            select.select([self.conn], [], [], 0.2)
+        return self.returncode
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def serves_this_code(path: str | os.PathLike, wait_s: float = 180.0, bind_s: float = 10.0,
+                     reuse: bool | None = None) -> bool:  # fmt: skip
+    """Whether a server answers at `path` (after its imports, within `wait_s`) and would fork this code (and, given
+    `reuse`, keeps dp processes or not as asked). A server just started may take `bind_s` to open its socket."""
+    try:
+        conn = _connect(path, bind_s)
+    except OSError:
+        return False
+    try:
+        reply = _ask(conn, {"ping": True, "key": key()}, wait_s)
+        return bool(reply.get("same_code")) and (reuse is None or bool(reply.get("reuse")) == reuse)
+    except (OSError, ValueError):
+        return False
+    finally:
+        conn.close()
+
+
+def _connect(path: str | os.PathLike, bind_s: float = 10.0) -> socket.socket:
+    """A connection to the server at `path`, waiting up to `bind_s` for a server just started to open its socket."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    deadline = time.monotonic() + bind_s
+    while True:
+        try:
+            conn.connect(str(path))
+            return conn
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                conn.close()
+                raise
+            time.sleep(0.05)
+
+
+def spawn(args: list[str], env: dict, title: str, wait_s: float = 180.0,
+          reuse_config: str | None = None) -> tuple[WarmProcess | None, str, int]:  # fmt: skip
+    """Ask the run's server (LOADERBENCH_WARM_SOCKET) for a measuring process running
+    `python -m loaderbench.engine.train ARGS` with `env`, this process's cwd and standard streams (`title`: the cell, for its
+    command line). `reuse_config` (a dp cell: its configuration, the cell id but for its repeat) lets a server that
+    keeps processes hand it to one of its kept processes. Returns (process, how it started, cells that process
+    measured before this one) or (None, why not, 0) - the caller then starts the process itself. `wait_s` bounds the
+    wait for a server still importing."""
+    path = os.environ.get(ENV_SOCKET)
+    if not path:
+        return None, f"no warm-start server ({ENV_SOCKET} unset)", 0
+    if in_container():
+        return None, "inside a container (the server runs outside its mounts)", 0
+    try:
+        conn = _connect(path, bind_s=0.0)  # no wait: a server that is not there costs every cell the wait
+    except OSError as e:
+        return None, f"warm-start server {path} not usable ({type(e).__name__}: {e})", 0
+    try:
+        request = {"args": args, "env": env, "cwd": os.getcwd(), "runner": os.getpid(), "key": key(env),
+                   "title": title, "reusable": reuse_config is not None, "config": reuse_config}
+        reply = _ask(conn, request, wait_s, fds=(0, 1, 2))
+    except (OSError, ValueError) as e:
+        conn.close()
+        return None, f"warm-start server {path} not usable ({type(e).__name__}: {e})", 0
+    if "pid" not in reply:
+        conn.close()
+        return None, f"warm-start server {path} refused: {reply.get('error') or 'it closed the connection'}", 0
+    reused = int(reply.get("reused", 0))
+    how = (f"kept by the warm-start server ({path}) after {reused} cell(s) of other configurations" if reused
+           else f"forked by the warm-start server ({path})")  # fmt: skip
+    return WarmProcess(conn, int(reply["pid"])), how, reused
+
+
+def _ask(conn: socket.socket, message: dict, wait_s: float, fds: tuple[int, ...] = ()) -> dict:
+    """Send the server `message` (with `fds`, passed as SCM_RIGHTS) and return its reply, or an error after
+    `wait_s`."""
+    socket.send_fds(conn, [json.dumps(message).encode()], list(fds))
+    ready, _, _ = select.select([conn], [], [], wait_s)
+    return json.loads(conn.recv(_MAX_MESSAGE) or b"{}") if ready else {"error": f"no reply in {wait_s:g} s"}
+
+
+if __name__ == "__main__":  # python -m loaderbench.engine.warmstart SOCKET [--reuse]
+    words = [w for w in sys.argv[1:] if w.strip()]
+    if len(words) == len(sys.argv) - 1:
+        # once more with room for the children's command lines (`_set_cmdline` writes them over this one's)
+        os.execv(sys.executable, [sys.executable, "-m", "loaderbench.engine.warmstart", *words, " " * _TITLE_ROOM])
+    sys.exit(serve(words[0], reuse="--reuse" in words[1:]))

@@ -1,0 +1,3 @@
+"""Measurements outside the grid, each against a reference: loader-only throughput (`bench`), the compute ceiling
+against a bare training loop (`ceiling`), a loader's cell against a bare loop of the same loader (`crosscheck`) and
+settings sweeps (`sweep`)."""

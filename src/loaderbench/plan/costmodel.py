@@ -1,0 +1,404 @@
+"""What one cell of a study costs on a host, before it runs: overhead (process start, setup, teardown) + warm-up +
+window, on one of three bases, the first that applies:
+
+- record: an ok record of the same host (provenance gpu_models and cpus_usable) and the same configuration (the
+  cell's spec but for its repeat, seed and the paths it reads): that record's wall time (the median of several).
+- host records: records of the same host, of other configurations: the host's median overhead (the neighbour's own
+  when it ran the same loader), and the rate (samples/s) and first step of the closest measured configuration -
+  same loader, GPUs, batch, precision and parallel mode, relaxing the tier first, then the parallel mode, precision,
+  batch, GPUs and last the loader - which give the warm-up and, with the window rule, the window.
+- rules: the constants below, calibrated on the records in docs/results (H200 hosts, a 2-core CPU host). The rate
+  is unknown, so an adaptive window is predicted at its maximum - except on an emulated tier that is I/O-bound,
+  whose rate its device model gives (whole-file reads of the dataset's mean file size).
+
+With `host.reuse_processes` on a GPU host, a dp cell that follows a dp cell is measured by that cell's kept process
+(warmstart; `KeptProcesses` follows the run order): its overhead is that of records measured that way, else the
+fresh records' less their start-up and, for shapes the process ran already, their cold step (KEPT_OVERHEAD_S by the
+rules); fresh cells are predicted from fresh records. Every cell also costs Snakemake's job (JOB_S).
+`loaderbench.plan.predict` adds the fixed costs (`fixedcosts`) and the budget.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from loaderbench.core.cells import configuration
+from loaderbench.core.config import TIERLESS, CellSpec, ConfigError
+from loaderbench.core.records import CorruptRecord, read_record
+from loaderbench.engine.window import MIN_BATCHES
+from loaderbench.loaders import BACKLOG
+
+# The rules (no record of the host). A host is "gpu" when it has a GPU, else "cpu".
+# Process start, imports, setup (with the cold step on a GPU), teardown and the record (a cell's wall - window -
+# warm-up): 9.8 s median on the 2 x H200 host with warm starts and the cold step (docs/results/2026-11-30-h200x2/
+# study-2: overhead 10.6 s of which warm-up 0.8 s); 1-2 s on the 2-core CPU host with warm starts. Cells that start
+# plainly (container jobs, `run-cell` by hand) pay 4-5 s more on the H200 host, 3 s more on the CPU host.
+CELL_OVERHEAD_S = {"gpu": 10.0, "cpu": 2.0}
+# The first warm-up step: CUDA context, cuDNN autotuning, the workers' start (H200: 14-23 s, 26-32 s with 30
+# DataLoader workers; CPU: under 1 s). Without autotuning (cudnn_benchmark: false) cuDNN only plans: 3.4-6.6 s on the
+# 2 x H200 host, 15.6 s for torchvision's 31 workers at 2 GPUs (docs/results/2026-11-30-h200x2/study). After a cold
+# step (cold_step on a GPU) the device is warm and the first step is a step (0.0-0.2 s there, study-2): its cost is
+# in the overhead.
+FIRST_STEP_S = {"gpu": 20.0, "cpu": 1.0}
+FIRST_STEP_UNTUNED_S = 5.0
+FIRST_STEP_AFTER_COLD_S = 0.2
+# The rate assumed for warm-up steps when no record gives one: below the slowest loader measured at batch 256 on an
+# H200 (torchvision, 1450 samples/s) and at batch 16-64 on the CPU host (67 samples/s from the HDD, else 130-250).
+ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}
+# The share of a cell's overhead in which its loader, started at build, fills its backlog before the warm-up: setup is
+# 7.7 s of the 9.8 s on the 2 x H200 host (study-2), the loader built after CUDA's start and the model, half of it.
+PREFILL_SHARE = 0.5
+# A cell measured by a process kept from the cell before (host.reuse_processes), by whether that process ran the
+# cell's shapes already. On the 2 x H200 host (docs/results/2026-11-30-h200x2/study-4): 0.6-1.4 s before the warm-up
+# for shapes the process had run, 7.8 s for new ones (cuDNN's plans for 2 GPUs at fp32), against 7-13 s fresh.
+# Records of kept processes replace it.
+KEPT_OVERHEAD_S = {True: 1.5, False: 8.0}  # only GPU hosts keep processes (KeptProcesses)
+JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spawn, bookkeeping: 0.9 s on the H200 host)
+# Steps profiled after the window (`profile_steps`) run slower under the profiler, and their events are reduced after:
+# a guess until records of the configuration exist (they replace it: their wall has it)
+PROFILED_STEP_FACTOR, PROFILE_SUMMARY_S = 1.5, 2.0
+# Spec fields that do not change what a cell costs: a record with the rest equal is the same configuration.
+# cold_step moves the device's cold start from the first warm-up step into setup, overlapped with the loader's
+# start-up: a cell costs about what it did without it, or less (and records from before it have no cold_step).
+# optimizer_fused changes how fast a step runs, not how long a cell takes (its window is seconds, its overhead the
+# process's): the unfused records of a host predict its fused cells (on by default since 2026-12-01).
+NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset", "cold_step", "optimizer_fused")
+# The closest measured configuration: these spec fields relaxed last to first (the tier first, the loader last; of
+# other loaders, one fed the same way - loaders.BACKLOG - first).
+NEIGHBOUR_FIELDS = ("loader", "feed", "gpus", "batch_size", "precision", "parallel", "tier")
+
+
+@dataclass(frozen=True)
+class Host:
+    """The machine a plan is for, as records name it: its GPU models and usable CPUs."""
+
+    gpu_models: tuple[str, ...]
+    cpus_usable: int
+    source: str = "this machine"
+
+    @property
+    def kind(self) -> str:
+        return "gpu" if self.gpu_models else "cpu"
+
+    def matches(self, record: dict) -> bool:
+        """The record's host is this one: the same GPU models, and its usable CPUs within one per GPU of ours - the
+        cells of one H200 host say 31 (1 GPU) or 30 (2 GPUs): the affinity a cell's runner reads can lose a core
+        per GPU to the cell's placement."""
+        h = (record.get("provenance") or {}).get("host") or {}
+        cpus = h.get("cpus_usable")
+        return tuple(h.get("gpu_models") or ()) == self.gpu_models and cpus is not None and \
+            abs(cpus - self.cpus_usable) <= len(self.gpu_models)  # fmt: skip
+
+    def label(self) -> str:
+        gpus = Counter(self.gpu_models)
+        what = ", ".join(f"{n} x {m}" for m, n in gpus.items()) if gpus else "no GPU"
+        return f"{what}, {self.cpus_usable} usable CPUs ({self.source})"
+
+
+def this_host() -> Host:
+    """This machine, read as a cell's provenance reads it."""
+    from loaderbench.core.provenance import host
+
+    h = host()
+    return Host(tuple(h["gpu_models"]), h["cpus_usable"])
+
+
+def read_records(dirs) -> tuple[list[dict], list[str]]:
+    """The readable cell records directly in `dirs` (not their corrupt/ or superseded/), and the unreadable ones'
+    paths (left where they are: the workflow sets them aside)."""
+    records, unreadable = [], []
+    for d in dirs:
+        for p in sorted(Path(d).glob("*.json")):
+            try:
+                records.append(read_record(p))
+            except CorruptRecord:
+                unreadable.append(str(p))
+    return records, unreadable
+
+
+def host_of_records(directory: str | Path) -> Host:
+    """The host most of the records in `directory` came from (`--host-from`: plan for that machine)."""
+    records, _ = read_records([directory])
+    hosts = [h for h in ((r.get("provenance") or {}).get("host") for r in records) if h and h.get("cpus_usable")]
+    if not hosts:
+        raise ConfigError(f"--host-from {directory}: no cell record with its host's provenance there "
+                          "(point it at a folder of <cell>.json records, e.g. results/cells or a bundle's cells/)")  # fmt: skip
+    gpus = Counter(tuple(h.get("gpu_models") or ()) for h in hosts).most_common(1)[0][0]
+    cpus = max(h["cpus_usable"] for h in hosts if tuple(h.get("gpu_models") or ()) == gpus)  # see Host.matches
+    return Host(gpus, cpus, f"the host of the records in {directory}")
+
+
+# ---- what the records say
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """The cost figures of one ok record."""
+
+    spec: dict
+    wall_s: float
+    window_s: float | None
+    warmup_s: float | None
+    first_step_s: float | None
+    samples_per_s: float | None
+    adaptive: bool
+    compute_s: float | None = None  # a step's compute alone (no wait for data), mean
+    global_batch: int | None = None
+    kept: bool = False  # measured by a process kept from an earlier cell (warmstart's reuse)
+    startup_s: float | None = None  # interpreter and imports (a kept process skips them)
+    cold_step_s: float | None = None  # CUDA's start and cuDNN's plans (a kept process skips them for shapes it ran)
+    unsettled: bool = False  # an adaptive window that reached its maximum unconverged: a longer one runs longer
+
+    @property
+    def overhead_s(self) -> float | None:
+        if self.window_s is None or self.warmup_s is None:
+            return None
+        return max(0.0, self.wall_s - self.window_s - self.warmup_s)
+
+    def key(self, field_name: str):
+        return _key(self.spec, field_name)
+
+
+def _key(spec: dict, field_name: str):
+    if field_name == "feed":
+        return BACKLOG.get(spec.get("loader"))
+    return spec.get(field_name, "dp" if field_name == "parallel" else None)  # records before ddp were dp
+
+
+def measured_of(record: dict) -> _Measured | None:
+    if record.get("status") != "ok" or not record.get("wall_s"):
+        return None
+    m = record.get("metrics") or {}
+    phases = record.get("phases_s") or {}
+    window = m.get("time_s", phases.get("window"))
+    warmup = m.get("warmup_s", phases.get("warmup"))
+    first = m.get("first_step_s")
+    if first is None and warmup is not None and m.get("step_ms") and m.get("warmup_steps"):
+        first = max(0.0, warmup - (m["warmup_steps"] - 1) * m["step_ms"] / 1e3)  # a record from before first_step_s
+    mode = (m.get("window") or {}).get("mode")
+    compute = (m.get("compute_ms") or {}).get("mean")
+    starts = record.get("process_start") or []
+    unsettled = (m.get("window") or {}).get("converged") is False
+    return _Measured(record["spec"], float(record["wall_s"]), window, warmup, first, m.get("samples_per_s"),
+                     mode == "adaptive" or (mode is None and record["spec"].get("window_max_s") is not None),
+                     None if compute is None else compute / 1e3, m.get("global_batch"),
+                     bool(starts) and all(s.get("reused") for s in starts), m.get("startup_s"),
+                     m.get("cold_step_s"), unsettled)  # fmt: skip
+
+
+def _kept_overhead(spec: dict, fresh: list[_Measured], kept: list[_Measured],
+                   shapes_seen: bool) -> tuple[float | None, str]:  # fmt: skip
+    """The overhead of a cell measured by a kept process (warmstart's reuse): the median of records measured that way
+    (of this loader when there are some), else that of `fresh` records less what a kept process skips - the start-up,
+    and the cold step when the process already ran the cell's shapes (cuDNN keeps its plans)."""
+    own = [m for m in kept if m.key("loader") == spec.get("loader")] or kept
+    if own:
+        return _median(m.overhead_s for m in own), f"{len(own)} kept-process record(s)"
+    skipped = [(m.startup_s or 0.0) + ((m.cold_step_s or 0.0) if shapes_seen else 0.0) for m in fresh]
+    over = _median(max(0.0, m.overhead_s - s) for m, s in zip(fresh, skipped) if m.overhead_s is not None)
+    what = "start-up and cold step" if shapes_seen else "start-up (new shapes: cuDNN plans again)"
+    return over, f"fresh overhead less its {what}"
+
+
+def _shapes(spec: dict) -> tuple:
+    """What cuDNN plans a cell's convolutions for: a kept process that ran these has its plans."""
+    return tuple(spec.get(k) for k in ("batch_size", "gpus", "precision", "amp_dtype", "channels_last", "crop_size",
+                                       "compile", "cudnn_benchmark"))  # fmt: skip
+
+
+def _same_configuration(a: dict, b: dict) -> bool:
+    return all(a.get(k) == b.get(k) for k in set(a) | set(b) if k not in NOT_COST)
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+# ---- the cell model
+
+
+def _workers(spec: CellSpec, host: Host) -> int:
+    """A worker-fed loader's DataLoader workers on `host`, as the cell will resolve them (its placement there)."""
+    from loaderbench.engine.placement import for_cell
+    from loaderbench.engine.train import resolve_workers
+
+    place = for_cell(spec.placement, spec.gpus, "cuda" if host.kind == "gpu" else "cpu",
+                     cpus=frozenset(range(host.cpus_usable)))  # fmt: skip
+    return resolve_workers(spec, place, ranks=spec.gpus if spec.parallel == "ddp" else 1, usable=host.cpus_usable)
+
+
+def _backlog(spec: CellSpec, host: Host) -> tuple[int, int]:
+    """(batches the loader prepares ahead, its burst: batches delivered at once) - see loaders.BACKLOG."""
+    kind = BACKLOG.get(spec.loader)
+    if kind == "workers":
+        w = _workers(spec, host)
+        return w * spec.prefetch_factor, max(1, w)
+    if kind == "dali":
+        return spec.dali_prefetch, 1
+    return 0, 1
+
+
+def _io_rate(spec: CellSpec, host: Host, mean_bytes: float) -> float | None:
+    """Samples/s an emulated tier's device model allows (whole-file reads); None for any other tier."""
+    if not spec.device_model or spec.loader in TIERLESS:
+        return None
+    from loaderbench.core.devices import DeviceModel, predict
+
+    readers = _workers(spec, host) if BACKLOG.get(spec.loader) == "workers" else max(1, host.cpus_usable - 1)
+    return predict(DeviceModel.from_dict(spec.device_model), mean_bytes, readers)["files_per_s"]
+
+
+def _runs_here(spec: CellSpec, host: Host) -> str | None:
+    """Why the cell is skipped on `host` (train.py: more GPUs than there are; dp with gpus > 1 on a CPU), else None."""
+    have = len(host.gpu_models)
+    if host.kind == "gpu" and spec.gpus > have:
+        return f"skipped there: {spec.gpus} GPUs wanted, {have} present"
+    if host.kind == "cpu" and spec.gpus > 1 and spec.parallel == "dp":
+        return "skipped there: dp over several GPUs needs GPUs"
+    return None
+
+
+def _first_step_s(spec: CellSpec, host: Host) -> float:
+    """The rules' first step: cuDNN's autotuning is most of it on a GPU, unless a cold step took it (in setup)."""
+    if host.kind == "gpu" and spec.cold_step_on("cuda"):
+        return FIRST_STEP_AFTER_COLD_S
+    return FIRST_STEP_UNTUNED_S if host.kind == "gpu" and not spec.cudnn_benchmark else FIRST_STEP_S[host.kind]
+
+
+def _warmup(spec: CellSpec, backlog: int, overhead: float, first: float, step_s: float,
+            compute_s: float | None) -> tuple[int, float]:  # fmt: skip
+    """(steps, seconds) of the warm-up (window.warm_up): at least `warmup_steps`, then until a step waits for its
+    batch, at most the backlog + 2. The loader starts at build and fills its backlog during setup, at its own rate
+    (PREFILL_SHARE of the overhead); those batches are there at once and cost a step's compute alone (`compute_s`,
+    the step itself when unknown); the first step that finds none waits a whole step."""
+    ready = min(backlog, int(PREFILL_SHARE * overhead / step_s)) if step_s > 0 else backlog
+    steps = min(max(spec.warmup_steps, ready + 1), max(spec.warmup_steps, backlog + 2))
+    fast = max(0, min(ready, steps) - 1)  # steps 2..n served from the prefilled backlog
+    compute = step_s if compute_s is None else min(compute_s, step_s)
+    return steps, first + fast * compute + (steps - 1 - fast) * step_s
+
+
+def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, step_s: float,
+                  window_hint: float | None, io_bound: bool, compute_s: float | None = None) -> tuple[float, str]:  # fmt: skip
+    """overhead + warm-up + window + Snakemake's job, and how the window was predicted."""
+    backlog, burst = _backlog(spec, host)
+    warm_steps, warmup = _warmup(spec, backlog, overhead, first, step_s, compute_s)
+    if spec.window_steps:
+        window, how = spec.window_steps * step_s, f"{spec.window_steps} steps"
+    elif spec.window_s:
+        window, how = spec.window_s, "fixed"
+    else:
+        # the adaptive rule needs MIN_BATCHES batch means of whole bursts and min_seconds before it may stop; at
+        # max_seconds the step in flight still finishes
+        longest = spec.window_max_s + step_s
+        shortest = min(longest, max(spec.window_min_s, MIN_BATCHES * burst * step_s))
+        if window_hint is not None:
+            window, how = min(longest, max(shortest, window_hint)), "as measured"
+        elif io_bound:
+            window, how = shortest, "I/O-bound: known after its first batches"
+        else:
+            window, how = longest, "at its maximum (rate unknown)"
+    detail = f"overhead {overhead:.1f} + warm-up {warm_steps} steps {warmup:.1f} + window {window:.1f} s ({how})"
+    profiled = spec.profile_steps * step_s * PROFILED_STEP_FACTOR + PROFILE_SUMMARY_S if spec.profile_steps else 0.0
+    if profiled:
+        detail += f" + {spec.profile_steps} profiled steps {profiled:.1f} s"
+    return overhead + warmup + window + profiled + JOB_S, detail
+
+
+def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float,
+            kept: bool | None = None) -> tuple[float, str, str]:  # fmt: skip
+    """(seconds, basis, detail) of one cell still to run on `host`, whose ok records are `mine`. `kept`: the cell
+    will be measured by a process kept from the cell before it (True: one that ran its shapes; False: new shapes);
+    None: by a process of its own. Records of the other kind count only for what they share (rate, window)."""
+    d = spec.to_dict()
+    fresh = [m for m in mine if not m.kept]
+    reused = [m for m in mine if m.kept]
+    same = [m for m in mine if _same_configuration(m.spec, d)]
+    if same:
+        own = [m for m in same if m.kept == (kept is not None)]
+        if own:
+            wall = _median(m.wall_s for m in own)
+            return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(own)} record(s) of this configuration"
+        if kept is None:
+            wall = _median(m.wall_s for m in same)  # only kept-process records: the start they skipped is missing
+            return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(same)} kept-process record(s)"
+        over, how = _kept_overhead(d, same, reused, kept)
+        wall = _median(m.wall_s for m in same)
+        if over is not None:
+            wall = _median(m.wall_s - m.overhead_s + over for m in same if m.overhead_s is not None) or wall
+        return wall + JOB_S, "record", f"wall {wall:.1f} s: {len(same)} record(s) of this configuration, {how}"
+    skip = _runs_here(spec, host)
+    if skip:
+        over = _median(m.overhead_s for m in mine) or CELL_OVERHEAD_S[host.kind]
+        return over + JOB_S, "host records" if mine else "rules", skip
+    io = _io_rate(spec, host, mean_bytes)
+    gb = spec.batch_size * spec.gpus
+    rated = [m for m in mine if m.samples_per_s]
+    if rated:
+        want = {f: _key(d, f) for f in NEIGHBOUR_FIELDS}
+        nearest = min(tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) for m in rated)
+        near = [m for m in rated if tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) == nearest]
+        rate = _median(m.samples_per_s for m in near)
+        io_bound = io is not None and io < rate  # the neighbour read a faster tier than this emulated one
+        rate = io if io_bound else rate
+        same_loader = not nearest[0]
+        # the neighbour's own overhead, first step and window when it ran this loader, else the host's; a kept
+        # process's cell: the overhead of cells measured that way
+        pool = [m for m in (near if same_loader else mine) if not m.kept] or (fresh or mine)
+        overhead = _median(m.overhead_s for m in pool)
+        if kept is not None:
+            over = _kept_overhead(d, pool, reused, kept)[0]
+            overhead = overhead if over is None else over
+        first = _median(m.first_step_s for m in (near if same_loader else mine))
+        # a window that never settled says only that this one runs to its own maximum
+        hint = (_median(math.inf if m.unsettled else m.window_s for m in near if m.adaptive)
+                if same_loader and not io_bound else None)  # fmt: skip
+        # the neighbours' compute per step, for this cell's global batch
+        compute = _median(m.compute_s * gb / m.global_batch for m in near if m.compute_s and m.global_batch)
+        seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind] if overhead is None else overhead,
+                                        _first_step_s(spec, host) if first is None else first, gb / rate, hint,
+                                        io_bound, compute)  # fmt: skip
+        relaxed = [f for f, differs in zip(NEIGHBOUR_FIELDS, nearest) if differs and f != "feed"]
+        like = (f"{len(near)} record(s) of this configuration (other settings)" if not relaxed else
+                f"{len(near)} record(s) of another {', '.join(relaxed)}" + (f" ({near[0].key('loader')})"
+                                                                           if nearest[0] else ""))  # fmt: skip
+        return seconds, "host records", f"{rate:.0f} samples/s from {like}; {detail}"
+    assumed = ASSUMED_SAMPLES_PER_S[host.kind]
+    io_bound = io is not None and io < assumed
+    rate = io if io_bound else assumed
+    overhead = CELL_OVERHEAD_S[host.kind] if kept is None else KEPT_OVERHEAD_S[kept]
+    seconds, detail = _cell_seconds(spec, host, overhead, _first_step_s(spec, host), gb / rate, None, io_bound)
+    why = f"{rate:.0f} samples/s the device model allows" if io_bound else f"{rate:.0f} samples/s assumed"
+    return seconds, "rules", f"{why}; {detail}"
+
+
+class KeptProcesses:
+    """Which cells a kept process will measure (warmstart's reuse, on a GPU host), in the order they run: a dp cell
+    after a dp cell, of a configuration that process has not measured (cell jobs share one environment: the workflow
+    sets no CUDA_VISIBLE_DEVICES per cell, and a dp cell uses the first GPUs it sees); any other cell starts anew."""
+
+    def __init__(self, on: bool):
+        self.on = on
+        self.idle = False  # a dp process waits for the next cell
+        self.configs: set[str] = set()
+        self.shapes: set[tuple] = set()
+
+    def next(self, spec: CellSpec) -> bool | None:
+        """None: the cell gets a process of its own; else whether the kept process ran its shapes."""
+        if not self.on or spec.parallel != "dp":
+            self.idle = False
+            return None
+        config = configuration(spec.cell_id)
+        kept = self.idle and config not in self.configs
+        if not kept:
+            self.idle, self.configs, self.shapes = True, set(), set()
+        shapes = _shapes(spec.to_dict())
+        seen = shapes in self.shapes
+        self.configs.add(config)
+        self.shapes.add(shapes)
+        return seen if kept else None

@@ -1,0 +1,314 @@
+"""Cell records -> tables: every repeat, and the seed's table (median over repeats) with Speed and GPU Efficiency."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from loaderbench.core.records import load_records, warning_lines, warnings_of
+from loaderbench.core.uncertainty import between_noise, repeats_halfwidth, widened
+from loaderbench.core.util import atomic_write_text
+
+from .columns import KEYS, SEED_COLUMNS, table_csv, to_labels
+
+# A loader with no 1-GPU mode of its own takes another loader's 1-GPU cell as its GPU Efficiency baseline.
+ONE_GPU_BASELINE = {"dali-mc": "dali-sc"}
+
+
+def run_of(record: dict) -> str:
+    """The run a record belongs to (`provenance.run_id`). A record made before runs were named counts as one run
+    per host name and boot (what it can say), so such records of several runs on one host cannot be told apart."""
+    prov = record.get("provenance") or {}
+    if prov.get("run_id"):
+        return prov["run_id"]
+    host = prov.get("host") or {}
+    boot = f", boot {host['boot_id']}" if host.get("boot_id") else ""
+    return f"unnamed ({host.get('hostname') or 'unknown host'}{boot})"
+
+
+def repeats_table(records: list[dict]) -> pd.DataFrame:
+    """One row per cell record (every repeat, every status)."""
+    rows = []
+    for r in records:
+        s, m = r["spec"], r.get("metrics") or {}
+        peak = m.get("peak_gpu_mem_mb") or []
+        tel = r.get("telemetry") or {}
+        gpus = tel.get("gpus") or []
+        rows.append(
+            {
+                "cell_id": r["cell_id"],
+                "loader": s["loader"],
+                "tier": s["tier"],
+                "gpus": s["gpus"],
+                "batch_size": s["batch_size"],
+                "precision": s["precision"],
+                "parallel": s.get("parallel", "dp"),
+                "repeat": s["repeat"],
+                "run": run_of(r),
+                "status": r["status"],
+                "reason": r.get("reason"),
+                "time_s": m.get("time_s"),
+                "steps": m.get("steps"),
+                "samples_per_s": m.get("samples_per_s"),
+                "data_wait_ms": (m.get("data_wait_ms") or {}).get("mean"),
+                "compute_ms": (m.get("compute_ms") or {}).get("mean"),
+                "data_wait_fraction": m.get("data_wait_fraction"),
+                "half_ratio": m.get("half_ratio"),
+                "peak_gpu_mem_mb": max(peak) if peak else None,
+                "peak_gpu_mem_main_mb": peak[0] if peak else None,  # GPU 0: DataParallel gathers and scatters there
+                "peak_gpu_mem_others_mb": max(peak[1:]) if len(peak) > 1 else None,
+                "input_dtype": (m.get("input") or {}).get("dtype"),
+                "compiled": s.get("compile", False),
+                "device": (m.get("device") or {}).get("type"),
+                "workers": m.get("workers"),
+                "warnings": "; ".join(warning_lines(m)),
+                "window_halfwidth": (m.get("window") or {}).get("ci95_rel_halfwidth"),
+                "converged": (m.get("window") or {}).get("converged"),
+                "contended": any(w["code"] == "contended" for w in warnings_of(m)),
+                "tier_kind": (r.get("tier") or {}).get("kind") or s.get("tier_kind") or _kind_of(s),
+                "cache": (r.get("tier") or {}).get("cache") or s.get("cache"),
+                "device_read_share": (r.get("tier") or {}).get("device_read_share"),
+                "cpu_pct": _mean(tel.get("cpu_mean_pct")),
+                "gpu_util_pct": _avg([_mean(g.get("util_pct")) for g in gpus]),
+                "pcie_rx_mb_s": _avg([_mean(g.get("pcie_rx_mb_s")) for g in gpus]),
+                "disk_read_mb_s": _mean(tel.get("disk_read_mb_s")),
+                "proc_read_mb_s": _mean(tel.get("proc_read_mb_s")),
+                "timeline": tel.get("timeline"),
+                "rss_mb": (tel.get("rss_mb") or {}).get("max") or m.get("process_tree_rss_mb"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _kind_of(spec: dict) -> str:
+    """Tier kind of a record written before tiers had kinds: tmpfs under /dev/shm is RAM."""
+    return "ram" if str(spec.get("tier_path", "")).startswith("/dev/shm") else "path"
+
+
+def _mean(stats: dict | None) -> float | None:
+    return (stats or {}).get("mean")
+
+
+def _avg(values: list) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _median(rows: pd.DataFrame, col: str) -> float:
+    vals = pd.to_numeric(rows[col], errors="coerce") if col in rows else pd.Series(dtype=float)
+    return float(vals.median()) if vals.notna().any() else np.nan
+
+
+def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
+    ok = g[g["status"] == "ok"]
+    statuses = set(g["status"])
+    status = "ok" if statuses == {"ok"} else ("failed" if "failed" in statuses else "skipped")
+    if status != "ok" and not ok.empty:
+        status = "partial"
+    reasons = [x for x in g.loc[g["status"] != "ok", "reason"] if isinstance(x, str)]
+    runs = sorted({x for x in (ok if len(ok) else g)["run"] if isinstance(x, str)})
+    sps = ok["samples_per_s"].astype(float)
+    med = float(sps.median()) if len(sps) else np.nan
+    spread = float((sps.max() - sps.min()) / med) if len(sps) > 1 and med > 0 else (0.0 if len(sps) == 1 else np.nan)
+    return pd.Series(
+        {
+            "time_s": float(ok["time_s"].median()) if len(ok) else np.nan,
+            "steps": float(ok["steps"].median()) if len(ok) else np.nan,
+            "samples_per_s": med,
+            "samples_per_s_min": float(sps.min()) if len(sps) else np.nan,
+            "samples_per_s_max": float(sps.max()) if len(sps) else np.nan,
+            "spread": spread,
+            "spread_flag": bool(len(sps) > 1 and spread > spread_warn),
+            "repeats": len(g),
+            "repeats_ok": len(ok),
+            "run": runs[0] if len(runs) == 1 else ("several: " + ", ".join(runs) if runs else None),
+            "status": status,
+            "reason": reasons[0] if reasons else "",
+            "data_wait_ms": float(ok["data_wait_ms"].median()) if len(ok) else np.nan,
+            "compute_ms": float(ok["compute_ms"].median()) if len(ok) else np.nan,
+            "data_wait_fraction": float(ok["data_wait_fraction"].median()) if len(ok) else np.nan,
+            "peak_gpu_mem_mb": _max(ok, "peak_gpu_mem_mb"),
+            "peak_gpu_mem_main_mb": _max(ok, "peak_gpu_mem_main_mb"),
+            "peak_gpu_mem_others_mb": _max(ok, "peak_gpu_mem_others_mb"),
+            "device": ",".join(sorted({d for d in ok["device"] if isinstance(d, str)})),
+            "tier_kind": g["tier_kind"].iloc[0] if "tier_kind" in g else None,
+            "cache": g["cache"].iloc[0] if "cache" in g else None,
+            "device_read_share": _min(ok, "device_read_share"),
+            "cpu_pct": _median(ok, "cpu_pct"),
+            "gpu_util_pct": _median(ok, "gpu_util_pct"),
+            "pcie_rx_mb_s": _median(ok, "pcie_rx_mb_s"),
+            "disk_read_mb_s": _median(ok, "disk_read_mb_s"),
+            "proc_read_mb_s": _median(ok, "proc_read_mb_s"),
+            "warnings": "; ".join(sorted({w for w in ok["warnings"] if isinstance(w, str) and w})),
+            **_interval(ok),
+        }
+    )
+
+
+def _interval(ok: pd.DataFrame) -> dict:
+    """How far the cell's rate is known (uncertainty.py): from its repeats, or from its one window (widened by the
+    run's noise between processes in `cells_table`); whether a repeat was contended or did not converge."""
+    sps = [float(x) for x in ok["samples_per_s"]]
+    conv = [c for c in ok.get("converged", pd.Series(dtype=object)) if isinstance(c, (bool, np.bool_))]
+    out = {"contended": bool(ok["contended"].any()) if "contended" in ok else False,
+           "converged": all(conv) if conv else None}  # fmt: skip
+    if len(sps) > 1:
+        return {**out, "halfwidth": repeats_halfwidth(sps), "halfwidth_basis": f"{len(sps)} repeats"}
+    hw = pd.to_numeric(ok.get("window_halfwidth", pd.Series(dtype=float)), errors="coerce")
+    return {**out, "halfwidth": float(hw.iloc[0]) if len(hw) and pd.notna(hw.iloc[0]) else np.nan,
+            "halfwidth_basis": "window"}  # fmt: skip
+
+
+def _min(rows: pd.DataFrame, col: str) -> float:
+    vals = pd.to_numeric(rows[col], errors="coerce") if col in rows else pd.Series(dtype=float)
+    return float(vals.min()) if vals.notna().any() else np.nan
+
+
+def _max(rows: pd.DataFrame, col: str) -> float:
+    return float(rows[col].max()) if col in rows and rows[col].notna().any() else np.nan
+
+
+def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05) -> pd.DataFrame:
+    """The seed's table: median over repeats, min-max, Speed and GPU Efficiency."""
+    if "run" not in repeats:
+        repeats = repeats.assign(run="unnamed")  # rows that say nothing of their run: one run
+    rows = [
+        {**dict(zip(KEYS, key)), **_group(g, spread_warn).to_dict()}
+        for key, g in repeats.groupby(KEYS, sort=False, dropna=False)
+    ]
+    t = pd.DataFrame(rows)
+    # a cell of one process: its window's interval widened by the noise between this run's repeated processes
+    ok = repeats[repeats["status"] == "ok"]
+    noise = between_noise([[float(x) for x in g["samples_per_s"]] for _, g in ok.groupby(KEYS, sort=False)])
+    single = t["halfwidth_basis"] == "window"
+    t.loc[single, "halfwidth"] = [widened(h, noise) if pd.notna(h) else h for h in t.loc[single, "halfwidth"]]
+    t.loc[single, "halfwidth_basis"] = (f"window, widened by the run's noise between processes ({100 * noise:.1f}%)"
+                                        if noise is not None else
+                                        "window only (no repeated cell in this run to measure the noise between processes)")  # fmt: skip
+    base = t[
+        (t["loader"] == baseline["loader"])
+        & (t["tier"] == baseline["tier"])
+        & (t["gpus"] == baseline["gpus"])
+        & (t["batch_size"] == baseline["batch_size"])
+        & (t["precision"] == baseline["precision"])
+        & (t["parallel"] == baseline.get("parallel", "dp"))
+    ]
+    t["speed"] = speed(t["samples_per_s"], float(base["samples_per_s"].iloc[0]) if len(base) else np.nan)
+    t["gpu_efficiency"] = gpu_efficiency(t)
+    t["au"] = accelerator_utilisation(t)
+    _within_one_run(t, base["run"].iloc[0] if len(base) else None)
+    implausible = t["au"] > AU_IMPLAUSIBLE
+    t.loc[implausible, "warnings"] = [
+        "; ".join(filter(None, [str(w) if isinstance(w, str) else "",
+                                f"implausible: AU {au:.2f} > {AU_IMPLAUSIBLE} (ceiling or cell disturbed)"]))
+        for w, au in zip(t.loc[implausible, "warnings"], t.loc[implausible, "au"])
+    ]  # fmt: skip
+    return t[SEED_COLUMNS + [c for c in t.columns if c not in SEED_COLUMNS]]
+
+
+# A loader faster than the synthetic ceiling of its configuration: the ceiling was measured low or the cell high.
+AU_IMPLAUSIBLE = 1.05
+
+
+def _one_run(run) -> bool:
+    return isinstance(run, str) and not run.startswith("several: ")
+
+
+def _within_one_run(t: pd.DataFrame, baseline_run) -> None:
+    """Speed, GPU Efficiency and AU divide a cell by another (the baseline, the 1-GPU cell, the synthetic ceiling):
+    only within one run (one machine, one boot, one code), else they are left out and `not_divided` says why - two
+    runs on different machines differ by more than most of what these ratios are read for."""
+    one = t[t["gpus"] == 1].set_index(["loader", "tier", "batch_size", "precision", "parallel"])["run"]
+    by = ["gpus", "batch_size", "precision", "parallel"]
+    ceiling = {}
+    for key, g in t[t["loader"] == "synthetic"].groupby(by):
+        ceiling[key] = g.loc[g["samples_per_s"].idxmax(), "run"] if g["samples_per_s"].notna().any() else None
+    notes = []
+    for i, r in t.iterrows():
+        if not _one_run(r["run"]):
+            t.loc[i, ["speed", "gpu_efficiency", "au"]] = np.nan
+            notes.append("its repeats come from several runs")
+            continue
+        gpu_base = one.get((ONE_GPU_BASELINE.get(r["loader"], r["loader"]), r["tier"], r["batch_size"],
+                            r["precision"], r["parallel"]))  # fmt: skip
+        others = {"speed": ("Speed: the baseline cell", baseline_run),
+                  "gpu_efficiency": ("GPU Efficiency: the 1-GPU cell", gpu_base),
+                  "au": ("AU: the synthetic ceiling", ceiling.get(tuple(r[k] for k in by)))}  # fmt: skip
+        why = []
+        for col, (what, run) in others.items():
+            if pd.notna(r[col]) and run != r["run"]:
+                t.loc[i, col] = np.nan
+                why.append(f"{what} is of another run")
+        notes.append("; ".join(why))
+    t["not_divided"] = notes
+
+
+def speed(samples_per_s: pd.Series, baseline_samples_per_s: float) -> pd.Series:
+    """Speed = Samples/s / the baseline cell's Samples/s (NaN when the baseline has no result)."""
+    if not np.isfinite(baseline_samples_per_s) or baseline_samples_per_s <= 0:
+        return pd.Series(np.nan, index=samples_per_s.index)
+    return samples_per_s / baseline_samples_per_s
+
+
+def gpu_efficiency(t: pd.DataFrame) -> pd.Series:
+    """Samples/s / (GPUs x the same group's 1-GPU Samples/s); dali-mc's group baseline is dali-sc. The group is
+    loader, tier, per-GPU batch, precision and parallel mode (dp cells against the 1-GPU dp cell, ddp against ddp)."""
+    one = t[t["gpus"] == 1].set_index(["loader", "tier", "batch_size", "precision", "parallel"])["samples_per_s"]
+    out = []
+    for _, r in t.iterrows():
+        loader = ONE_GPU_BASELINE.get(r["loader"], r["loader"])
+        base = one.get((loader, r["tier"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
+        out.append(r["samples_per_s"] / (r["gpus"] * base) if base and np.isfinite(base) and base > 0 else np.nan)
+    return pd.Series(out, index=t.index, dtype=float)
+
+
+def accelerator_utilisation(t: pd.DataFrame) -> pd.Series:
+    """AU (MLPerf Storage's accelerator utilisation): Samples/s / the `synthetic` loader's Samples/s at the same GPUs,
+    batch, precision and parallel mode - the share of the compute ceiling a loader delivers. NaN without a synthetic cell."""
+    by = ["gpus", "batch_size", "precision", "parallel"]
+    ceiling = t[t["loader"] == "synthetic"].groupby(by)["samples_per_s"].max().to_dict()
+    out = [r["samples_per_s"] / ceiling.get(tuple(r[k] for k in by), np.nan) for _, r in t.iterrows()]
+    return pd.Series(out, index=t.index, dtype=float)
+
+
+def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_dir: Path,
+              probes: list[Path] = (), ledger: Path | None = None) -> pd.DataFrame:  # fmt: skip
+    """cells.csv (median over repeats), repeats.csv (every record) and tier_probe.csv (each tier's read rate);
+    `ledger`: respread's ledger (layout.Layout.respread_ledger), the spread of requeued configurations."""
+    from loaderbench.data.tierprobe import PROBE_COLUMNS, probe_rows
+
+    rows = probe_rows([json.loads(Path(p).read_text()) for p in probes])
+    probe = pd.DataFrame(rows, columns=PROBE_COLUMNS)
+    atomic_write_text(Path(out_dir) / "tier_probe.csv", probe.to_csv(index=False, float_format="%.4g"))
+    records, _ = load_records(cell_files)  # an unreadable record is moved aside, named, and measured next run
+    from loaderbench.core.cells import configuration
+    from loaderbench.plan.respread import load_ledger
+
+    ledger = load_ledger(Path(ledger)) if ledger else {}
+    repeats = repeats_table(records)
+    table = cells_table(repeats, baseline, spread_warn)
+    if ledger:  # rerun once for their spread: the spread those repeats had before
+        before = {key: entry["spread"] for key, entry in ledger.items()}
+        ids = repeats.groupby(KEYS, sort=False, dropna=False)["cell_id"].first().map(configuration)
+        table["spread_before_rerun"] = [before.get(ids.get(tuple(r[k] for k in KEYS))) for _, r in table.iterrows()]
+    out_dir = Path(out_dir)
+    atomic_write_text(out_dir / "repeats.csv", table_csv(repeats, "repeats"))
+    atomic_write_text(out_dir / "cells.csv", table_csv(table, "cells", float_format="%.4g"))
+    return table
+
+
+def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The seed's columns (plus precision and status) with readable number formats, labelled for display."""
+    rerun = ["spread_before_rerun"] if "spread_before_rerun" in table else []
+    divided = "not_divided" in table and any(isinstance(x, str) and x for x in table["not_divided"])
+    extra = rerun + (["not_divided"] if divided else [])
+    t = table[SEED_COLUMNS[:4] + ["precision"] + SEED_COLUMNS[4:] + ["status", "repeats_ok", "spread", *extra]].copy()
+    fmt = {"time_s": "{:.1f}", "steps": "{:.0f}", "samples_per_s": "{:.1f}", "speed": "{:.2f}", "gpu_efficiency": "{:.2f}"}
+    for col, f in fmt.items():
+        t[col] = [f.format(v) if pd.notna(v) else "-" for v in t[col]]
+    for col in ["spread", *rerun]:
+        t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
+    return to_labels(t)

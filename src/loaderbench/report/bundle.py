@@ -1,0 +1,220 @@
+"""The results bundle: index.html linking every figure and table with the run's provenance, and a zip of it."""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+import time
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from loaderbench.core.records import warning_lines, warnings_of
+
+from .aggregate import seed_table_frame
+from .columns import read_table, to_labels
+from .figure_list import EXTRA_FILES, FIGURE_FILES, FIGURES, load_captions
+from .verdict import render_html
+
+
+def _summarize_provenance(records: list[dict]) -> dict:
+    """The distinct values each provenance field took across the cells (normally one each)."""
+    seen: dict[str, Counter] = {}
+    for r in records:
+        p = r.get("provenance") or {}
+        flat = {f"versions.{k}": v for k, v in (p.get("versions") or {}).items()}
+        flat.update({f"host.{k}": v for k, v in (p.get("host") or {}).items()})
+        flat.update({f"git.{k}": v for k, v in (p.get("git") or {}).items()})
+        flat.update({f"container.{k}": v for k, v in (p.get("container") or {}).items()})
+        for k, v in flat.items():
+            seen.setdefault(k, Counter())[json.dumps(v) if not isinstance(v, str) else v] += 1
+    return {k: dict(c) for k, c in seen.items()}
+
+
+TABLES = ("cells.csv", "repeats.csv", "diagnosis.csv", "diagnosis.md", "recommendations.json", "verdict.json",
+          "tier_probe.csv")
+
+
+def _by_name(files: list[Path], wanted: tuple[str, ...], what: str) -> dict[str, Path]:
+    """The given files by file name; every `wanted` name must be among them."""
+    found = {Path(f).name: Path(f) for f in files}
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        raise FileNotFoundError(f"bundle: {what} missing from the inputs: {', '.join(missing)}")
+    return found
+
+
+def make_bundle(
+    config_json: Path, table_files: list[Path], figure_files: list[Path], check_json: Path, check_report: Path,
+    manifests: list[Path], cell_files: list[Path], captions_dir: Path, out_dir: Path, zip_path: Path,
+    timeline_files: list[Path] = (), crosscheck_files: list[Path] = (),
+) -> Path:  # fmt: skip
+    """index.html in `out_dir` with the tables, figures (the registry's, in its order), cell records, timelines
+    and provenance copied beside it; the folder zipped to `zip_path`."""
+    out_dir, zip_path = Path(out_dir), Path(zip_path)
+    tables = _by_name(table_files, TABLES, "tables")
+    figures = _by_name(figure_files, (*FIGURE_FILES, *EXTRA_FILES), "figures")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    for sub in ("figures", "tables", "cells"):
+        (out_dir / sub).mkdir(parents=True)
+    for name in FIGURE_FILES:
+        shutil.copyfile(figures[name], out_dir / "figures" / name)
+    for name in EXTRA_FILES:  # the seed's table as HTML sits with the tables
+        shutil.copyfile(figures[name], out_dir / "tables" / name)
+    for name in TABLES:
+        shutil.copyfile(tables[name], out_dir / "tables" / name)
+    if timeline_files:
+        (out_dir / "telemetry").mkdir()
+        for f in timeline_files:
+            shutil.copyfile(f, out_dir / "telemetry" / Path(f).name)
+    records = []
+    for f in cell_files:
+        shutil.copyfile(f, out_dir / "cells" / Path(f).name)
+        records.append(json.loads(Path(f).read_text()))
+    config = json.loads(Path(config_json).read_text())
+    check = json.loads(Path(check_json).read_text())
+    shutil.copyfile(check_report, out_dir / "dataset_check.txt")
+    tiers = []
+    for m in manifests:
+        man = json.loads(Path(m).read_text())
+        tiers.append({k: man[k] for k in ("tier", "tier_path", "root", "filesystem", "counts", "sha256")})
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    probe = pd.read_csv(tables["tier_probe.csv"])
+    provenance = {"generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "tiers": tiers,
+                  "tier_probe": json.loads(probe.to_json(orient="records")),
+                  "cells": _summarize_provenance(records)}  # fmt: skip
+    (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=2))
+    table = read_table(tables["cells.csv"])
+    captions = load_captions(captions_dir)
+    diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
+    recs = json.loads(tables["recommendations.json"].read_text())
+    verdict = render_html(json.loads(tables["verdict.json"].read_text()))
+    crosscheck = [json.loads(Path(f).read_text()) for f in crosscheck_files]
+    for i, f in enumerate(crosscheck_files):
+        shutil.copyfile(f, out_dir / "tables" / (f"crosscheck{i or ''}.json"))
+    (out_dir / "index.html").write_text(
+        _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
+                    {Path(f).name for f in timeline_files}, _crosscheck_html(crosscheck), verdict)
+    )
+    tmp = zip_path.with_name(f".{zip_path.name}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(out_dir.rglob("*")):
+            if f.is_file():
+                z.write(f, Path("bundle") / f.relative_to(out_dir))
+    tmp.replace(zip_path)
+    return out_dir / "index.html"
+
+
+def _crosscheck_html(summaries: list[dict]) -> str:
+    """The crosscheck's cell/bare per loader (`loaderbench crosscheck`): how much the harness costs what it measures."""
+    if not summaries:
+        return ""
+    e = html.escape
+    rows = []
+    for s in summaries:
+        for r in s["rows"]:
+            q = r.get("cell_over_bare")
+            if q is None:
+                rows.append(f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td><td colspan='4'>failed: "
+                            f"{e('; '.join(r['reasons']))}</td></tr>")  # fmt: skip
+                continue
+            verdict = "the harness costs the loader" if q["high"] < 1 else \
+                "no measurable difference" if q["low"] <= 1 else "cell faster than the bare loop"  # fmt: skip
+            rates = lambda xs: ", ".join(f"{x:.0f}" for x in xs)  # noqa: E731
+            rows.append(f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td>"
+                        f"<td>{rates(r['cell_samples_per_s'])}</td><td>{rates(r['bare_samples_per_s'])}</td>"
+                        f"<td>{q['value']:.3f} [{q['low']:.3f}, {q['high']:.3f}]</td><td>{verdict}</td></tr>")  # fmt: skip
+    head = summaries[0]
+    return ("<h2>Does the harness slow the loader? (crosscheck)</h2>"
+            f"<p>Each cell against a bare training loop of the same loader object in a fresh process (tier "
+            f"{e(str(head.get('tier')))}, batch {head.get('batch_size')}, {head.get('rounds')} alternating round(s)); "
+            "cell/bare with its 95% interval. Also as <a href='tables/crosscheck.json'>crosscheck.json</a>.</p>"
+            "<table><tr><th>Dataloader</th><th>precision</th><th>cell Samples/s</th><th>bare Samples/s</th>"
+            "<th>cell/bare [95%]</th><th>verdict</th></tr>" + "".join(rows) + "</table>")  # fmt: skip
+
+
+def _reread_note(records: list, e) -> list[str]:
+    """A warning at the top when cold-tier cells reread files (after the first pass from the page cache)."""
+    rereads = [r["cell_id"] for r in records
+               if any(w["code"] == "cold_tier_reread" for w in warnings_of(r.get("metrics")))]
+    if not rereads:
+        return []
+    return [f"<p><b>Warning:</b> {len(rereads)} cold-tier cell(s) read more images than the dataset holds, so part of "
+            "their reads came from the page cache, not the device (the dataset fits in RAM): "
+            f"{e(', '.join(rereads))}. Use a larger dataset, a shorter window or an emulated tier.</p>"]
+
+
+def _index_html(
+    config: dict, table: pd.DataFrame, check: dict, tiers: list, provenance: dict, records: list, captions: dict,
+    diagnosis: pd.DataFrame, recs: list[dict], timelines: set[str], crosscheck: str = "", verdict: str = "",
+) -> str:  # fmt: skip
+    e = html.escape
+    status = Counter(r["status"] for r in records)
+    c = check["counts"]
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>loaderbench: {e(config['name'])}</title>",
+        "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
+        "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#444}</style></head><body>",
+        f"<h1>loaderbench results: {e(config['name'])}</h1>",
+        f"<p>{len(records)} cells: " + ", ".join(f"{v} {k}" for k, v in sorted(status.items())) + ". "
+        f"Generated {e(provenance['generated_at'])}.</p>",
+        *_reread_note(records, e),
+        verdict,
+        "<h2>Table (the seed's columns)</h2>",
+        seed_table_frame(table).to_html(index=False, border=0),
+        "<p>Downloads: <a href='tables/cells.csv'>cells.csv</a> (median over repeats, all columns), "
+        "<a href='tables/repeats.csv'>repeats.csv</a> (every repeat), "
+        "<a href='tables/seed_table.html'>seed_table.html</a>, <a href='config.json'>config.json</a>, "
+        "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>",
+        "<h2>Diagnosis: the bottleneck of each cell</h2>",
+        to_labels(diagnosis[[c for c in ("loader", "tier", "gpus", "batch_size", "precision", "parallel",
+                                         "samples_per_s", "au", "device_read_share", "bottleneck", "evidence")
+                             if c in diagnosis]]).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-"),
+        "<h2>Recommendations (computed from the cells above)</h2><ul>",
+        *(f"<li><b>{e(r['topic'])}</b>: {e(r['text'])} <small>(cells: {e(', '.join(r['cells']))})</small></li>"
+          for r in recs),
+        "</ul>" if recs else "<li>none: no two cells of this grid differ in one setting</li></ul>",
+        "<p>Also as <a href='tables/diagnosis.md'>diagnosis.md</a>, <a href='tables/diagnosis.csv'>diagnosis.csv</a> "
+        "(with the stall attribution) and <a href='tables/recommendations.json'>recommendations.json</a>.</p>",
+        crosscheck,
+        "<h2>Figures</h2>",
+    ]
+    for name in FIGURES:
+        parts.append(
+            f"<figure><a href='figures/{name}.svg'><img src='figures/{name}.png' alt='{name}'></a>"
+            f"<figcaption>{e(captions[name])} (<a href='figures/{name}.svg'>SVG</a>)</figcaption></figure>"
+        )
+    parts.append("<h2>Dataset and storage tiers</h2>")
+    parts.append(
+        f"<p>Source {e(check['source'])}: {c['files']} files, {c['ok']} ok, {c['odd']} odd but decodable (kept), "
+        f"{c['bad']} undecodable (quarantined). Issues: {e(json.dumps(check['issues']))}.</p><ul>"
+    )
+    for t in tiers:
+        fs = t["filesystem"]
+        parts.append(
+            f"<li><b>{e(t['tier'])}</b>: {e(t['root'])} on {e(str(fs.get('device')))} ({e(str(fs.get('fstype')))}, "
+            f"mounted at {e(str(fs.get('mount_point')))}); {t['counts']['files']} files, "
+            f"{t['counts']['bytes'] / 1e6:.1f} MB; manifest {e(t['sha256'])}</li>"
+        )
+    parts.append("</ul><h3>Measured read rate of each tier (cold)</h3>")
+    parts.append(pd.DataFrame(provenance["tier_probe"]).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}",
+                                                                 na_rep="-"))  # fmt: skip
+    parts.append("<h2>Provenance</h2><table><tr><th>field</th><th>values (cells)</th></tr>")
+    for k, vals in provenance["cells"].items():
+        parts.append(f"<tr><td>{e(k)}</td><td>{e('; '.join(f'{v} ({n})' for v, n in vals.items()))}</td></tr>")
+    parts.append("</table><h2>Cells</h2><ul>")
+    for r in sorted(records, key=lambda r: r["cell_id"]):
+        why = f": {e(r['reason'])}" if r.get("reason") else ""
+        tl = Path(str((r.get("telemetry") or {}).get("timeline") or ""))
+        tl_link = f" (<a href='telemetry/{e(tl.name)}'>timeline</a>)" if tl.name in timelines else ""
+        warns = "".join(f"<br><small>warning: {e(w)}</small>" for w in warning_lines(r.get("metrics")))
+        parts.append(f"<li><a href='cells/{e(r['cell_id'])}.json'>{e(r['cell_id'])}</a> {e(r['status'])}{why}{tl_link}"
+                     f"{warns}</li>")  # fmt: skip
+    parts.append("</ul></body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,319 @@
+"""Where the time goes: stall attribution, a bottleneck label per cell, and recommendations from the numbers.
+
+Stall attribution after DS-Analyzer, per configuration (loader, tier, GPUs, per-GPU batch, precision, parallel):
+
+- compute (ms/step): the `synthetic` cell's step time at the same GPUs, batch, precision and parallel mode;
+- prep stall: the same loader's step time on a RAM tier minus compute (decode, augment, collate, copy);
+- fetch stall: this tier's step time minus the RAM tier's (reading the files: I/O); without a RAM cell of that
+  configuration, minus the fastest other tier's (a lower bound on the fetch stall, named in the evidence);
+- data wait: what the training loop waited for the next batch, host-side (measured directly).
+
+The label, in this order: `GPU-bound` (AU >= 0.9; `compute-bound` when the device is the CPU), `I/O-bound`
+(fetch stall is the larger stall), `transfer-bound` (the loader had batches ready - data wait under 10% of
+the step - yet the step is slower than compute: host-to-device copies, DataParallel's scatter; on a CPU device,
+where nothing crosses a bus, that is the loader's workers taking cores from the training: `CPU-prep-bound`),
+`CPU-prep-bound` (decode/augment on the CPU), `GPU-prep-bound` (decode/augment on the GPU, taking turns with
+training). Each label comes with its evidence in words and numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from loaderbench.core.uncertainty import Ratio, quotient
+from loaderbench.core.util import atomic_write_text
+from loaderbench.data.cache import COLD_SHARE
+
+from . import columns
+
+CONFIG_KEYS = ["gpus", "batch_size", "precision", "parallel"]
+GPU_BOUND_AU = 0.9  # within 10% of the synthetic ceiling
+STALL_SHARE = 0.1  # a stall under 10% of the step is not the bottleneck
+WAIT_SHARE = 0.1  # data wait under 10% of the step: batches were ready
+GPU_PREP_LOADERS = {"dali-sc", "dali-mc", "nvjpeg"}  # decode and augment on the GPU
+HOST_LOADERS = {"torchvision", "opencv", "dali-cpu"}  # batches made on the host, copied to the device
+
+
+def step_ms(t: pd.DataFrame) -> pd.Series:
+    """Median time per training step (ms) of each row of the cells table."""
+    return 1000.0 * t["time_s"] / t["steps"]
+
+
+def attribute(t: pd.DataFrame) -> pd.DataFrame:
+    """Stall attribution columns for every row of the cells table (median over repeats)."""
+    t = t.copy()
+    t["step_ms"] = step_ms(t)
+    kind = t["tier_kind"] if "tier_kind" in t else pd.Series("path", index=t.index)
+    synth = t[t["loader"] == "synthetic"].groupby(CONFIG_KEYS)["step_ms"].min().to_dict()
+    loaders = t[t["loader"] != "synthetic"].assign(is_ram=kind == "ram")
+    compute, prep, fetch, ram_ms, ref_tier = [], [], [], [], []
+    for _, r in t.iterrows():
+        key = tuple(r[k] for k in CONFIG_KEYS)
+        c = synth.get(key, np.nan)
+        rm, ref = _read_reference(loaders, r)
+        s = r["step_ms"]
+        compute.append(c)
+        ram_ms.append(rm)
+        ref_tier.append(ref)
+        if r["loader"] == "synthetic":
+            prep.append(0.0)
+            fetch.append(0.0)
+        elif np.isfinite(rm):
+            prep.append(max(rm - c, 0.0) if np.isfinite(c) else np.nan)
+            fetch.append(max(s - rm, 0.0))
+        else:  # no RAM tier: prep and fetch together, reported as prep (flagged in the evidence)
+            prep.append(max(s - c, 0.0) if np.isfinite(c) else np.nan)
+            fetch.append(np.nan)
+    t["compute_only_ms"] = compute
+    t["ram_step_ms"] = ram_ms
+    t["fetch_reference"] = ref_tier
+    t["prep_stall_ms"] = prep
+    t["fetch_stall_ms"] = fetch
+    return t
+
+
+def _read_reference(loaders: pd.DataFrame, r: pd.Series) -> tuple[float, str]:
+    """(step ms, "RAM" or a tier) that row `r`'s fetch stall is taken against: the same loader and configuration from
+    RAM, else from the fastest other tier; (nan, "") when neither was measured (failed and skipped cells have no step),
+    or `r` is the fastest itself."""
+    same = loaders[(loaders["loader"] == r["loader"]) & np.logical_and.reduce(
+        [loaders[k] == r[k] for k in CONFIG_KEYS]) & np.isfinite(loaders["step_ms"])]  # fmt: skip
+    ram = same[same["is_ram"]]
+    if len(ram):
+        return float(ram["step_ms"].min()), "RAM"
+    other = same[same["tier"] != r["tier"]]
+    if not len(other) or other["step_ms"].min() >= r["step_ms"]:
+        return np.nan, ""
+    return float(other["step_ms"].min()), str(other.loc[other["step_ms"].idxmin(), "tier"])
+
+
+def _fmt(x: float, unit: str = "", digits: int = 1) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}f}{unit}"
+
+
+def label(r: pd.Series) -> tuple[str, str]:
+    """(bottleneck, evidence) of one attributed row."""
+    s, c = r["step_ms"], r["compute_only_ms"]
+    prep, fetch = r["prep_stall_ms"], r["fetch_stall_ms"]
+    wait = r.get("data_wait_ms", np.nan)
+    au = r.get("au", np.nan)
+    cpu = r.get("cpu_pct", np.nan)
+    gpu_util = r.get("gpu_util_pct", np.nan)
+    on_cpu = "cuda" not in str(r.get("device", ""))
+    compute_label = "compute-bound" if on_cpu else "GPU-bound"
+    facts = f"step {_fmt(s, ' ms')} vs compute-only {_fmt(c, ' ms')} (AU {_fmt(au, '', 2)})"
+    if np.isfinite(gpu_util):
+        facts += f", GPU busy {gpu_util:.0f}%"
+    if np.isfinite(cpu):
+        facts += f", CPU {cpu:.0f}% of all cores"
+    if r["loader"] == "synthetic":
+        return compute_label, f"the compute ceiling: no data loading ({facts})"
+    if not np.isfinite(s):
+        return "unknown", f"no result ({r.get('status', '')})"
+    if not np.isfinite(c):
+        return "unknown", "no synthetic cell at these GPUs/batch/precision/parallel: add `synthetic` to loaders"
+    if np.isfinite(au) and au >= GPU_BOUND_AU:
+        return compute_label, f"within {100 * (1 - GPU_BOUND_AU):.0f}% of the ceiling: {facts}"
+    no_ram = not np.isfinite(fetch)
+    stall_note = " (no RAM tier to separate fetch from prep)" if no_ram else ""
+    if not no_ram and fetch >= prep and fetch > STALL_SHARE * s:
+        read = r.get("disk_read_mb_s", np.nan)
+        io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
+        ref = r.get("fetch_reference") or "RAM"
+        ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
+        return "I/O-bound", (f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from "
+                             f"{ref}{io}; {facts}")  # fmt: skip
+    if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s and on_cpu:
+        # no bus to cross on a CPU device: the loader's workers take cores from the training itself
+        return "CPU-prep-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {s - c:.1f} ms "
+                                  f"more than compute: the loader's workers share the CPU with the training; {facts}")  # fmt: skip
+    if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s:
+        pcie = r.get("pcie_rx_mb_s", np.nan)
+        bus = f", PCIe to GPU {pcie:.0f} MB/s" if np.isfinite(pcie) else ""
+        return "transfer-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes "
+                                  f"{s - c:.1f} ms more than compute{bus}; {facts}")  # fmt: skip
+    where = "GPU" if r["loader"] in GPU_PREP_LOADERS and not on_cpu else "CPU"  # without a GPU all decode on CPU
+    return f"{where}-prep-bound", (f"prep stall {_fmt(prep, ' ms')}/step{stall_note}, data wait {_fmt(wait, ' ms')}"
+                                   f"/step; {facts}")  # fmt: skip
+
+
+def diagnose(t: pd.DataFrame) -> pd.DataFrame:
+    a = attribute(t)
+    labels = [label(r) for _, r in a.iterrows()]
+    a["bottleneck"] = [x[0] for x in labels]
+    a["evidence"] = [x[1] for x in labels]
+    cols = ["loader", "tier", *CONFIG_KEYS, "tier_kind", "samples_per_s", "au", "step_ms", "compute_only_ms",
+            "ram_step_ms", "fetch_reference", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms", "cpu_pct", "gpu_util_pct",
+            "bottleneck", "evidence", "halfwidth", "halfwidth_basis", "repeats_ok", "contended", "converged",
+            "cache", "device_read_share"]  # fmt: skip
+    return a[[c for c in cols if c in a]]
+
+
+def _cell(r: pd.Series) -> str:
+    return f"{r['loader']}/{r['tier']}/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}"
+
+
+def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
+    """a's rate over b's with its interval (`uncertainty`), or None and why the pair carries no recommendation: a
+    cell measured once that was contended or did not converge never does on its own, nor a cold-tier cell whose
+    reads were warm."""
+    for r in (a, b):
+        alone = not (pd.notna(r.get("repeats_ok")) and r.get("repeats_ok") >= 2)
+        if alone and _flag(r.get("contended")) is True:
+            return None, f"{_cell(r)} was contended (other processes used the host in its window); rerun it"
+        if alone and _flag(r.get("converged")) is False:
+            return None, f"{_cell(r)}: its window did not converge and it has no repeats"
+        if not pd.notna(r.get("halfwidth")):
+            return None, f"{_cell(r)} has no interval"
+        share = r.get("device_read_share")
+        if r.get("cache") == "cold" and pd.notna(share) and share < COLD_SHARE:
+            return None, (f"{_cell(r)} read only {100 * share:.0f}% of its bytes from the device: a warm cell on a "
+                          "cold tier")  # fmt: skip
+    return quotient(a["samples_per_s"], a["halfwidth"], b["samples_per_s"], b["halfwidth"]), None
+
+
+def _flag(value) -> bool | None:
+    """A table's yes/no cell as True, False or None (not recorded; a fixed window has no convergence)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, str):
+        return {"true": True, "false": False}.get(value.strip().lower())
+    return bool(value)
+
+
+def _rec(out: list[dict], topic: str, cells: list, q: Ratio | None, why: str | None, text) -> None:
+    """One recommendation: `text(q)` with its interval, "no measurable difference" inside it, or left out."""
+    names = [_cell(c) for c in cells]
+    if q is None:
+        out.append({"topic": topic, "verdict": "left out", "text": f"left out: {why}", "cells": names})
+        return
+    differs = q.differs_from(1.0)
+    out.append({"topic": topic, "verdict": "measured" if differs else "no measurable difference",
+                "text": text(q, differs), "cells": names, "interval": q.to_dict()})  # fmt: skip
+
+
+def _x(q: Ratio) -> str:
+    return f"{q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
+
+
+def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
+    """The seed's section 4, computed: what would pay off and by how much, each with its 95% interval and the cells
+    behind it; a difference inside the interval is "no measurable difference"."""
+    ok = d[np.isfinite(d["samples_per_s"].astype(float))]
+    out: list[dict] = []
+    base_loader = baseline.get("loader")
+    base_cfg = (baseline.get("gpus"), baseline.get("batch_size"), baseline.get("precision"), baseline.get("parallel", "dp"))
+    at_base = ok[[tuple(r[k] for k in CONFIG_KEYS) == base_cfg for _, r in ok.iterrows()]]
+    real = at_base[at_base["loader"] != "synthetic"]
+
+    # 1. loader, per tier
+    for tier, g in real.groupby("tier", sort=False):
+        best = g.loc[g["samples_per_s"].idxmax()]
+        ref = g[g["loader"] == base_loader]
+        if len(ref) and best["loader"] != base_loader:
+            ref = ref.iloc[0]
+            _rec(out, "loader", [best, ref], *compare(best, ref), lambda q, differs: (
+                f"On {tier}, use {best['loader']}: {best['samples_per_s']:.0f} samples/s, {_x(q)} {base_loader} "
+                f"({ref['samples_per_s']:.0f}); its bottleneck there: {best['bottleneck']}." if differs and q.low >= 1.1
+                else f"On {tier}, the loader hardly matters: the best, {best['loader']}, is {_x(q)} {base_loader}"
+                f"{'' if differs else ', no measurable difference'}; {base_loader} there is {ref['bottleneck']}."))
+    # 2. tier, per loader
+    for loader, g in real.groupby("loader", sort=False):
+        if g["tier"].nunique() < 2:
+            continue
+        fast, slow = g.loc[g["samples_per_s"].idxmax()], g.loc[g["samples_per_s"].idxmin()]
+        _rec(out, "storage", [fast, slow], *compare(fast, slow), lambda q, differs: (
+            f"{loader}: {fast['tier']} instead of {slow['tier']} gives {_x(q)} ({slow['samples_per_s']:.0f} -> "
+            f"{fast['samples_per_s']:.0f} samples/s), "
+            + ("no measurable difference" if not differs else "worth it" if q.low >= 1.1 else "a measurable gain")
+            + f"; on {slow['tier']} it is {slow['bottleneck']}."))
+    # 3. batch size, per loader and tier (same GPUs/precision/parallel as the baseline)
+    same = ok[(ok["gpus"] == base_cfg[0]) & (ok["precision"] == base_cfg[2]) & (ok["parallel"] == base_cfg[3])]
+    for (loader, tier), g in same.groupby(["loader", "tier"], sort=False):
+        if g["batch_size"].nunique() < 2:
+            continue
+        lo, hi = g.loc[g["batch_size"].idxmin()], g.loc[g["batch_size"].idxmax()]
+
+        def batch_text(q, differs, lo=lo, hi=hi, loader=loader, tier=tier):
+            if not differs:
+                why = "no measurable difference"
+                if "prep" in lo["bottleneck"] or "I/O" in lo["bottleneck"]:
+                    why += f": the loader sets the pace ({lo['bottleneck']})"
+            elif q.low >= 1.1:
+                why = "worth it: the device does more per launch and the loader keeps up"
+            elif q.high < 1:
+                why = f"slower: at batch {int(hi['batch_size'])} the cell is {hi['bottleneck']}"
+            else:
+                why = "a measurable gain"
+            return f"{loader} on {tier}: batch {int(hi['batch_size'])} vs {int(lo['batch_size'])} gives {_x(q)}, {why}."
+
+        _rec(out, "batch size", [hi, lo], *compare(hi, lo), batch_text)
+    # 4. GPU count
+    for _, r in ok[ok["gpus"] > 1].iterrows():
+        one = ok[(ok["loader"] == r["loader"]) & (ok["tier"] == r["tier"]) & (ok["gpus"] == 1)
+                 & (ok["batch_size"] == r["batch_size"]) & (ok["precision"] == r["precision"])
+                 & (ok["parallel"] == r["parallel"])]  # fmt: skip
+        if not len(one):
+            continue
+        n = int(r["gpus"])
+
+        def gpu_text(q, differs, r=r, n=n):
+            verdict = "pays off" if q.low >= 0.8 * n else \
+                f"does not pay off: fix the {r['bottleneck']} limit first" if q.high < 0.8 * n else \
+                "cannot tell whether it reaches 80% of ideal"  # fmt: skip
+            return f"{r['loader']} on {r['tier']} ({r['parallel']}): {n} GPUs give {_x(q)} one GPU (ideal {n}x), {verdict}."
+
+        _rec(out, "GPUs", [r, one.iloc[0]], *compare(r, one.iloc[0]), gpu_text)
+    # 5. precision
+    for (loader, tier, g_, b), g in ok.groupby(["loader", "tier", "gpus", "batch_size"], sort=False):
+        for par in g["parallel"].unique():
+            fp32 = g[(g["precision"] == "fp32") & (g["parallel"] == par)]
+            amp = g[(g["precision"] == "amp") & (g["parallel"] == par)]
+            if not (len(fp32) and len(amp)):
+                continue
+            row, am = fp32.iloc[0], amp.iloc[0]
+
+            def amp_text(q, differs, row=row, loader=loader, tier=tier, g_=g_, b=b):
+                if differs and q.low >= 1.1:
+                    note = ""
+                elif not differs:
+                    note = " - no measurable difference"
+                elif row["bottleneck"] in ("GPU-bound", "compute-bound"):
+                    note = f" - little gain on this device although fp32 was {row['bottleneck']}"
+                else:
+                    note = f" - the loader, not the arithmetic, limits it ({row['bottleneck']} at fp32)"
+                return f"{loader} on {tier}, {int(g_)} GPU x {int(b)}: AMP gives {_x(q)} over fp32{note}."
+
+            _rec(out, "precision", [am, row], *compare(am, row), amp_text)
+    return out
+
+
+def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
+    lines = ["# Diagnosis", "", "| Cell | Samples/s | AU | Bottleneck | Evidence |", "|---|---:|---:|---|---|"]
+    for _, r in d.iterrows():
+        lines.append(f"| {_cell(r)} | {_fmt(r['samples_per_s'])} | {_fmt(r.get('au', np.nan), '', 2)} | "
+                     f"{r['bottleneck']} | {r['evidence']} |")  # fmt: skip
+    lines += ["", "# Recommendations", ""]
+    if not recs:
+        lines.append("No recommendation: the grid has no two cells that differ in one setting.")
+    for rec in recs:
+        lines.append(f"- **{rec['topic']}**: {rec['text']} (cells: {', '.join(rec['cells'])})")
+    lines += ["", "Intervals are 95%: from a cell's repeats, else its window's, widened by the run's noise between "
+              "processes (tables/cells.csv, 'Interval from')."]
+    return "\n".join(lines) + "\n"
+
+
+def run(table_csv: Path, baseline: dict, out_dir: Path) -> pd.DataFrame:
+    from .verdict import verdicts
+    d = diagnose(columns.read_table(table_csv))
+    recs = recommendations(d, baseline)
+    out_dir = Path(out_dir)
+    atomic_write_text(out_dir / "diagnosis.csv", columns.table_csv(d, "diagnosis", float_format="%.4g"))
+    atomic_write_text(out_dir / "recommendations.json", json.dumps(recs, indent=2) + "\n")
+    atomic_write_text(out_dir / "diagnosis.md", render_markdown(d, recs))
+    atomic_write_text(out_dir / "verdict.json", json.dumps(verdicts(d, baseline), indent=2) + "\n")
+    return d

@@ -1,0 +1,343 @@
+"""Figures from the tables (seaborn; PNG and SVG): one function per figure of `figure_list.REGISTRY`, named as
+the figure and called with the inputs the registry gives it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from loaderbench.core.util import atomic_write_text  # noqa: E402
+
+from .aggregate import seed_table_frame  # noqa: E402
+from .columns import label, read_table  # noqa: E402
+from .figure_list import FORMATS, REGISTRY  # noqa: E402
+
+MAX_TIMELINES = 6
+
+
+def _relabel(fig) -> None:
+    """The figures draw from the program's column names; what the reader sees are their labels (columns.label):
+    axis labels, legend titles and the colour bar's label."""
+    for ax in fig.axes:
+        ax.set_xlabel(label(ax.get_xlabel()))
+        ax.set_ylabel(label(ax.get_ylabel()))
+        if ax.get_legend() is not None:
+            ax.get_legend().set_title(label(ax.get_legend().get_title().get_text()))
+    for legend in fig.legends:  # seaborn's figure-level legends
+        legend.set_title(label(legend.get_title().get_text()))
+
+
+def _save(fig, out_dir: Path, name: str) -> None:
+    _relabel(fig)
+    for ext in FORMATS:
+        tmp = out_dir / f".{name}.tmp.{ext}"
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format=ext)
+        tmp.replace(out_dir / f"{name}.{ext}")
+    plt.close(fig)
+
+
+def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
+    """Samples/s per loader (x) and tier (hue), one panel per batch size and precision; bars = median, whiskers = min-max."""
+    ok = repeats[repeats["status"] == "ok"].copy()
+    if ok.empty:
+        raise ValueError("no cell finished ok: nothing to plot (see results/tables/cells.csv for the reasons)")
+    ok["Batch / GPUs"] = "batch " + ok["batch_size"].astype(str) + ", " + ok["gpus"].astype(str) + " GPU"
+    loaders = ok["loader"].nunique()
+    g = sns.catplot(
+        data=ok, kind="bar", x="loader", y="samples_per_s", hue="tier", col="Batch / GPUs", row="precision",
+        estimator=np.median, errorbar=("pi", 100), capsize=0.15, height=3.2, aspect=max(1.2, 0.4 * loaders),
+        sharey=False, margin_titles=True,
+    )  # fmt: skip
+    g.set_titles(row_template="{row_name}", col_template="{col_name}")
+    g.tick_params(axis="x", labelrotation=30)
+    g.figure.suptitle("Training throughput (MobileNetV2): median of repeats, whiskers min-max", y=1.02)
+    _save(g.figure, out_dir, "throughput")
+
+
+def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> None:
+    """Speed relative to the baseline cell, loader x tier rows against GPUs x batch x precision columns."""
+    t = table.copy()
+    t["row"] = t["loader"] + " / " + t["tier"]
+    t["col"] = t["gpus"].astype(str) + " GPU, b" + t["batch_size"].astype(str) + ", " + t["precision"]
+    pivot = t.pivot_table(index="row", columns="col", values="speed", aggfunc="first")
+    fig, ax = plt.subplots(figsize=(1.3 + 1.1 * pivot.shape[1], 0.9 + 0.45 * pivot.shape[0]))
+    if pivot.notna().to_numpy().any():
+        sns.heatmap(pivot, annot=True, fmt=".2f", cmap="viridis", ax=ax, cbar_kws={"label": "speed"})
+        ax.set_title("Speed = Samples/s / baseline cell's Samples/s")
+    else:
+        ax.text(0.5, 0.5, "no Speed: the baseline cell has no result\n(config key 'baseline')", ha="center", va="center")
+        ax.set_axis_off()
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    _save(fig, out_dir, "speed_heatmap")
+
+
+def seed_table(table: pd.DataFrame, out_dir: Path) -> None:
+    t = seed_table_frame(table)
+    atomic_write_text(out_dir / "seed_table.html", t.to_html(index=False, classes="seed-table", border=0))
+    fig, ax = plt.subplots(figsize=(14, 0.6 + 0.3 * len(t)))
+    ax.set_axis_off()
+    tab = ax.table(cellText=t.values, colLabels=list(t.columns), loc="center", cellLoc="center")
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(8)
+    tab.scale(1, 1.3)
+    _save(fig, out_dir, "seed_table")
+
+
+def _label(t: pd.DataFrame) -> pd.Series:
+    return t["gpus"].astype(str) + " GPU x b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
+    ax.set_axis_off()
+
+
+def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> None:
+    """Stacked ms/step per loader x tier: compute (synthetic), prep stall (RAM tier - compute), fetch stall
+    (tier - RAM tier); one panel per GPUs/batch/precision/parallel."""
+    d = diagnosis[(diagnosis["loader"] != "synthetic") & pd.to_numeric(diagnosis["step_ms"], errors="coerce").notna()].copy()
+    d["config"] = _label(d)
+    configs = list(dict.fromkeys(d["config"]))
+    fig, axes = plt.subplots(len(configs) or 1, 1, figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2)
+                             if len(d) else 6, 3.2 * max(1, len(configs))), squeeze=False)  # fmt: skip
+    if d.empty:
+        _empty(axes[0][0], "no loader cell: nothing to attribute")
+    colors = {"compute_only_ms": "#4c72b0", "prep_stall_ms": "#dd8452", "fetch_stall_ms": "#c44e52"}
+    for ax, cfg in zip(axes[:, 0], configs):
+        g = d[d["config"] == cfg]
+        names = (g["loader"] + "\n" + g["tier"]).tolist()
+        step = pd.to_numeric(g["step_ms"], errors="coerce").to_numpy()
+        # compute is capped at the cell's own step: a loader cell faster than synthetic (noise) shows no stall
+        parts = {col: pd.to_numeric(g[col], errors="coerce").fillna(0).to_numpy() for col in colors}
+        parts["compute_only_ms"] = np.fmin(parts["compute_only_ms"], step)
+        bottom = np.zeros(len(g))
+        for col, color in colors.items():
+            ax.bar(names, parts[col], bottom=bottom, color=color, label=label(col).replace(" (ms)", ""))
+            bottom += parts[col]
+        ax.scatter(names, step, marker="_", s=400, color="k", zorder=3, label="measured step")
+        crowded = len(g) > 8  # upright labels would overlap: stand them on end
+        for i, (lab, top) in enumerate(zip(g["bottleneck"], np.fmax(bottom, np.nan_to_num(step)))):
+            ax.text(i, top * 1.02, lab, ha="center", va="bottom", fontsize=7, rotation=90 if crowded else 0)
+        ax.set_ylim(0, (1.45 if crowded else 1.2) * np.nanmax(np.fmax(bottom, np.nan_to_num(step))) or 1)
+        ax.set_ylabel("ms per step")
+        ax.set_title(cfg)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle("Where a training step's time goes (stall attribution after DS-Analyzer)")
+    fig.tight_layout()
+    _save(fig, out_dir, "stall_bars")
+
+
+def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
+    """AU (Samples/s over the synthetic ceiling) per loader and tier, one panel per configuration."""
+    t = table[table["loader"] != "synthetic"].copy()
+    t["config"] = _label(t)
+    if t["au"].notna().any():
+        g = sns.catplot(data=t, kind="bar", x="loader", y="au", hue="tier", col="config", col_wrap=2,
+                        height=3.2, aspect=1.5, sharey=True)  # fmt: skip
+        g.set_titles("{col_name}")
+        for ax in g.axes.flat:
+            ax.axhline(1.0, color="k", lw=0.8, ls="--")
+            ax.axhline(0.9, color="grey", lw=0.6, ls=":")
+            ax.tick_params(axis="x", labelrotation=30)
+        g.figure.suptitle("AU: share of the compute ceiling each loader delivers (dotted: 0.9, GPU-bound)", y=1.03)
+        _save(g.figure, out_dir, "au_bars")
+    else:
+        fig, ax = plt.subplots(figsize=(6, 2))
+        _empty(ax, "no AU: the grid has no synthetic cell (add `synthetic` to loaders)")
+        _save(fig, out_dir, "au_bars")
+
+
+def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
+    """Peak GPU memory of the main card and the other cards per loader (the seed's 3.2.4); on a machine without
+    a GPU, the peak host memory (RSS) of the cell's process tree instead, which is then what a loader costs."""
+    t = table.copy()
+    t["config"] = _label(t)
+    long = []
+    if t["peak_gpu_mem_main_mb"].notna().any():
+        for _, r in t.iterrows():
+            for col, card in (("peak_gpu_mem_main_mb", "card 0"), ("peak_gpu_mem_others_mb", "other cards")):
+                if pd.notna(r[col]):
+                    long.append({"loader": r["loader"], "tier": r["tier"], "config": r["config"],
+                                 "card": card, "MB": r[col]})  # fmt: skip
+        title, hue = "Peak GPU memory per card (allocator peak)", "card"
+    else:
+        ok = repeats[repeats["status"] == "ok"]
+        for _, r in ok.iterrows():
+            if pd.notna(r.get("rss_mb")):
+                long.append({"loader": r["loader"], "tier": r["tier"], "config": "", "card": "host", "MB": r["rss_mb"]})
+        title, hue = "No GPU in this run: peak host memory (RSS) of each cell's processes", "tier"
+    fig_df = pd.DataFrame(long)
+    if fig_df.empty:
+        fig, ax = plt.subplots(figsize=(6, 2))
+        _empty(ax, "no memory figures recorded")
+        _save(fig, out_dir, "memory")
+        return
+    g = sns.catplot(data=fig_df, kind="bar", x="loader", y="MB", hue=hue, col="config", col_wrap=2, height=3.2,
+                    aspect=1.5, estimator=np.max, errorbar=None)  # fmt: skip
+    g.set_titles("{col_name}")
+    for ax in g.axes.flat:
+        ax.tick_params(axis="x", labelrotation=30)
+    g.figure.suptitle(title, y=1.03)
+    _save(g.figure, out_dir, "memory")
+
+
+def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
+    """Samples/s against the per-GPU batch size per loader, one panel per tier and precision (the seed's 3.2.3)."""
+    t = table[table["samples_per_s"].notna()].copy()
+    t["panel"] = t["tier"] + ", " + t["precision"] + ", " + t["gpus"].astype(str) + " GPU"
+    g = sns.relplot(data=t, kind="line", x="batch_size", y="samples_per_s", hue="loader", col="panel", col_wrap=3,
+                    marker="o", height=3, aspect=1.3, facet_kws={"sharey": False})  # fmt: skip
+    g.set_titles("{col_name}")
+    sizes = sorted(t["batch_size"].unique())
+    for ax in g.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(int(b)) for b in sizes])
+    note = "" if len(sizes) > 1 else " (this grid has one batch size: add more under batch_sizes)"
+    g.figure.suptitle(f"Batch-size effect per loader{note}", y=1.04)
+    _save(g.figure, out_dir, "batch_effect")
+
+
+def scaling(table: pd.DataFrame, out_dir: Path) -> None:
+    """Samples/s against GPU count per loader with the ideal (linear from 1 GPU) line; one panel per tier,
+    batch, precision and parallel mode."""
+    t = table[table["samples_per_s"].notna()].copy()
+    t["panel"] = t["tier"] + ", b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
+    g = sns.relplot(data=t, kind="line", x="gpus", y="samples_per_s", hue="loader", col="panel", col_wrap=3,
+                    marker="o", height=3, aspect=1.3, facet_kws={"sharey": False})  # fmt: skip
+    g.set_titles("{col_name}")
+    for panel, ax in g.axes_dict.items():
+        p = t[(t["panel"] == panel) & (t["gpus"] == 1)]
+        counts = sorted(t["gpus"].unique())
+        for _, r in p.iterrows():
+            ax.plot(counts, [r["samples_per_s"] * n for n in counts], ls=":", lw=0.8, color="grey")
+        ax.set_xticks(counts)
+    note = "" if t["gpus"].nunique() > 1 else " (this grid has one GPU count: add more under gpus)"
+    g.figure.suptitle(f"Scaling with GPUs; dotted: ideal (n x the 1-GPU cell){note}", y=1.04)
+    _save(g.figure, out_dir, "scaling")
+
+
+def pick_timeline_cells(repeats: pd.DataFrame, wanted: list[str] | None = None) -> list[str]:
+    """The cells whose resource timelines are drawn: `wanted` (config key figures.timeline_cells), else per
+    loader its first ok cell on the slowest tier of the grid's first configuration, at most MAX_TIMELINES."""
+    ok = repeats[(repeats["status"] == "ok") & repeats["timeline"].notna()]
+    if wanted:
+        return [c for c in wanted if c in set(ok["cell_id"])]
+    if ok.empty:
+        return []
+    first = ok.iloc[0]
+    same = ok[(ok["gpus"] == first["gpus"]) & (ok["batch_size"] == first["batch_size"])
+              & (ok["precision"] == first["precision"]) & (ok["parallel"] == first["parallel"])]  # fmt: skip
+    picked = []
+    for _, g in same.groupby("loader", sort=False):
+        picked.append(g.loc[g["samples_per_s"].idxmin(), "cell_id"])
+    return picked[:MAX_TIMELINES]
+
+
+def timelines(repeats: pd.DataFrame, timelines: dict[str, Path], timeline_cells: list[str] | None,
+              out_dir: Path) -> None:  # fmt: skip
+    """Resource timeline of selected cells: GPU utilisation per GPU, CPU (mean of cores), and read MB/s (the tier's
+    device, or the cell's processes when the tier has no block device), the timed window shaded."""
+    cells = [c for c in pick_timeline_cells(repeats, timeline_cells) if c in timelines]
+    fig, axes = plt.subplots(max(1, len(cells)), 1, figsize=(11, 2.4 * max(1, len(cells))), squeeze=False)
+    if not cells:
+        _empty(axes[0][0], "no telemetry timeline (telemetry_hz is 0, or no cell finished ok)")
+    for ax, cell in zip(axes[:, 0], cells):
+        tl = pd.read_csv(timelines[cell])
+        win = tl[tl["phase"] == "window"]
+        if len(win):
+            ax.axvspan(win["s"].min(), win["s"].max(), color="#eeeeee", label="timed window")
+        for col in [c for c in tl.columns if c.endswith("_util") and c.startswith("gpu")]:
+            ax.plot(tl["s"], tl[col], lw=1, label=col.replace("_util", " util %"))
+        ax.plot(tl["s"], tl["cpu_mean"], lw=1, color="k", label="CPU % (mean of cores)")
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("%")
+        ax2 = ax.twinx()
+        read = "disk_read_mb_s" if "disk_read_mb_s" in tl and tl["disk_read_mb_s"].fillna(0).any() else "proc_read_mb_s"
+        if read in tl:
+            ax2.plot(tl["s"], tl[read], lw=1, color="#c44e52", ls="--",
+                     label="device read MB/s" if read == "disk_read_mb_s" else "read() MB/s (cell processes)")
+            ax2.set_ylabel("MB/s")
+        ax.set_title(cell, fontsize=9)
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower right", ncol=3)
+    axes[-1][0].set_xlabel("seconds since the cell's processes started")
+    fig.suptitle("Resource timelines (sampled about 10 Hz; shaded: the timed window)")
+    fig.tight_layout()
+    _save(fig, out_dir, "timelines")
+
+
+def tier_probe(probe: pd.DataFrame, out_dir: Path) -> None:
+    """Each tier's measured read rate (files/s, cold) with 1 and N readers; for an emulated tier the device model's
+    prediction as a black tick."""
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * probe["Tier"].nunique() + 3), 3.4) if len(probe) else (6, 2))
+    failed = probe[probe["Error"].notna()] if "Error" in probe else probe.iloc[:0]
+    probe = probe[probe["Files/s"].notna()] if "Files/s" in probe else probe
+    if probe.empty:
+        _empty(ax, "no tier probe results" + "".join(f"\n{r['Tier']}: {r['Error'][:90]}" for _, r in failed.iterrows()))
+    else:
+        if len(failed):
+            ax.text(0, -0.25, "not probed: " + ", ".join(failed["Tier"]), transform=ax.transAxes, fontsize=8)
+        p = probe.copy()
+        p["readers"] = p["Readers"].astype(str) + " reader" + np.where(p["Readers"] > 1, "s", "")
+        p["tier"] = p["Tier"] + " (" + p["Kind"] + ")"
+        sns.barplot(data=p, x="tier", y="Files/s", hue="readers", ax=ax)
+        hues = list(dict.fromkeys(p["readers"]))
+        tiers = list(dict.fromkeys(p["tier"]))
+        width = 0.8 / len(hues)
+        for _, r in p[p["Predicted files/s"].notna()].iterrows():
+            x = tiers.index(r["tier"]) - 0.4 + width * (hues.index(r["readers"]) + 0.5)
+            ax.plot([x - width / 2, x + width / 2], [r["Predicted files/s"]] * 2, color="k", lw=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("")
+        ax.set_title("Tier read rate, cold (whole files; black: the device model's prediction)")
+    _save(fig, out_dir, "tier_probe")
+
+
+def make_figures(table_csv: Path, repeats_csv: Path, out_dir: Path, diagnosis_csv: Path | None = None,
+                 probe_csv: Path | None = None, timeline_csvs: list[Path] = (),
+                 timeline_cells: list[str] | None = None) -> None:  # fmt: skip
+    """Every figure of the registry, in its order, into `out_dir`. Without `diagnosis_csv` the diagnosis is
+    computed from the table; without `probe_csv` the tier-probe figure says there is none."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sns.set_theme(style="whitegrid", context="notebook")
+    table = read_table(table_csv)
+    if diagnosis_csv:
+        diagnosis = read_table(diagnosis_csv, "diagnosis")
+    else:
+        from .diagnose import diagnose
+
+        diagnosis = diagnose(table)
+    inputs = {
+        "table": table, "repeats": read_table(repeats_csv, "repeats"), "diagnosis": diagnosis,
+        "probe": pd.read_csv(probe_csv) if probe_csv else pd.DataFrame(),
+        "timelines": {Path(p).stem: Path(p) for p in timeline_csvs}, "timeline_cells": timeline_cells,
+    }  # fmt: skip
+    jobs = [(fig.name, {k: inputs[k] for k in fig.inputs}, out_dir) for fig in REGISTRY]
+    workers = min(len(jobs), len(os.sched_getaffinity(0)))
+    if workers < 2:
+        for job in jobs:
+            _draw(*job)
+        return
+    # Drawing is CPU-bound and the figures are independent: one process per CPU (forked: matplotlib and the theme
+    # are set up already) nearly halves the job on 2 cores. Failures surface in the registry's order.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        for future in [pool.submit(_draw, *job) for job in jobs]:
+            future.result()
+
+
+def _draw(name: str, kwargs: dict, out_dir: Path) -> None:
+    globals()[name](**kwargs, out_dir=out_dir)
