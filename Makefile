@@ -36,7 +36,7 @@ test: lint
 test-dev: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m dev
 
-## plan: the cells of CONFIG per part, their predicted device time, the fixed costs, the total and the budget
+## plan: the cells of CONFIG per part, their predicted run time, the fixed costs, the total and the budget
 ## verdict (HOST_FROM=<records folder>: predict for the host those records came from)
 plan: $(STAMP)
 	$(BIN)/loaderbench plan --config $(CONFIG) $(if $(HOST_FROM),--host-from $(HOST_FROM))

@@ -82,7 +82,7 @@ def main() -> None:
                 run["step"](x, y)
             torch.cuda.synchronize()
             times[name].append(1000 * (time.perf_counter() - t) / a.steps)
-    if a.profile:  # where a fresh-replica step's host and device time go
+    if a.profile:  # where a fresh-replica step's host and GPU time go
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -92,7 +92,7 @@ def main() -> None:
         table = prof.key_averages()
         with open(a.profile, "w") as f:
             f.write("by host time (self):\n" + table.table(sort_by="self_cpu_time_total", row_limit=30) + "\n")
-            f.write("by device time:\n" + table.table(sort_by="cuda_time_total", row_limit=30) + "\n")
+            f.write("by GPU time:\n" + table.table(sort_by="cuda_time_total", row_limit=30) + "\n")
     print(json.dumps({
         "batch_per_gpu": a.batch, "precision": a.precision, "gpus": 2,
         "losses": {n: [round(v, 5) for v in r["losses"]] for n, r in runs.items()},

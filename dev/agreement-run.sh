@@ -2,10 +2,10 @@
 # One run on a 1-GPU host: does the harness slow the loader it measures? In order of importance:
 #   1. the torchvision cell at PyTorch's ImageNet example's settings, before (the code in .before/src, a git archive
 #      of the commit before the endless sampler) and after, interleaved;
-#   2. `loaderbench crosscheck` of config/h200-peers.yaml (cells against bare loops), then PyTorch's ImageNet example
+#   2. `loaderbench crosscheck` of config/studies/h200-peers.yaml (cells against bare loops), then PyTorch's ImageNet example
 #      and DALI's ResNet-50 example (mixed and --dali_cpu), unmodified from .peers/, on a hard-linked view of the same
 #      staged files (benchmarks/peers.py);
-#   3. `loaderbench crosscheck` of config/h200-agreement.yaml: every loader, fp32 and amp, at default settings;
+#   3. `loaderbench crosscheck` of config/studies/h200-agreement.yaml: every loader, fp32 and amp, at default settings;
 #   4. a sweep of thread placement (auto against off) at the peers' settings.
 # Start it detached and poll with `dev/gpu-study.sh wait DEST SECONDS`:
 #   setsid nohup dev/agreement-run.sh DEST > DEST.log 2>&1 < /dev/null &
@@ -26,7 +26,7 @@ repo=$PWD dest=$1
 mkdir -p "$dest"/{before,after,peers}
 export PYTHONPATH=$repo/src:/tmp/site PYTHONUNBUFFERED=1 LOADERBENCH_GIT_COMMIT=${LOADERBENCH_GIT_COMMIT:-unknown}
 export LOADERBENCH_RUN_ID=${LOADERBENCH_RUN_ID:-$(date +%Y%m%dT%H%M%S)-agreement-$$}  # every part below: one run
-A=${AGREEMENT_CONFIG:-config/h200-agreement.yaml} P=${PEERS_CONFIG:-config/h200-peers.yaml} man=results/staging/ram.json
+A=${AGREEMENT_CONFIG:-config/studies/h200-agreement.yaml} P=${PEERS_CONFIG:-config/studies/h200-peers.yaml} man=results/staging/ram.json
 step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
 step host; dev/host-facts.sh > "$dest/host.txt" 2>&1
 step prep; t0=$SECONDS

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The measuring engine's benchmarks on a GPU host: the DataParallel probe, the dp/ddp grid of
-# config/h200x2-engine.yaml through the real pipeline, 3 interleaved repeats of synthetic and dali-cpu in separate
+# config/studies/h200x2-engine.yaml through the real pipeline, 3 interleaved repeats of synthetic and dali-cpu in separate
 # processes, the ceiling check (synthetic cell vs bare loop), and where step-rate noise comes from (the synthetic cell
 # with telemetry, placement or cuDNN autotuning off).
 # Start it detached and poll for $DEST/DONE: setsid nohup dev/gpu-engine-bench.sh DEST > DEST.log 2>&1 &
@@ -9,7 +9,7 @@ set -u
 DEST=${1:-engine-out}; mkdir -p "$DEST"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
-C=${ENGINE_CONFIG:-config/h200x2-engine.yaml}; B=${ENGINE_BATCH:-256}
+C=${ENGINE_CONFIG:-config/studies/h200x2-engine.yaml}; B=${ENGINE_BATCH:-256}
 step() { echo "== $(date +%T) $*" | tee -a "$DEST/steps.log"; }
 step host
 dev/host-facts.sh > "$DEST/host.txt" 2>&1

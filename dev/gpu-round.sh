@@ -6,11 +6,11 @@
 #      processes), host.reuse_processes is turned off in this copy's two configs below, and steps.log says so.
 #      REUSE_CHECK=0 skips it (kept processes stay as the configs say).
 #   2. `loaderbench ceiling` (the engine's config): the synthetic cell against a pinned bare loop.
-#   3. the engine grid (ENGINE, default config/h200x2-engine.yaml) through the pipeline (`gpu-study.sh start`, ENGINE_MIN minutes at most), packed.
-#   4. the study (STUDY, default config/h200x2-study.yaml): the engine run's records move to DEST/engine-results
+#   3. the engine grid (ENGINE, default config/studies/h200x2-engine.yaml) through the pipeline (`gpu-study.sh start`, ENGINE_MIN minutes at most), packed.
+#   4. the study (STUDY, default config/studies/h200x2-study.yaml): the engine run's records move to DEST/engine-results
 #      (its pack has them), the records in RESUME (default: the finished study's bundle, docs/results/2026-12-01-h200x2/study; RESUME=none: no records) are copied in
 #      and adopted, then the study's missing cells run until END_MIN minutes after this script started.
-# On a host with one GPU: REUSE_CHECK=0 STUDY=config/h200-sweep.yaml RESUME=none (the engine's 2-GPU cells are
+# On a host with one GPU: REUSE_CHECK=0 STUDY=config/studies/h200-sweep.yaml RESUME=none (the engine's 2-GPU cells are
 # recorded `skipped`, with the reason).
 # Run after `gpu-study.sh setup` and `prep DEST` (the study's dataset and tiers). DEST/steps.log says what ran;
 # DEST/DONE marks the end. Poll with `dev/gpu-study.sh wait DEST SECONDS OUT` (it packs DEST and the records);
@@ -28,7 +28,7 @@ setsid nohup bash -c '
   dest=$1; end_min=$2
   echo $$ > "$dest/driver.pid"  # `dev/gpu-study.sh stop DEST` ends this run and the runs it started
   step() { echo "== $(date +%T) $*" | tee -a "$dest/steps.log"; }
-  engine=${ENGINE:-config/h200x2-engine.yaml} study=${STUDY:-config/h200x2-study.yaml}
+  engine=${ENGINE:-config/studies/h200x2-engine.yaml} study=${STUDY:-config/studies/h200x2-study.yaml}
   if [ "${REUSE_CHECK:-1}" = 0 ]; then step "reuse check skipped (REUSE_CHECK=0)"; else
   step reuse check; mkdir -p "$dest/reuse"
   dev/reuse-check.sh "$study" "$dest/reuse" torchvision_ram_g1_b256_amp_dp_r0 synthetic_ram_g1_b256_amp_dp_r0 \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The study of config/h200x2-study.yaml on a bare GPU host, in the few calls an offline host allows. Verbs:
+# The study of config/studies/h200x2-study.yaml on a bare GPU host, in the few calls an offline host allows. Verbs:
 #   bundle                (here, not there) build .bundles/c0..cN: DALI, Snakemake + jsonschema + mfusepy, libfuse
 #   stash DIR...          copy carried bundle parts (.bundles/cN) to /tmp/parts, where the next calls find them
 #   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all the parts are
@@ -25,7 +25,7 @@
 #                         server, the cells) gets SIGTERM, then SIGKILL; then Snakemake's lock is released if no
 #                         Snakemake of this folder is left. Never `pkill -f`: a pattern in the calling command's own
 #                         line kills the caller
-# Environment: CONFIG (default config/h200x2-study.yaml); LOADERBENCH_GIT_COMMIT names the code in every record;
+# Environment: CONFIG (default config/studies/h200x2-study.yaml); LOADERBENCH_GIT_COMMIT names the code in every record;
 # ONLY, an extended regular expression: `start` runs only the cells whose ids match it (e.g. ONLY=_b128_).
 # CROSSCHECK, CROSSCHECK_AFTER: `loaderbench crosscheck` arguments for one before the parts (its cells of the grid
 # are adopted: the parts do not measure them again) and one after them, in what time is left. RESPREAD=0 skips the
@@ -33,7 +33,7 @@
 # nothing: the intervals carry the spread).
 set -u
 cd "$(dirname "$0")/.."
-export C=${CONFIG:-config/h200x2-study.yaml}
+export C=${CONFIG:-config/studies/h200x2-study.yaml}
 export PYTHONPATH=$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 if [ -x /tmp/fuse/fusermount3 ]; then export PATH=/tmp/fuse:$PATH FUSE_LIBRARY_PATH=/tmp/fuse/libfuse3.so.3; fi
 SMK=(python3 -m snakemake --cores "$(nproc)")  # --configfile last: it takes every word after it

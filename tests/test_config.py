@@ -177,11 +177,13 @@ def test_shipped_configs_are_valid_and_the_seed_grid_has_its_cells():
     assert {c for c in cell_ids(quick) if c.startswith("synthetic")} == {"synthetic_local_g1_b16_fp32_dp_r0",
                                                                           "synthetic_local_g1_b64_fp32_dp_r0"}
     assert [quick["storage"][t]["kind"] for t in ("local", "ram", "hdd")] == ["path", "ram", "emulated"]
-    single = load_config(REPO / "config/h200-single.yaml", base_dir=REPO)
+    single = load_config(REPO / "config/studies/h200-single.yaml", base_dir=REPO)
     assert len(cell_ids(single)) == (6 * 3 + 1) * 4 * 2 * 2 * 3 == 912
-    # the seed's experiment: loaders x hdd/ssd x 1, 2, 4 GPUs x batch 128, 256, fp32, 3 repeats
+    # the seed's experiment: its 4 loaders x hdd/ssd x 1, 2, 4 GPUs x batch 128, 256, fp32, 3 repeats, and the ceiling
     assert seed["tiers"] == ["hdd", "ssd"] and seed["gpus"] == [1, 2, 4] and seed["batch_sizes"] == [128, 256]
-    assert len(cell_ids(seed)) == 2 * 2 * 3 * 2 * 1 * 3
+    assert set(seed["loaders"]) == {"torchvision", "opencv", "dali-sc", "dali-mc", "synthetic"}
+    assert len(cell_ids(seed)) == (4 * 2 + 1) * 3 * 2 * 1 * 3
+    assert all(seed["storage"][t]["cache"] == "cold" for t in ("hdd", "ssd"))
 
 
 def test_cell_ids_round_trip_and_specs_carry_the_cell():

@@ -1,4 +1,4 @@
-"""`loaderbench plan`: predicted device time from rules, from the same host's records (the same configuration, the
+"""`loaderbench plan`: predicted run time from rules, from the same host's records (the same configuration, the
 nearest one), an emulated tier's I/O bound, budget refusal and trimming, and the workflow building only the kept
 cells. Records are real ones (docs/results) or written by records.make_record."""
 

@@ -38,7 +38,7 @@ def register(add) -> None:
     s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=cmd_cells)
 
-    s = add("plan", help="the study's cells, predicted device time per part, fixed costs, total and "
+    s = add("plan", help="the study's cells, predicted run time per part, fixed costs, total and "
                        "budget verdict (exit 2 when over budget_minutes without trim)")  # fmt: skip
     s.add_argument("--config", required=True)
     s.add_argument("--results", default=RESULTS.root,

@@ -125,7 +125,7 @@ def evict(paths: Iterable[str | os.PathLike], sample: int | None = 1000, residue
 COLD_SHARE = 0.95
 
 # A cell on a cold tier keeps it cold: its files are evicted again every KEEP_COLD_S, so a file read twice in a window
-# (8192 images are read through in 1-2 s on an H200) comes from the device both times. A sweep over every file costs
+# (a fast GPU reads a benchmark-sized dataset through in seconds) comes from the device both times. A sweep over every file costs
 # the runner's process tens of milliseconds; the pause after one is at least KEEP_COLD_RATIO times its length.
 KEEP_COLD_S = 0.25
 KEEP_COLD_RATIO = 4.0

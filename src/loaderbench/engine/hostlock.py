@@ -1,15 +1,9 @@
 """One measurement at a time per host: `flock` on lock files shared by every measuring process, and a watch on the
 runner's ancestors so that a cell never outlives the run that started it.
 
-Lock files live in one directory (`host.lock_dir`; default env `LOADERBENCH_LOCK_DIR`, else
-`/tmp/loaderbench-locks`, which Apptainer binds by default, so containers and the host share it): `cpus.lock` for
-the host's CPUs and `gpu<i>.lock` for each physical GPU a measurement uses. Every measurement takes `cpus` and then
-its GPUs in ascending order (one order for all: two waiters never deadlock). The holder writes its pid, what it
-measures and when it started into each file, so a waiter can name it. The descriptors are close-on-exec (children
-do not inherit the lock) and the kernel releases a lock when its holder dies, whatever kills it.
-
-A process that holds a lock takes it again at no cost (a `sweep` holds the host across its cells; each cell's own
-acquisition is then a no-op).
+`cpus.lock` for the host's CPUs and `gpu<i>.lock` per physical GPU, in one directory (`host.lock_dir`), taken in
+one order (CPUs, then GPUs ascending) so that two waiters never deadlock; the holder's pid and task are written in
+each file. A holder takes its lock again at no cost. Details: docs/internals.md, "engine.hostlock".
 """
 
 from __future__ import annotations

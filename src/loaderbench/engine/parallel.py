@@ -83,14 +83,13 @@ class DataParallel(torch.nn.DataParallel):
 
     - each replica runs on a thread that lives as long as the model (replica 0 on the calling thread) instead of a
       fresh thread per step. cuDNN keeps its handles and execution plans per thread, so stock DataParallel, which
-      starts new threads on every forward, plans (or autotunes) every convolution again on every step: MobileNetV2
-      on 2 H200s ran 3-5 s a step that way, against 0.03 s on one.
+      starts new threads on every forward, plans (or autotunes) every convolution again on every step (seconds a
+      step on 2 GPUs; benchmarks/dp_step.py).
     - `prescattered`: fed one batch per GPU, each already on its GPU (dali-mc's pipelines), there is no scatter. The
       seed overrode DataParallel's forward the same way; labels then arrive concatenated on the first GPU.
     - the replicas' module objects are kept between steps (`ReplicaCache`); every step still broadcasts the
-      parameters and buffers from the first GPU and hands the fresh copies to them, as `replicate` does. On 2 H200s
-      (benchmarks/dp_replicas.py) the losses and weights of 3 steps were identical to torch's `replicate` and a
-      step took 38-46 ms instead of 56-61.
+      parameters and buffers from the first GPU and hands the fresh copies to them, as `replicate` does: the same
+      losses and weights as torch's `replicate`, in less time a step (benchmarks/dp_replicas.py).
     """
 
     def __init__(self, module, device_ids=None, prescattered: bool = False):

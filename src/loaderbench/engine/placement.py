@@ -2,7 +2,7 @@
 
 A training step of a small model on a fast GPU is bound by the one host thread that launches its kernels: a loader
 worker, a DALI thread, the telemetry sampler or the kernel's scheduler moving that thread between cores shows up as a
-slower, noisier step (on an H200 a bare loop pinned with `taskset` ran about 9% faster and steadier than a free one).
+slower, noisier step.
 So a cell reserves one *launch core* per launching thread - per GPU: the main thread of each rank, and under `dp` the
 main thread plus one thread per extra replica - and puts every other thread and process of the cell on the rest.
 

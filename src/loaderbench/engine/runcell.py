@@ -132,7 +132,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
         raise
     finally:
         # the runner's threads back where they were: a process that runs cell after cell (a sweep, the ceiling, a
-        # bench) otherwise lost a core to each cell's launch cores - a sweep on the H200 ran its 12th cell on 4 CPUs
+        # bench) otherwise loses a core to each cell's launch cores
         for tid, cpus in placed_runner.items():
             placement.set_thread_cpus(tid, cpus)
         if sampler:

@@ -1,21 +1,9 @@
 """Where a cell's steps spend the device's time: `profile_steps` more steps after the window, under torch.profiler.
 
-A cell's record says how fast it ran and how long its step waited for data; it does not say what the GPU did in the
-step. Two processes of the same dali-cpu cell on the 2 x H200 host ran 33 and 43 ms of device time a step with the
-GPU 81% and 63% busy (docs/results/2026-12-01-h200x2/study): only the device's own timeline tells a step slowed by
-another stream's kernels (a DALI pipeline's resize on the same GPU) from one that idles between kernels (launches
-that come late) or in copies. This module runs the steps, outside the window (the profiler costs time), and reduces
-CUPTI's activity records to a few figures per GPU:
-
-- `busy_ms`: time a kernel, copy or memset of any stream ran, per step (the union of their intervals);
-- `streams`: per stream, kernel, copy and memset time per step; the stream with the most kernel time is `main` (the
-  training step's), the rest are `other` (a loader's own streams: DALI, nvJPEG);
-- `main_idle_ms`: time within the profiled span the main stream ran nothing, per step;
-- `overlap_ms`: time a kernel of another stream ran while one of the main stream did, per step;
-- `top_kernels`: the kernels with the most time, with their stream's role and calls per step;
-
-and, on the host, the CUDA runtime calls with the most time (launches, synchronisations, copies) per step.
-Without a GPU the profile has host operators only, and says so.
+CUPTI's activity records are reduced to a few figures per GPU and step: busy time, kernel/copy time per stream (the
+training step's `main` stream against a loader's `other` streams), the main stream's idle time, other streams'
+kernels overlapping it, the top kernels, and the host's CUDA runtime calls. Without a GPU the profile has host
+operators only, and says so. Details: docs/internals.md, "engine.stepprofile".
 """
 
 from __future__ import annotations

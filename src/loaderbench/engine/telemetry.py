@@ -1,18 +1,10 @@
 """Resource telemetry through a cell: GPU, CPU, disk and memory sampled at about 10 Hz.
 
-The sampler runs as a thread of the cell runner (`loaderbench.engine.runcell`), a different process from the training,
-so it never holds the training process's GIL; its own CPU time is recorded, and `loaderbench sweep` with
-`telemetry_hz=0` against the default measures what it costs a cell. Per sample:
-
-- per GPU (NVML, `nvidia-ml-py`): utilisation %, memory used MB, PCIe RX/TX MB/s. NVML's PCIe counter blocks
-  about 20 ms a read (43 ms per sample on the H200 with RX and TX read in the loop, which cut the rate to about
-  3 Hz), so a second thread reads PCIe, one GPU a second, and each sample carries the latest reading;
-- CPU % per core (psutil, since the previous sample), and its mean;
-- read MB/s of the tier's block device (when it has one; tmpfs, FUSE and overlay filesystems have none), and
-  the MB/s the cell's processes read through read() calls (any tier, the page cache included);
-- RSS of the cell's process tree (training processes and loader workers) in MB.
-
-Without NVML (no driver, CPU machines) there are no GPU columns and `gpu_reason` says why.
+The sampler is a thread of the cell runner, not of the training process, so it never holds the training's GIL; its
+own CPU time is recorded. Per sample: per GPU (NVML) utilisation, memory and PCIe MB/s (PCIe read by a second thread,
+one GPU a second: NVML blocks ~20 ms a read); CPU % per core; the tier's block-device MB/s and the cell's own read()
+MB/s; the process tree's RSS. Without NVML there are no GPU columns and `gpu_reason` says why.
+Details: docs/internals.md, "engine.telemetry".
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
     criterion = torch.nn.CrossEntropyLoss()
     # fused: one kernel set for the update, and GradScaler passes it the overflow flag on the device instead of
     # reading it on the host mid-step (GradScaler.step's .item(): a synchronisation after which the GPU idles until
-    # the host launches again - dali-cpu's spread on the H200, docs/results/2026-12-01-h200/profile)
+    # the host launches again: config/README.md, `optimizer.fused`)
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay,
                                 fused=spec.optimizer_fused or None)  # fmt: skip
     if spec.compile:  # compiled by the first step (the cell's warm-up), outside the window
@@ -220,7 +220,7 @@ def _measure(spec, data_root, allowed, dist, kind, count, t_start, since_process
     if spec.cold_step_on(kind):
         # the loader's workers and threads exist once it is built: the launching thread gets its core now, not after
         # the first step - the cold step's host work (kernel loading, cuDNN's plans) otherwise shares every core
-        # with the loader's start-up (on the H200, 8-12 s for torchvision's 31 workers against 3-5 s for synthetic)
+        # with the loader's start-up
         pin()
         # The device's cold start (lazy kernel loading, cuDNN/cuBLAS handles; torch.compile's compilation) on a batch
         # of random numbers while the loader, built and started, fills its backlog - instead of after its first

@@ -1,36 +1,11 @@
-"""Warm starts for the measuring processes: a fork server that has already imported torch, torchvision, OpenCV and
-loaderbench's training code, and forks one fresh process per cell (per rank under ddp) on request.
+"""Warm starts for the measuring processes: a fork server that has imported torch, torchvision, OpenCV and the
+training code, and forks one fresh process per cell (per rank under ddp) on request.
 
-Why: on the H200 host a measuring process spent 4-5 s starting (interpreter, `import torch`) and about 4 more in
-its setup importing torchvision (which imports torch._dynamo) - a third of a cell's overhead, paid by every cell.
-A forked process starts with those modules in memory; what the cell measures is unchanged: the child is still a
-fresh process (its own CUDA context, cuDNN handles, loader workers, random state), the server never touches CUDA
-(a fork after CUDA's initialisation would not be usable), and repeats still run in separate processes.
-
-Lifecycle: Snakemake's `onstart` starts one server per run (`start_server`) as its own child, which dies with it
-(PR_SET_PDEATHSIG), and names its socket in LOADERBENCH_WARM_SOCKET for the cell jobs. The server's command line
-is `python -m loaderbench.engine.warmstart SOCKET`; a child rewrites its own to `python -m loaderbench.engine.train --cell ID ...`,
-so that `ps` (and whatever looks for measuring processes) sees it as what it is.
-A cell runner asks for a process (`spawn`), gets its pid, and keeps the connection open: when the runner goes
-away (killed, even by SIGKILL) the server sees the connection close and kills the child with its loader workers;
-when the child exits the server sends its exit status. The child dies with the server too (PR_SET_PDEATHSIG).
-
-Reuse (`host.reuse_processes`, off by default; the server then runs with `--reuse`): a DataParallel cell's process
-(one process, so one request) is kept after an ok cell instead of exiting, and serves the next dp cell whose request
-has the same environment and working directory (the same CUDA_VISIBLE_DEVICES: the same devices visible; a process
-that measured on 2 GPUs and then measures on 1 keeps its context on the second, idle) - never a
-cell of a configuration it has already measured, so repeats still run in separate processes. It skips the next
-cell's CUDA start and, for the same shapes, cuDNN's plans: the cold step, 3-5 s a GPU on the H200 (docs/results/
-2026-11-30-h200/cold-step-probe). Between cells it kills the cell's loader workers, gives back the device memory it
-cached, resets the peak statistics, cuDNN's settings and its threads' placement (`train.reset_for_next_cell`),
-and lets go of the runner's standard streams. At most one process waits idle; any other request (a ddp cell, another
-environment) kills it before a new process is forked, so no idle process holds a GPU another cell measures on.
-The record's `process_start` says which cell of its process each one was (`reused`).
-
-A runner falls back to starting `python -m loaderbench.engine.train` itself, and says why in the record
-(`process_start`), when there is no server, when it cannot be reached, or when it was started from other code,
-another interpreter or another mount namespace (a container job: the runner's mounts would not be the child's)
-- `key()` compares them.
+The child is still fresh (its own CUDA context, loader workers, random state; the server never touches CUDA) and
+renames itself `python -m loaderbench.engine.train --cell ID`; it dies with its runner and with the server. With
+`host.reuse_processes` a dp cell's process is kept for the next dp cell of another configuration. A runner that cannot
+use the server starts the process itself and says why in `process_start`. Details: docs/internals.md,
+"engine.warmstart".
 """
 
 from __future__ import annotations
@@ -101,8 +76,7 @@ def start_server(directory: str | os.PathLike | None = None, reuse: bool = False
 
 @contextlib.contextmanager
 def serving(reuse: bool = False):
-    """A warm-start server for the cells this process runs one after another itself (`loaderbench sweep`: 18.8 s of
-    overhead a cell on the H200 when each started plainly, 7.6 s forked warm), stopped when they are done, and the
+    """A warm-start server for the cells this process runs one after another itself (`loaderbench sweep`), stopped when they are done, and the
     environment as it was. A server already named in LOADERBENCH_WARM_SOCKET that serves this code with the same
     `reuse` is used as it is, and left running."""
     if in_container() or _named_server(reuse):

@@ -1,39 +1,10 @@
 """The timed part of a cell: warm-up, then a window that stops once its steady-state rate is known.
 
-Warm-up runs untimed steps: at least `warmup_steps`, then until the loader makes a step wait (its start-up backlog
-is used up: `warm_up`), at most the loader's prefetch depth + 2, so the window cannot drain a start-up backlog. Then
-the clock starts and steps run until the stop rule says so; the device is synchronised and the clock stops.
-Samples/s = steps x global batch / Time(s). On a GPU the clock is the device's: an event recorded where the window
-starts and each step's end event, so nothing synchronises the device before the window (a training loop does not
-stop its queue either) and the host's steps queued ahead of the device stay out of the batch means.
-
-The adaptive rule (`window.max_seconds`): the step end times are cut into 10 equal batches of consecutive steps
-(batch means; for a worker-fed loader each batch is a whole number of its bursts, and with few, slow steps there may be
-as few as 5 batches of one step or burst each: see `batch_durations`); the window stops
-at the first step, after `min_seconds`, at which the 95% confidence interval of the mean batch duration is within
-`precision` (relative half-width; 0.02 = +-2%) - or at `max_seconds`, then saying it never got there.
-The interval is the window's own: it holds for noise that forgets within a batch. A host whose speed wanders over
-seconds (dali-cpu on the H200: +-10% from one second to the next, correlated over 2-4 s) moves whole windows, and no
-statistic of one window can see that (simulated: step times correlated over 2 s and 8% apart, 77% of the windows that
-converged to +-2% were more than 2% off the long-run rate; Geyer's autocorrelation time from the window itself did
-not catch it). That is measured across processes instead: repeats, their spread and `spread_warn`.
-
-Whole bursts: DataLoader workers that start together can deliver their batches together, then the step waits a worker's
-batch time (31 torchvision workers at batch 256 on an H200: 31 batches in 1.2 s, then a 2.5 s wait). A window holds
-whole bursts only if it starts and ends just after a burst's first step; one that stopped inside a burst counts that
-burst's fast steps without their wait, and one that started on a round of batches already made (a warm-up that ended
-on a late worker's short wait) counts them too: on the 2 x H200 study's 12 s windows of opencv, a first burst of 1.1 s
-against 2.0-2.2 s for every later one (+3%), and up to +13% for a stop inside a burst. So for a worker-fed loader the
-precision is judged only at a burst's first step, and the window is cut to the steps between the first and the last
-burst start it holds (`burst_bounds`; its own start counts when the warm-up's last step started a burst): its time
-is then the device's, between the ends of those two steps (CUDA events; the steps' own ends on a CPU). Its batch means
-are over whole cycles, from one burst start to the next (`cycle_batches`): a cycle need not be as many batches as
-there are workers (15 workers with 4 batches each ahead: about 32 a cycle on the 1-GPU H200 host).
-Workers need not burst, though: 15 torchvision workers feeding an fp32 step on the H200 delivered a batch a step, with
-a 0.2 s stall every few seconds, and a cut at those stalls dropped up to 6.4 s of a 12 s window. A window is cut to
-whole bursts only when it delivers in bursts (`delivers_in_bursts`: the waits that open its bursts are a tenth of its
-time or more, and its cycles' lengths vary by at most half their mean); otherwise every step counts, as for a
-loader delivering a batch a step.
+Warm-up runs until the loader's start-up backlog is spent (at most its prefetch depth + 2 steps). The window's clock
+is the device's on a GPU (CUDA events). The adaptive rule stops at the first step after `min_seconds` at which the 95%
+interval of the window's batch means is within `precision`, or at `max_seconds`. A worker-fed loader that delivers
+in bursts is judged on whole cycles of bursts and its window cut to whole bursts (`delivers_in_bursts`).
+Details and the reasoning: docs/method.md, "The window", and docs/internals.md, "engine.window".
 """
 
 from __future__ import annotations
@@ -98,8 +69,7 @@ def batch_durations(step_end: list[float], batches: int = BATCHES, burst: int = 
     steps.
 
     Each batch is a whole number of `burst`s: a loader whose workers each deliver a whole batch delivers them in
-    bursts of `burst` (= workers) batches, then waits a worker's batch time - on an H200, 31 torchvision workers at
-    batch 256 gave 0.4 s and 3 s alternating. A batch of steps that spans whole bursts does not swing with the phase.
+    bursts of `burst` (= workers) batches, then waits a worker's batch time. A batch of steps that spans whole bursts does not swing with the phase.
     Up to `batches` batches are made, as few as MIN_BATCHES (of one burst, or one step, each): slow steps (a loader
     on an HDD takes seconds a step) are known from few of them. With `bounds` (burst starts): batches of whole
     cycles (`cycle_batches`)."""
@@ -118,8 +88,8 @@ def batch_durations(step_end: list[float], batches: int = BATCHES, burst: int = 
 def cycle_batches(step_end: list[float], bounds: list[int], batches: int = BATCHES) -> list[tuple[float, int]]:
     """(seconds, steps) of up to `batches` batches of whole cycles of a worker-fed loader: a cycle is the steps after
     one burst start up to and with the next (`bounds`: the burst starts, indices into `step_end`, -1 the window's
-    start). Its bursts need not be its workers' number of batches: 15 workers with 4 batches each ahead delivered
-    about 32 batches a cycle on the 1-GPU H200 host. [] with fewer than MIN_BATCHES cycles."""
+    start). Its bursts need not be its workers' number of batches (15 workers with 4 batches each ahead can
+    deliver about 32 a cycle). [] with fewer than MIN_BATCHES cycles."""
     n = len(bounds) - 1
     k = min(batches, n)
     if k < MIN_BATCHES:
@@ -182,8 +152,7 @@ def burst_bounds(waits: list[float], step_end: list[float], burst: int, lead_wai
     start's): the window's whole bursts are the steps after the first of them up to and with the last. None: fewer
     than a burst's worth of steps between the first and the last (every step counts).
 
-    A warm-up can end on a late worker's short wait with a whole round of batches ready (the 2 x H200 study: the first
-    31 steps of opencv's window in 1.1 s, every later 31 in 2.0-2.2 s): those steps are not a burst of the steady
+    A warm-up can end on a late worker's short wait with a whole round of batches ready: those steps are not a burst of the steady
     state, and they are cut as the steps after the last burst start are."""
     if burst <= 1:
         return None

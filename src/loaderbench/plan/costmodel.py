@@ -1,21 +1,8 @@
-"""What one cell of a study costs on a host, before it runs: overhead (process start, setup, teardown) + warm-up +
-window, on one of three bases, the first that applies:
-
-- record: an ok record of the same host (provenance gpu_models and cpus_usable) and the same configuration (the
-  cell's spec but for its repeat, seed and the paths it reads): that record's wall time (the median of several).
-- host records: records of the same host, of other configurations: the host's median overhead (the neighbour's own
-  when it ran the same loader), and the rate (samples/s) and first step of the closest measured configuration -
-  same loader, GPUs, batch, precision and parallel mode, relaxing the tier first, then the parallel mode, precision,
-  batch, GPUs and last the loader - which give the warm-up and, with the window rule, the window.
-- rules: the constants below, calibrated on the records in docs/results (H200 hosts, a 2-core CPU host). The rate
-  is unknown, so an adaptive window is predicted at its maximum - except on an emulated tier that is I/O-bound,
-  whose rate its device model gives (whole-file reads of the dataset's mean file size).
-
-With `host.reuse_processes` on a GPU host, a dp cell that follows a dp cell is measured by that cell's kept process
-(warmstart; `KeptProcesses` follows the run order): its overhead is that of records measured that way, else the
-fresh records' less their start-up and, for shapes the process ran already, their cold step (KEPT_OVERHEAD_S by the
-rules); fresh cells are predicted from fresh records. Every cell also costs Snakemake's job (JOB_S).
-`loaderbench.plan.predict` adds the fixed costs (`fixedcosts`) and the budget.
+"""What one cell of a study costs on a host, before it runs: overhead + warm-up + window, on the first basis that
+applies: an ok record of the same host and configuration (`record`); records of the same host and the closest
+measured configuration (`host records`); else the calibrated constants below (`rules`). Kept dp processes
+(`host.reuse_processes`) are followed in run order (`KeptProcesses`); every cell also costs Snakemake's job (JOB_S).
+`loaderbench.plan.predict` adds the fixed costs and the budget. Details: docs/internals.md, "plan.costmodel".
 """
 
 from __future__ import annotations
@@ -32,32 +19,16 @@ from loaderbench.core.records import CorruptRecord, read_record
 from loaderbench.engine.window import MIN_BATCHES
 from loaderbench.loaders import BACKLOG
 
-# The rules (no record of the host). A host is "gpu" when it has a GPU, else "cpu".
-# Process start, imports, setup (with the cold step on a GPU), teardown and the record (a cell's wall - window -
-# warm-up): 9.8 s median on the 2 x H200 host with warm starts and the cold step (docs/results/2026-11-30-h200x2/
-# study-2: overhead 10.6 s of which warm-up 0.8 s); 1-2 s on the 2-core CPU host with warm starts. Cells that start
-# plainly (container jobs, `run-cell` by hand) pay 4-5 s more on the H200 host, 3 s more on the CPU host.
-CELL_OVERHEAD_S = {"gpu": 10.0, "cpu": 2.0}
-# The first warm-up step: CUDA context, cuDNN autotuning, the workers' start (H200: 14-23 s, 26-32 s with 30
-# DataLoader workers; CPU: under 1 s). Without autotuning (cudnn_benchmark: false) cuDNN only plans: 3.4-6.6 s on the
-# 2 x H200 host, 15.6 s for torchvision's 31 workers at 2 GPUs (docs/results/2026-11-30-h200x2/study). After a cold
-# step (cold_step on a GPU) the device is warm and the first step is a step (0.0-0.2 s there, study-2): its cost is
-# in the overhead.
-FIRST_STEP_S = {"gpu": 20.0, "cpu": 1.0}
-FIRST_STEP_UNTUNED_S = 5.0
-FIRST_STEP_AFTER_COLD_S = 0.2
-# The rate assumed for warm-up steps when no record gives one: below the slowest loader measured at batch 256 on an
-# H200 (torchvision, 1450 samples/s) and at batch 16-64 on the CPU host (67 samples/s from the HDD, else 130-250).
-ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}
-# The share of a cell's overhead in which its loader, started at build, fills its backlog before the warm-up: setup is
-# 7.7 s of the 9.8 s on the 2 x H200 host (study-2), the loader built after CUDA's start and the model, half of it.
-PREFILL_SHARE = 0.5
-# A cell measured by a process kept from the cell before (host.reuse_processes), by whether that process ran the
-# cell's shapes already. On the 2 x H200 host (docs/results/2026-11-30-h200x2/study-4): 0.6-1.4 s before the warm-up
-# for shapes the process had run, 7.8 s for new ones (cuDNN's plans for 2 GPUs at fp32), against 7-13 s fresh.
-# Records of kept processes replace it.
-KEPT_OVERHEAD_S = {True: 1.5, False: 8.0}  # only GPU hosts keep processes (KeptProcesses)
-JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spawn, bookkeeping: 0.9 s on the H200 host)
+# The rules (no record of the host), by host kind ("gpu" when it has a GPU, else "cpu"); docs/internals.md,
+# "plan.costmodel: calibration", gives the records each constant was read from.
+CELL_OVERHEAD_S = {"gpu": 10.0, "cpu": 2.0}  # process start, setup (cold step included), teardown, record
+FIRST_STEP_S = {"gpu": 20.0, "cpu": 1.0}  # the first warm-up step with cuDNN autotuning
+FIRST_STEP_UNTUNED_S = 5.0  # ... without it: cuDNN only plans
+FIRST_STEP_AFTER_COLD_S = 0.2  # ... after the cold step, when the device is warm (its cost is in the overhead)
+ASSUMED_SAMPLES_PER_S = {"gpu": 1000.0, "cpu": 100.0}  # warm-up rate without a record: below the slowest loader
+PREFILL_SHARE = 0.5  # the share of the overhead in which a loader, started at build, fills its backlog
+KEPT_OVERHEAD_S = {True: 1.5, False: 8.0}  # a kept dp process, by whether it ran the shapes (KeptProcesses)
+JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spawn, bookkeeping)
 # Steps profiled after the window (`profile_steps`) run slower under the profiler, and their events are reduced after:
 # a guess until records of the configuration exist (they replace it: their wall has it)
 PROFILED_STEP_FACTOR, PROFILE_SUMMARY_S = 1.5, 2.0
@@ -65,7 +36,7 @@ PROFILED_STEP_FACTOR, PROFILE_SUMMARY_S = 1.5, 2.0
 # cold_step moves the device's cold start from the first warm-up step into setup, overlapped with the loader's
 # start-up: a cell costs about what it did without it, or less (and records from before it have no cold_step).
 # optimizer_fused changes how fast a step runs, not how long a cell takes (its window is seconds, its overhead the
-# process's): the unfused records of a host predict its fused cells (on by default since 2026-12-01).
+# process's): the unfused records of a host predict its fused cells.
 NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset", "cold_step", "optimizer_fused")
 # The closest measured configuration: these spec fields relaxed last to first (the tier first, the loader last; of
 # other loaders, one fed the same way - loaders.BACKLOG - first).
@@ -86,7 +57,7 @@ class Host:
 
     def matches(self, record: dict) -> bool:
         """The record's host is this one: the same GPU models, and its usable CPUs within one per GPU of ours - the
-        cells of one H200 host say 31 (1 GPU) or 30 (2 GPUs): the affinity a cell's runner reads can lose a core
+        cells of one host can say 31 (1 GPU) or 30 (2 GPUs): the affinity a cell's runner reads can lose a core
         per GPU to the cell's placement."""
         h = (record.get("provenance") or {}).get("host") or {}
         cpus = h.get("cpus_usable")

@@ -14,12 +14,12 @@ from loaderbench.core.layout import DATASETS, LOGS, Layout
 
 from .costmodel import Host
 
-# Dataset generation and the check, per image and CPU core (the H200 host: 8192 images in 12 s and 2 s on 30 CPUs).
+# Dataset generation and the check, per image and CPU core (calibrated on a 30-CPU GPU host).
 GENERATE_CORE_S_PER_IMAGE = 0.045
 CHECK_CORE_S_PER_IMAGE = 0.008
-STAGE_MB_S = 300.0  # copying onto a tier (700 MB into /dev/shm took 1 s on the H200 host; disks are slower)
+STAGE_MB_S = 300.0  # copying onto a tier (tmpfs is faster, disks slower)
 MEAN_FILE_BYTES = 110e3  # a generated ImageNet-like JPEG, when no staging manifest, check or dataset.json says
-# Snakemake's start and the jobs after the cells: aggregate, diagnose, figures, bundle (10 s on the H200 host).
+# Snakemake's start and the jobs after the cells: aggregate, diagnose, figures, bundle.
 WORKFLOW_S = {"gpu": 15.0, "cpu": 40.0}
 # `loaderbench make-dataset`'s last line, which its log keeps (commands.cmd_make_dataset)
 GENERATED_LOG_RE = re.compile(r"wrote (\d+) images to .* in ([0-9.]+) s")

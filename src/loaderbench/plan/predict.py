@@ -1,4 +1,4 @@
-"""A study's cost before it runs: its cells per part, the device time each is predicted to take (`costmodel`), the
+"""A study's cost before it runs: its cells per part, the run time each is predicted to take (`costmodel`), the
 fixed costs (`fixedcosts`: dataset, staging, tier probes, the tables and figures) and the total, held against the
 config's `budget_minutes`. `loaderbench plan` prints it, the workflow builds only the cells it keeps.
 
@@ -132,7 +132,7 @@ class Plan:
                                                             for f in self.fixed])  # fmt: skip
         cells_s = sum(p.seconds for p in self.parts)
         fixed_s = sum(f.seconds for f in self.fixed)
-        lines += ["", f"total: {duration(self.total_s)} of device time (cells {duration(cells_s)}, "
+        lines += ["", f"total: {duration(self.total_s)} of run time (cells {duration(cells_s)}, "
                       f"fixed {duration(fixed_s)})", self.verdict()]  # fmt: skip
         if cells:
             lines += ["", "cells (run order):"]

@@ -1,19 +1,9 @@
 """Where the time goes: stall attribution, a bottleneck label per cell, and recommendations from the numbers.
 
-Stall attribution after DS-Analyzer, per configuration (loader, tier, GPUs, per-GPU batch, precision, parallel):
-
-- compute (ms/step): the `synthetic` cell's step time at the same GPUs, batch, precision and parallel mode;
-- prep stall: the same loader's step time on a RAM tier minus compute (decode, augment, collate, copy);
-- fetch stall: this tier's step time minus the RAM tier's (reading the files: I/O); without a RAM cell of that
-  configuration, minus the fastest other tier's (a lower bound on the fetch stall, named in the evidence);
-- data wait: what the training loop waited for the next batch, host-side (measured directly).
-
-The label, in this order: `GPU-bound` (AU >= 0.9; `compute-bound` when the device is the CPU), `I/O-bound`
-(fetch stall is the larger stall), `transfer-bound` (the loader had batches ready - data wait under 10% of
-the step - yet the step is slower than compute: host-to-device copies, DataParallel's scatter; on a CPU device,
-where nothing crosses a bus, that is the loader's workers taking cores from the training: `CPU-prep-bound`),
-`CPU-prep-bound` (decode/augment on the CPU), `GPU-prep-bound` (decode/augment on the GPU, taking turns with
-training). Each label comes with its evidence in words and numbers.
+Attribution after DS-Analyzer, per configuration: compute = the `synthetic` cell's step; prep stall = the loader's
+step from RAM minus compute; fetch stall = this tier's step minus RAM's (else minus the fastest other tier's, a lower
+bound); data wait as measured. Labels, in order: GPU-bound (AU >= 0.9), I/O-bound, transfer-bound, CPU-prep-bound,
+GPU-prep-bound, each with its evidence. Details: docs/internals.md, "report.diagnose".
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
 
 
 def _profile_line(record: dict) -> dict:
-    """A profiled cell's device time per step on its first GPU (stepprofile): the span, the busy time, the training
+    """A profiled cell's GPU time per step on its first GPU (stepprofile): the span, the busy time, the training
     stream's kernels and idle time, other streams' kernels and how much of them ran under the training stream's."""
     prof = record["metrics"]["profile"][0]
     out = {"cell": record["cell_id"], "samples_per_s": record["metrics"]["samples_per_s"]}
@@ -152,7 +152,7 @@ def _foreign(record: dict) -> dict:
 
 def _foreign_summary(records: list[dict]) -> dict | None:
     """How much CPU outside the cell ran during the windows, and what it was: a spread between repeats or a
-    `contended` flag is read against it (on the 2 x H200 host it was hypervisor steal, docs/results/...study-3)."""
+    `contended` flag is read against it (hypervisor steal counts: a virtual host's neighbours)."""
     f = [_foreign(r) for r in records if (r.get("contention") or {}).get("foreign_cpu_cores") is not None]
     if not f:
         return None

@@ -26,7 +26,7 @@ MAX_READ = 1 << 20  # one request per read of up to 1 MiB (the kernel's FUSE lim
 # What one device request fetches at least: Linux's readahead for a disk (/sys/block/*/queue/read_ahead_kb, 128 by
 # default). The mount is direct_io (no page cache, so every cell reads cold), which also turns off the kernel's
 # readahead: without this, a reader's own read size became the device's request size, and OpenCV's 4 KB reads of a
-# file, interleaved with another worker's, paid a positioning each (3 images/s from a 110 files/s HDD on the H200).
+# file, interleaved with another worker's, paid a positioning each (a few images/s from a 110 files/s disk).
 READAHEAD = 128 * 1024
 # A fetch is kept until its file has been read to the end (the page cache of a file being read: OpenCV's imread opens
 # a file twice, to sniff its format and then to decode it, and the second open reads what the first fetched), for at
