@@ -3,7 +3,7 @@ objects (`parallel.ReplicaCache`, what loaderbench's DataParallel does) computes
 `torch.nn.parallel.replicate` every step, and what it saves (dp/ddp). An earlier experiment of the kind was
 no faster (docs/results/2026-11-30-h200x2/engine/README.md) and its weights differed; this one checks them.
 
-One process, the cell's own training step (`loaderbench.engine.train.training_step`: MobileNetV2, channels_last, SGD,
+One process, the cell's own training step (`loaderbench.engine.step.training_step`: MobileNetV2, channels_last, SGD,
 autocast + GradScaler under amp) wrapped in loaderbench's DataParallel, on synthetic data already on GPU 0, as
 the synthetic loader hands it over. Two variants of the same wrapper from the same initial weights and the same
 batches: `fresh` (torch's replicate on every step) and `cached`. Checks that their losses and weights after
@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, "src")
 from loaderbench.core.config import cell_spec, validate_config  # noqa: E402
 from loaderbench.engine import parallel  # noqa: E402
-from loaderbench.engine.train import configure_cudnn, dtypes, training_step  # noqa: E402
+from loaderbench.engine.step import configure_cudnn, dtypes, training_step  # noqa: E402
 
 
 class Fresh(parallel.DataParallel):

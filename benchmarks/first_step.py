@@ -1,6 +1,6 @@
 """Where a GPU cell's first training step goes, and what cuDNN's autotuning buys (per-cell overhead).
 
-One fresh process per call, as a cell: the cell's own training step (`loaderbench.engine.train.training_step`: MobileNetV2,
+One fresh process per call, as a cell: the cell's own training step (`loaderbench.engine.step.training_step`: MobileNetV2,
 channels_last, SGD, autocast + GradScaler under amp) on synthetic data already on the GPU. It times the imports, the
 CUDA context, the model build, the first step (synchronised: autotuning, cuDNN plan building, lazy kernel loading),
 then `--steps` steps for the steady rate. Run it once per setting in separate processes, e.g.
@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, "src")
 from loaderbench.core.config import cell_spec, validate_config  # noqa: E402
-from loaderbench.engine.train import dtypes, training_step  # noqa: E402
+from loaderbench.engine.step import dtypes, training_step  # noqa: E402
 
 T_IMPORT = time.perf_counter() - T0
 

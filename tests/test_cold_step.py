@@ -14,7 +14,7 @@ import torch
 from loaderbench.core.config import cell_spec
 from loaderbench.core.records import validate_record
 from loaderbench.data.manifest import Staged, class_names
-from loaderbench.engine import train
+from loaderbench.engine import step, train
 from loaderbench.engine.runcell import run_cell
 from loaderbench.loaders import get_loader
 from loaderbench.loaders.common import LoaderContext
@@ -46,7 +46,7 @@ def test_the_cold_batch_is_laid_out_as_the_loaders_batches(staged, loader, chann
     ctx = _ctx(tmp, channels_last=channels_last, dtype=dtype, options={"threads": 1})
     batches = get_loader(loader).build(ctx)
     classes = len(class_names(ctx.allowed))
-    images, labels = cold = train.cold_batch(ctx, classes)
+    images, labels = cold = step.cold_batch(ctx, classes)
     assert _layout(cold) == _layout(next(batches))
     assert images.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     assert labels.dtype == torch.int64 and 0 <= int(labels.min()) and int(labels.max()) < classes

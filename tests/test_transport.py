@@ -13,7 +13,7 @@ import torch
 from loaderbench.core.config import CellSpec, ConfigError, cell_spec, validate_config
 from loaderbench.core.records import spec_hash
 from loaderbench.data.manifest import class_names
-from loaderbench.engine import train
+from loaderbench.engine import step
 from loaderbench.loaders import get_loader
 from tests.conftest import staged_disk, tiny_config
 from tests.test_cold_step import _ctx, _layout
@@ -65,7 +65,7 @@ def test_a_uint8_batch_is_a_quarter_of_the_bytes_the_workers_hand_over(staged):
 def test_the_cold_batch_is_laid_out_as_the_uint8_loaders_batches(staged):
     tmp, _ = staged
     ctx, batches = _batches(tmp, "uint8", dtype=torch.bfloat16)
-    assert _layout(train.cold_batch(ctx, len(class_names(ctx.allowed)))) == _layout(batches[0])
+    assert _layout(step.cold_batch(ctx, len(class_names(ctx.allowed)))) == _layout(batches[0])
 
 
 def test_records_made_before_the_setting_keep_their_hash():

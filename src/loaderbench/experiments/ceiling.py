@@ -30,7 +30,7 @@ def bare_loop(spec: CellSpec, classes: int, steps: int, warmup: int, device, ima
     """Samples/s of the plain loop over one device-resident batch (the synthetic loader's tensors)."""
     import torch
 
-    from loaderbench.engine.train import configure_cudnn, dtypes, training_step
+    from loaderbench.engine.step import configure_cudnn, dtypes, training_step
 
     if device.type == "cuda":
         configure_cudnn(spec)

@@ -34,7 +34,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     import torch
 
     from loaderbench.engine import parallel
-    from loaderbench.engine.train import configure_cudnn, loader_context, training_step
+    from loaderbench.engine.step import configure_cudnn, loader_context, training_step
     from loaderbench.loaders import BACKLOG, get_loader
 
     if spec.parallel != "dp":

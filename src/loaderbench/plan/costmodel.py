@@ -196,7 +196,7 @@ def _median(values) -> float | None:
 def _workers(spec: CellSpec, host: Host) -> int:
     """A worker-fed loader's DataLoader workers on `host`, as the cell will resolve them (its placement there)."""
     from loaderbench.engine.placement import for_cell
-    from loaderbench.engine.train import resolve_workers
+    from loaderbench.engine.step import resolve_workers
 
     place = for_cell(spec.placement, spec.gpus, "cuda" if host.kind == "gpu" else "cpu",
                      cpus=frozenset(range(host.cpus_usable)))  # fmt: skip

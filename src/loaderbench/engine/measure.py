@@ -1,0 +1,273 @@
+"""One cell's measurement inside its process: build the loader and the model, place the threads, warm up, time a
+window (`window`) and summarise it (`metrics`). `train` runs it as the measuring process's entry point."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from pathlib import Path
+
+from loaderbench.core.config import CellSpec
+from loaderbench.core.provenance import gpu_memory_used_mb
+from loaderbench.data.manifest import class_names
+
+from . import metrics as summary
+from . import parallel, placement, stepprofile
+from .step import cold_batch, configure_cudnn, dtypes, loader_context, training_step
+from .watchdog import Heartbeat
+from .window import StopRule, batch_durations, hold_collection, timed_window, trace, warm_up
+
+KEEP: list = []  # loaders kept alive until the process ends (their workers are killed with it, not joined)
+
+
+class CellRun:
+    """A cell being measured in this process (one rank of a ddp cell): what was built, and what each phase found."""
+
+    def __init__(self, spec: CellSpec, data_root: Path, allowed: frozenset[str], dist, kind: str, heartbeat: Heartbeat,
+                 marks: dict, build_step=training_step):  # fmt: skip
+        import torch
+
+        from loaderbench.loaders import get_loader
+
+        self.spec, self.dist, self.kind, self.heartbeat, self.marks = spec, dist, kind, heartbeat, marks
+        self.device = dist.device
+        self.amp_dtype, _ = dtypes(spec, kind)
+        torch.manual_seed(spec.seed)
+        if kind == "cuda":
+            configure_cudnn(spec)
+        self.place = placement.for_cell(spec.placement, spec.gpus, kind)
+        self.ddp = spec.parallel == "ddp"
+        # the GPUs this process drives - dp: 0..n-1, ddp: its rank's own
+        self.gpu_ids = ([self.device.index] if self.ddp else list(range(spec.gpus))) if kind == "cuda" else []
+        self.ctx = loader_context(spec, data_root, allowed, self.device, self.place, dist.rank,
+                                  dist.world if self.ddp else 1)  # fmt: skip
+        self.batches = get_loader(spec.loader).build(self.ctx)
+        self.global_batch = spec.batch_size * spec.gpus
+        self.classes = len(class_names(allowed))  # from the manifest, as the loaders' labels
+        prescattered = bool(self.ctx.info.get("prescattered"))
+        self.model, self.step = build_step(spec, self.classes, self.device,
+                                           wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
+        self.backlog = self.ctx.info["prefetch_batches"]
+        self.placed: dict = {}
+
+    def sync(self) -> None:
+        if self.kind == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def pin(self) -> None:
+        """Launching threads on their own cores, every other thread of this process and its workers on the rest."""
+        if self.place is None:
+            return
+        keep = {threading.get_native_id(): self.place.launch[self.dist.rank if self.ddp else 0]}
+        for i, tid in enumerate(parallel.launch_threads(self.model), start=1):  # dp's replica threads
+            keep[tid] = self.place.launch[i % len(self.place.launch)]
+        self.placed["threads"] = placement.pin_process_tree(os.getpid(), self.place.others, keep)
+        self.placed["launch"] = {str(t): c for t, c in keep.items()}
+
+    def cold_step(self) -> float | None:
+        """The device's cold start on a random batch while the loader fills its backlog; its seconds (None: not run).
+
+        The loader's workers and threads exist once it is built, so the launching thread gets its core now: the cold
+        step's host work (kernel loading, cuDNN's plans) would otherwise share every core with the loader's start-up.
+        Part of setup, never in the warm-up's steps or the window; every rank of a ddp cell runs it, so their steps
+        still pair up."""
+        import torch
+
+        if not self.spec.cold_step_on(self.kind):
+            return None
+        self.pin()
+        self.marks["cold_step_start"] = time.time()
+        t = time.perf_counter()
+        with torch.random.fork_rng(devices=self.gpu_ids):  # its dropout leaves the random streams as it found them
+            self.step(*cold_batch(self.ctx, self.classes))
+        self.sync()
+        return time.perf_counter() - t
+
+    def warm_up(self) -> dict:
+        """Untimed steps until the loader's start-up backlog is spent (`window.warm_up`), the threads placed after the
+        first step and again after the last; what the warm-up found."""
+        spec, dist = self.spec, self.dist
+        # every rank runs the same number of steps (DDP's gradient all-reduce pairs them up)
+        bound = parallel.agree_max(dist, max(spec.warmup_steps, self.backlog + 2))
+        t_setup = time.perf_counter()
+        self.marks["warmup_start"] = time.time()
+        self.heartbeat.phase("warmup")
+        first = {}
+
+        def after_first_step():
+            first["s"] = time.perf_counter() - t_setup
+            self.pin()  # workers, DALI and replica threads exist now
+
+        waits: list = []
+        hold_collection()
+        durations, drained_at = warm_up(self.step, self.batches, bound, self.sync, self.heartbeat,
+                                        on_first_step=after_first_step, min_steps=spec.warmup_steps,
+                                        agree_drained=lambda done: not parallel.agree_max(dist, int(not done)),
+                                        waits=waits)  # fmt: skip
+        self.pin()  # again: threads started during the warm-up (a new epoch's pin-memory thread) go where they belong
+        return {"durations": durations, "drained_at": drained_at, "bound": bound, "waits": waits,
+                "first_step_s": first.get("s"), "t_setup": t_setup, "t_warm": time.perf_counter()}  # fmt: skip
+
+    def window(self, lead_wait: float):
+        """(stop rule, timed window): steps until the rate is known, on the device's clock on a GPU."""
+        import torch
+
+        spec = self.spec
+        rule = StopRule(steps=spec.window_steps, seconds=spec.window_s, max_seconds=spec.window_max_s,
+                        min_seconds=spec.window_min_s, precision=spec.window_precision,
+                        burst=int(self.ctx.info.get("workers") or 1))  # DataLoader workers deliver a batch each  # fmt: skip
+        self.heartbeat.phase("window")
+        self.marks["window_start"] = time.time()
+        win = timed_window(
+            self.step, self.batches, rule, self.sync, self.heartbeat,
+            agree_max=lambda value: parallel.agree_max(self.dist, value),
+            cuda_timer=(lambda: torch.cuda.Event(enable_timing=True)) if self.kind == "cuda" else None,
+            label=spec.cell_id, samples_per_step=self.global_batch, show_progress=self.dist.is_main,
+            lead_wait=lead_wait,
+        )  # fmt: skip
+        self.marks["window_end"] = time.time()
+        self.heartbeat.phase("teardown")
+        return rule, win
+
+    def rank_summary(self, win, peak_rss_mb) -> dict:
+        """What this rank measured, for rank 0 to gather; `profile_steps` more steps profiled after the window (after
+        the peak memory is read: the profiler's own allocations are not the cell's)."""
+        import torch
+
+        peak_gpu = [torch.cuda.max_memory_allocated(i) / 2**20 for i in self.gpu_ids]
+        profile = None
+        if self.spec.profile_steps:  # outside the window; every rank profiles as many steps (ddp's all-reduce pairs them)
+            profile = stepprofile.run(self.step, self.batches, self.spec.profile_steps, self.sync, self.kind,
+                                      self.heartbeat.beat)  # fmt: skip
+        return {"rank": self.dist.rank, "device": str(self.device), "time_s": win.elapsed_s, "waits": win.waits,
+                "computes": win.computes, "peak_gpu_mem_mb": peak_gpu, "process_rss_mb": peak_rss_mb(),
+                "loader_info": self.ctx.info, "profile": profile}  # fmt: skip
+
+
+def measure_in(run: CellRun, t_start: float, since_process_start: float | None, peak_rss_mb, tree_rss_mb,
+               count: int) -> dict | None:  # fmt: skip
+    """Run the cell's phases; its metrics on rank 0 (None on the other ranks of a ddp cell)."""
+    cold_step_s = run.cold_step()
+    warm = run.warm_up()
+    rule, win = run.window(warm["waits"][-1])
+    final_loss = float(win.loss.detach().float().item())
+    ranks = parallel.gather(run.dist, run.rank_summary(win, peak_rss_mb))
+    rss = tree_rss_mb()
+    # the workers are not shut down one by one (seconds of joins): the process ends with os._exit once its record is
+    # written, and its workers are killed with it (`train.main`)
+    KEEP.append(run.batches)
+    if not run.dist.is_main:
+        return None
+    elapsed = max(r["time_s"] for r in ranks)  # the cell is as slow as its slowest rank
+    steps = win.steps
+    ratio = summary.half_ratio(win.step_end, win.elapsed_s)
+    warnings = summary.warnings_for(
+        final_loss=final_loss, backlog=run.backlog, steps=steps, ratio=ratio, rule=rule, converged=win.converged,
+        halfwidth=win.halfwidth, warmup_durations=warm["durations"], window_step_end=win.step_end,
+    )  # fmt: skip
+    return {
+        **_rate(run, ranks, elapsed, steps),
+        "window": _window_record(rule, win),
+        **_phases(run, warm, t_start, since_process_start, cold_step_s),
+        **_settings(run, win.last_batch[0]),
+        "parallel": _parallel_record(run, ranks),
+        "prefetch_backlog_batches": run.backlog,
+        "window_over_backlog": steps / run.backlog if run.backlog else None,
+        "half_ratio": ratio,
+        "final_loss": final_loss if math.isfinite(final_loss) else str(final_loss),
+        "warnings": warnings,
+        "workers": run.ctx.info.get("workers"),
+        "loader_info": run.ctx.info,
+        "profile": [r["profile"] for r in ranks] if run.spec.profile_steps else None,  # one per rank (stepprofile)
+        "device": {"type": run.kind, "count": count, "used": run.spec.gpus if run.kind == "cuda" else 0},
+        "peak_gpu_mem_mb": [m for r in ranks for m in r["peak_gpu_mem_mb"]],
+        "gpu_mem_nvml_mb": gpu_memory_used_mb(run.spec.gpus) if run.kind == "cuda" else None,
+        "main_peak_rss_mb": peak_rss_mb(),
+        "process_tree_rss_mb": rss,
+    }
+
+
+def _rate(run: CellRun, ranks: list[dict], elapsed: float, steps: int) -> dict:
+    """The seed's Time(s), Steps and Samples/s, and the step's waits and compute."""
+    return {
+        "time_s": elapsed,
+        "steps": steps,
+        "global_batch": run.global_batch,
+        "samples": steps * run.global_batch,
+        "samples_per_s": steps * run.global_batch / elapsed,
+        "step_ms": 1000.0 * elapsed / steps,
+        "data_wait_ms": summary.summarize_ms([w for r in ranks for w in r["waits"]]),
+        "compute_ms": summary.summarize_ms([c for r in ranks for c in r["computes"]]),
+        "data_wait_fraction": float(sum(ranks[0]["waits"]) / ranks[0]["time_s"]),
+    }
+
+
+def _window_record(rule: StopRule, win) -> dict:
+    """How the window stopped and how well it knew its rate."""
+    adaptive = rule.mode == "adaptive"
+    return {"mode": rule.mode, "min_s": rule.min_seconds if adaptive else None, "max_s": rule.max_seconds,
+            "precision": rule.precision if adaptive else None, "ci95_rel_halfwidth": win.halfwidth,
+            "converged": win.converged, "burst": rule.burst, "whole_bursts": win.extra.get("whole_bursts"),
+            "batch_s": batch_durations(win.step_end, burst=win.extra["batch_unit"], bounds=win.extra.get("bounds")),
+            "trace": trace(win.step_end)}  # fmt: skip
+
+
+def _phases(run: CellRun, warm: dict, t_start: float, since_process_start: float | None,
+            cold_step_s: float | None) -> dict:  # fmt: skip
+    """Where the time before the window went."""
+    durations = warm["durations"]
+    return {
+        "warmup_steps": len(durations),
+        "warmup_steps_max": warm["bound"],  # the backlog bound; fewer ran when the loader's backlog was found used up
+        "warmup_drained_at": warm["drained_at"],
+        "warmup_step_ms": summary.summarize_ms(durations[1:]),
+        "warmup_steps_s": [round(d, 5) for d in durations],
+        "startup_s": since_process_start,  # process start to here: interpreter, imports (torch), spec and manifest
+        "setup_s": warm["t_setup"] - t_start,  # CUDA context, process group, loader and model built
+        "first_step_s": warm["first_step_s"],  # autotuning, lazy CUDA module loading, worker start-up, first batch
+        "cold_step_s": cold_step_s,  # the cold step on a random batch in setup (None: not run); setup_s holds it
+        "warmup_s": warm["t_warm"] - warm["t_setup"],
+        "marks": run.marks,
+    }
+
+
+def _settings(run: CellRun, images) -> dict:
+    """What the step and the process ran with: input layout, compilation, optimizer, cuDNN, thread placement."""
+    import torch
+
+    spec, kind = run.spec, run.kind
+    first_input = images[0] if isinstance(images, list) else images  # a pre-scattered batch: one part per GPU
+    return {
+        "input": {"dtype": str(first_input.dtype).replace("torch.", ""),
+                  "channels_last": first_input.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
+        "compiled": spec.compile,
+        "optimizer": {"name": type(run.step.optimizer).__name__,
+                      "fused": bool(run.step.optimizer.defaults.get("fused"))},  # fmt: skip
+        "cudnn_benchmark": spec.cudnn_benchmark if kind == "cuda" else None,
+        "cudnn_benchmark_limit": torch.backends.cudnn.benchmark_limit if kind == "cuda" else None,
+        "placement": {**run.place.to_dict(), **run.placed} if run.place else
+        {"off": f"placement {spec.placement} on {kind}"},
+        "amp_dtype": str(run.amp_dtype).replace("torch.", "") if spec.precision == "amp" else None,
+    }
+
+
+def _parallel_record(run: CellRun, ranks: list[dict]) -> dict:
+    """dp or ddp: the processes, the backend, the wrapper and each rank's own figures."""
+    spec = run.spec
+    return {
+        "mode": spec.parallel,
+        "processes": run.dist.world,
+        "backend": ("nccl" if run.kind == "cuda" else "gloo") if run.ddp else None,
+        "wrapper": type(run.model).__name__ if not spec.compile else f"compiled {type(run.model._orig_mod).__name__}",
+        "per_rank": [
+            {"rank": r["rank"], "device": r["device"], "time_s": r["time_s"],
+             "data_wait_ms": summary.summarize_ms(r["waits"])["mean"],
+             "compute_ms": summary.summarize_ms(r["computes"])["mean"],
+             "peak_gpu_mem_mb": r["peak_gpu_mem_mb"], "process_rss_mb": r["process_rss_mb"]}
+            for r in ranks
+        ],  # fmt: skip
+    }

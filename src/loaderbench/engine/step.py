@@ -1,0 +1,144 @@
+"""The cell's training step and what its loader is built from: the device, cuDNN's settings, the dtypes, the
+model with its loss and optimizer, the cold step's batch and the LoaderContext. Shared by the cell (`train`), the
+ceiling's and the crosscheck's bare loops, so that all three run the same step on the same loader."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from loaderbench.core.config import CellSpec
+
+from . import placement
+
+
+def available_devices() -> tuple[str, int]:
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda", torch.cuda.device_count()
+    return "cpu", 1
+
+
+def resolve_workers(spec: CellSpec, place: placement.Placement | None = None, ranks: int = 1,
+                    usable: int | None = None) -> int:  # fmt: skip
+    """`auto`: the CPUs left once the launching threads have theirs (every usable CPU but one when unpinned), shared
+    among a ddp cell's `ranks`. `usable`: the usable CPUs (default this process's; `loaderbench plan` gives a host's)."""
+    if spec.workers != "auto":
+        return int(spec.workers)
+    free = len(place.others) if place else max(1, (len(os.sched_getaffinity(0)) if usable is None else usable) - 1)
+    return max(1, free // ranks) if free else 0
+
+
+TORCH_BENCHMARK_LIMIT = 10  # torch.backends.cudnn.benchmark_limit's default
+
+
+def configure_cudnn(spec: CellSpec) -> None:
+    """cuDNN as the cell asks: autotuning on or off, and how many algorithms it tries (the cell and the bare loop)."""
+    import torch
+
+    torch.backends.cudnn.benchmark = spec.cudnn_benchmark
+    # set every time (None: torch's default), so a process kept from another cell does not keep that cell's limit
+    torch.backends.cudnn.benchmark_limit = TORCH_BENCHMARK_LIMIT if spec.cudnn_benchmark_limit is None \
+        else spec.cudnn_benchmark_limit  # fmt: skip
+
+
+def dtypes(spec: CellSpec, kind: str):
+    """(autocast dtype, dtype the loaders deliver) for this cell on device type `kind`."""
+    import torch
+
+    amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(
+        spec.amp_dtype, torch.float16 if kind == "cuda" else torch.bfloat16
+    )
+    return amp_dtype, amp_dtype if spec.precision == "amp" and spec.input_dtype == "auto" else torch.float32
+
+
+def training_step(spec: CellSpec, classes: int, device, wrap=None):
+    """The cell's model (MobileNetV2, channels_last, wrapped by `wrap`, compiled if asked), loss, SGD and AMP
+    (autocast + GradScaler for float16). Returns (model, step); step(images, labels) runs one training step."""
+    import torch
+    import torchvision
+
+    kind = device.type
+    amp = spec.precision == "amp"
+    amp_dtype, _ = dtypes(spec, kind)
+    model = torchvision.models.mobilenet_v2(num_classes=max(classes, 2)).to(device)
+    if spec.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if wrap is not None:
+        model = wrap(model)
+    model.train()
+    criterion = torch.nn.CrossEntropyLoss()
+    # fused: one kernel set for the update, and GradScaler passes it the overflow flag on the device instead of
+    # reading it on the host mid-step (GradScaler.step's .item(): a synchronisation after which the GPU idles until
+    # the host launches again: config/README.md, `optimizer.fused`)
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay,
+                                fused=spec.optimizer_fused or None)  # fmt: skip
+    if spec.compile:  # compiled by the first step (the cell's warm-up), outside the window
+        model = torch.compile(model)
+    scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
+
+    def step(images, labels):
+        with torch.autocast(kind, dtype=amp_dtype, enabled=amp):
+            loss = criterion(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    step.optimizer = optimizer  # for the record (fused or not)
+    return model, step
+
+
+def cold_batch(ctx, classes: int):
+    """A batch as the loader built from `ctx` delivers it - shape, dtype, memory format, devices - of random numbers,
+    for the cold step: the global batch on the first GPU (dp), a rank's batch on its GPU (ddp), or, from a loader that
+    hands DataParallel its batch pre-scattered (dali-mc under dp), one part per GPU on that GPU with the labels
+    together on the first. Labels are int64 class indices."""
+    import torch
+
+    gen = torch.Generator().manual_seed(ctx.seed)  # not the global generator the model and the augmentations draw from
+
+    def images(n, device):
+        x = torch.randn(n, 3, ctx.crop_size, ctx.crop_size, generator=gen)
+        return x.to(device, ctx.dtype, memory_format=ctx.memory_format)
+
+    parts = ctx.gpus if ctx.info.get("prescattered") else 1
+    n = ctx.batch_size // parts
+    labels = torch.randint(0, max(classes, 1), (n * parts,), generator=gen).to(ctx.device)
+    if parts > 1:
+        return [images(n, torch.device(ctx.device.type, i)) for i in range(parts)], labels
+    return images(n, ctx.device), labels
+
+
+def loader_context(spec: CellSpec, data_root: Path, allowed: frozenset[str], device, place: placement.Placement | None,
+                   rank: int = 0, world: int = 1):  # fmt: skip
+    """The LoaderContext a cell builds its loader from (the cell and the crosscheck's bare loop alike). dp: one process
+    takes the global batch (DataParallel splits it); ddp (`world` > 1): each rank loads its own share."""
+    from loaderbench.loaders.common import LoaderContext
+
+    _, input_dtype = dtypes(spec, device.type)
+    return LoaderContext(
+        data_root=data_root,
+        allowed=allowed,
+        batch_size=spec.batch_size if world > 1 else spec.batch_size * spec.gpus,
+        crop_size=spec.crop_size,
+        workers=resolve_workers(spec, place, ranks=world),
+        prefetch_factor=spec.prefetch_factor,
+        seed=spec.seed,
+        device=device,
+        channels_last=spec.channels_last,
+        gpus=spec.gpus,
+        dtype=input_dtype,
+        rank=rank,
+        world=world,
+        options={
+            "threads": spec.dali_threads,
+            "prefetch_queue_depth": spec.dali_prefetch,
+            "hw_decoder_load": spec.dali_hw_decoder_load,
+            "dont_use_mmap": spec.tier_kind == "emulated",
+            "cpus": place.others if place else None,
+            "transport": spec.torchvision_transport,
+        },
+    )
