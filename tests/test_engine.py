@@ -14,10 +14,12 @@ import pytest
 import torch
 
 from loaderbench.engine import placement
+from loaderbench.engine.batchmeans import relative_halfwidth
+from loaderbench.engine.bursts import burst_bounds, is_burst_start
 from loaderbench.engine.parallel import ReplicaThreads
 from loaderbench.engine.runcell import phases
 from loaderbench.engine.watchdog import Beat, Heartbeat, StallRule, describe, read
-from loaderbench.engine.window import StopRule, burst_bounds, is_burst_start, relative_halfwidth, timed_window, warm_up
+from loaderbench.engine.window import StopRule, timed_window, warm_up
 from tests.conftest import BacklogLoader
 
 
@@ -378,7 +380,7 @@ def test_a_worker_fed_loader_stops_once_its_whole_bursts_know_the_rate():
 def test_batch_means_of_a_worker_fed_loader_follow_its_cycles_not_its_worker_count():
     """15 workers with 4 batches each ahead delivered about 32 batches a cycle on the 1-GPU H200 host: batches of 15
     steps cut across its cycles (+-35%); batches of whole cycles, between its burst starts, know the rate."""
-    from loaderbench.engine.window import cycle_batches
+    from loaderbench.engine.batchmeans import cycle_batches
 
     durations = ([0.5] + [0.03] * 31) * 8  # 8 cycles of 32 steps, each opened by a 0.5 s wait
     step_end = ends(durations)

@@ -9,8 +9,9 @@ import time
 import pytest
 from conftest import BacklogLoader
 
+from loaderbench.engine.batchmeans import cycle_batches, relative_halfwidth
 from loaderbench.engine.watchdog import Heartbeat
-from loaderbench.engine.window import StopRule, cycle_batches, relative_halfwidth, timed_window, warm_up
+from loaderbench.engine.window import StopRule, timed_window, warm_up
 
 
 def _window(loader, rule, step, sync=lambda: None, cuda_timer=None, lead_wait=0.0):
@@ -139,7 +140,7 @@ def test_a_worker_fed_loader_that_stalls_now_and_then_keeps_every_step():
 
 def test_delivery_in_bursts_needs_long_waits_in_a_rhythm():
     """Regular bursts whose waits set the rate are bursts; rare stalls, or long waits at irregular steps, are not."""
-    from loaderbench.engine.window import burst_bounds, delivers_in_bursts
+    from loaderbench.engine.bursts import burst_bounds, delivers_in_bursts
 
     def trace(durations, waits):
         return waits, [sum(durations[: i + 1]) for i in range(len(durations))]

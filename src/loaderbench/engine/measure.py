@@ -15,9 +15,10 @@ from loaderbench.data.manifest import class_names
 
 from . import metrics as summary
 from . import parallel, placement, stepprofile
+from .batchmeans import batch_durations, trace
 from .step import cold_batch, configure_cudnn, dtypes, loader_context, training_step
 from .watchdog import Heartbeat
-from .window import StopRule, batch_durations, hold_collection, timed_window, trace, warm_up
+from .window import StopRule, hold_collection, timed_window, warm_up
 
 KEEP: list = []  # loaders kept alive until the process ends (their workers are killed with it, not joined)
 

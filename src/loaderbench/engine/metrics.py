@@ -10,7 +10,7 @@ import numpy as np
 
 from loaderbench.core.records import warning
 
-from .window import MIN_BATCHES
+from .batchmeans import MIN_BATCHES
 
 # A warm-up step (after the first, which carries autotuning) this much slower than a window step: the warm-up was
 # disturbed, or the window measured something the warm-up did not (a drained backlog, a cache that filled).

@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 from loaderbench.core.cells import configuration
-from loaderbench.core.config import TIERLESS, CellSpec, auto_timeout, staged_root
+from loaderbench.core.config import TIERLESS, CellSpec, auto_timeout
 from loaderbench.core.provenance import collect
-from loaderbench.core.records import make_record, warning, warning_lines
+from loaderbench.core.records import make_record, warning_lines
 from loaderbench.core.util import atomic_write_json, die_with_parent, kill_tree
 
 from . import contention as _contention
-from . import hostlock, placement, telemetry, warmstart
+from . import hostlock, placement, telemetry, tier_run, warmstart
 from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 
 
@@ -62,17 +62,8 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
               host: hostlock.HostSettings, busy: str | None, timeout_s: float, stall: StallRule) -> dict:  # fmt: skip
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.parent / f".{out.name}.child"
     ranks = spec.gpus if spec.parallel == "ddp" else 1
-    beats = [heartbeat_path(partial, r) for r in range(ranks)]
-    stacks = [stacks_path(partial, r) for r in range(ranks)]
-    # ddp's ranks meet through a file (torch's FileStore), not a TCP port picked here and bound later by rank 0:
-    # between the two, another process on the host could take the port
-    rendezvous = partial.with_name(f"{partial.name}.rendezvous").resolve()
-    leftovers = [partial, *(partial.with_name(f"{partial.name}.rank{r}") for r in range(1, ranks)), *beats, *stacks,
-                 rendezvous]  # fmt: skip
-    for p in leftovers:
-        p.unlink(missing_ok=True)
+    partial, beats, stacks, rendezvous, leftovers = _scratch(out, ranks)
     args = ["--spec", json.dumps(spec.to_dict()), "--manifest", str(manifest), "--out", str(partial),
             "--timeout-s", str(timeout_s)]  # fmt: skip
     started = time.time()
@@ -83,7 +74,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
     manifest_data = json.loads(Path(manifest).read_text())
     tier = {"name": spec.tier, "kind": spec.tier_kind, "cache": spec.cache, "path": spec.tier_path,
             "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
-    procs, process_start = [], []
+    procs, process_start = [], []  # filled as the ranks start: an interruption kills those already started
     mount = sampler = samples = keep_cold = None
     placed_runner: dict[int, set[int]] = {}
     rc, why, culprit, stack_dump, absent = None, busy, None, {}, False
@@ -92,36 +83,18 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
     try:
         if why is None and spec.loader not in TIERLESS:
             try:
-                mount = _prepare_tier(spec, manifest_data, tier)
+                mount = tier_run.prepare(spec, manifest_data, tier)
             except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
                 why = f"tier {spec.tier} ({spec.tier_kind}) could not be prepared: {e}"
                 # FUSE simply absent here: skipped (the reason names the fix); a refused mount stays failed
-                absent = spec.tier_kind == "emulated" and _fuse_missing()
-        # ddp: one process per GPU (rank), as torchrun would start them, under this runner's supervision
-        for rank in range(ranks if why is None else 0):
-            env = dict(os.environ)
-            if spec.parallel == "ddp":
-                env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
-                           LOADERBENCH_RENDEZVOUS=str(rendezvous))  # fmt: skip
-                # the ranks share the CPUs: split torch's intra-op threads among them as torchrun does (without it,
-                # 2 ranks on 2 cores spun against each other: dali-sc's scattered steps ran 40x slower)
-                env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
-            spawned = spawned or time.time()
-            # a dp cell (one process) may be measured by a process the server kept from a cell of another
-            # configuration (host.reuse_processes; warmstart): the cell id but for its repeat
-            config = configuration(spec.cell_id) if spec.parallel == "dp" else None
-            proc, how, reused = warmstart.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp"
-                                                                           else ""), reuse_config=config)  # fmt: skip
-            if proc is not None and contention is not None:
-                contention.roots.append(proc.pid)  # not the runner's child, but measured as its own
-            procs.append(proc or subprocess.Popen([sys.executable, "-m", "loaderbench.engine.train", *args],
-                                                  preexec_fn=die_with_parent, env=env))  # fmt: skip
-            process_start.append({"rank": rank, "pid": procs[-1].pid, "warm": proc is not None, "how": how,
-                                  "reused": reused})  # fmt: skip
+                absent = spec.tier_kind == "emulated" and tier_run.fuse_missing()
+        if why is None:
+            spawned = time.time()
+            _spawn_ranks(spec, args, ranks, rendezvous, contention, procs, process_start)
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
         if procs:
-            keep_cold = keep_cold_tier(spec, manifest_data)
+            keep_cold = tier_run.keep_cold(spec, manifest_data)
         placed_runner = _keep_off_launch_cores(spec, mount)
         if procs:
             rc, why, culprit, stack_dump = _wait_all(procs, timeout_s, beats, stacks, stall)
@@ -153,13 +126,67 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
         # so the next run measures this cell again.
         raise SystemExit(f"cell {spec.cell_id}: interrupted ({signal.Signals(-rc).name}); no record written")
     result = _outcome(partial, leftovers, culprit, why, absent)
+    record = _record(spec, manifest_data, tier, host, result, samples, contention_samples, timeline, stack_dump,
+                     started, (spawned, exited), process_start)  # fmt: skip
+    atomic_write_json(out, record)
+    for p in leftovers:
+        p.unlink(missing_ok=True)
+    print(label + summary_line(record), file=sys.stderr, flush=True)
+    return record
+
+
+def _scratch(out: Path, ranks: int) -> tuple[Path, list[Path], list[Path], Path, list[Path]]:
+    """(partial outcome, heartbeats, stacks, rendezvous, every scratch file) beside `out`, left over ones removed."""
+    partial = out.parent / f".{out.name}.child"
+    beats = [heartbeat_path(partial, r) for r in range(ranks)]
+    stacks = [stacks_path(partial, r) for r in range(ranks)]
+    # ddp's ranks meet through a file (torch's FileStore), not a TCP port picked here and bound later by rank 0:
+    # between the two, another process on the host could take the port
+    rendezvous = partial.with_name(f"{partial.name}.rendezvous").resolve()
+    leftovers = [partial, *(partial.with_name(f"{partial.name}.rank{r}") for r in range(1, ranks)), *beats, *stacks,
+                 rendezvous]  # fmt: skip
+    for p in leftovers:
+        p.unlink(missing_ok=True)
+    return partial, beats, stacks, rendezvous, leftovers
+
+
+def _spawn_ranks(spec: CellSpec, args: list[str], ranks: int, rendezvous: Path, contention, procs: list,
+                 process_start: list) -> None:  # fmt: skip
+    """Start the cell's measuring processes - ddp: one per GPU (rank), as torchrun would - forked warm where the
+    server can, else plainly; each appended to `procs` as it starts."""
+    for rank in range(ranks):
+        env = dict(os.environ)
+        if spec.parallel == "ddp":
+            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
+                       LOADERBENCH_RENDEZVOUS=str(rendezvous))  # fmt: skip
+            # the ranks share the CPUs: split torch's intra-op threads among them as torchrun does (without it,
+            # ranks on few cores spin against each other)
+            env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
+        # a dp cell (one process) may be measured by a process the server kept from a cell of another
+        # configuration (host.reuse_processes; warmstart): the cell id but for its repeat
+        config = configuration(spec.cell_id) if spec.parallel == "dp" else None
+        proc, how, reused = warmstart.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp"
+                                                                       else ""), reuse_config=config)  # fmt: skip
+        if proc is not None and contention is not None:
+            contention.roots.append(proc.pid)  # not the runner's child, but measured as its own
+        procs.append(proc or subprocess.Popen([sys.executable, "-m", "loaderbench.engine.train", *args],
+                                              preexec_fn=die_with_parent, env=env))  # fmt: skip
+        process_start.append({"rank": rank, "pid": procs[-1].pid, "warm": proc is not None, "how": how,
+                              "reused": reused})  # fmt: skip
+
+
+def _record(spec: CellSpec, manifest_data: dict, tier: dict, host: hostlock.HostSettings, result: dict, samples,
+            contention_samples, timeline: Path | None, stack_dump: dict, started: float, spawned_exited: tuple,
+            process_start: list) -> dict:  # fmt: skip
+    """The cell's record from what its processes reported and what the runner measured around them: rereads and the
+    device's share of the reads, telemetry and its timeline, contention, stacks of a stalled rank, provenance."""
     metrics = result.get("metrics") or {}
     if spec.loader not in TIERLESS:
-        _check_rereads(manifest_data, tier, metrics)
+        tier_run.check_rereads(manifest_data, tier, metrics)
     marks = metrics.get("marks")
     telemetry_summary = telemetry.summarize(samples, marks) if samples is not None else {"off": "telemetry_hz is 0"}
     if result.get("metrics") is not None and spec.loader not in TIERLESS:
-        _device_read_share(spec, manifest_data, tier, metrics, telemetry_summary)
+        tier_run.device_read_share(spec, manifest_data, tier, metrics, telemetry_summary)
     parts = {}
     if contention_samples is not None:  # foreign CPU and GPU use during the window (contention.py)
         parts["contention"] = _contention.summarize(contention_samples, marks, host.contention_cpu_cores,
@@ -175,17 +202,13 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
             print(f"--- Python stacks of rank {rank} ---\n{text}", file=sys.stderr, flush=True)
     provenance = collect(spec.tier_path, result.get("runtime"))
     ended = time.time()
-    record = make_record(
+    spawned, exited = spawned_exited
+    return make_record(
         spec, result["status"], metrics=result.get("metrics"), reason=result.get("reason"), detail=result.get("detail"),
         started_at=started, wall_s=ended - started, manifest_sha256=manifest_data.get("sha256"), tier=tier,
         telemetry=telemetry_summary, provenance=provenance, phases_s=phases(started, spawned, marks, exited, ended),
         process_start=process_start, **parts,
     )  # fmt: skip
-    atomic_write_json(out, record)
-    for p in leftovers:
-        p.unlink(missing_ok=True)
-    print(label + summary_line(record), file=sys.stderr, flush=True)
-    return record
 
 
 def _outcome(partial: Path, leftovers: list[Path], culprit: int | None, why: str | None, absent: bool) -> dict:
@@ -224,83 +247,6 @@ def phases(started: float, spawned: float | None, marks: dict | None, exited: fl
             last = t
     out["overhead"] = out["wall"] - out.get("window", 0.0)
     return out
-
-
-def _fuse_missing() -> bool:
-    from loaderbench.data.emulated import fuse_available
-
-    return fuse_available() is not None
-
-
-def _prepare_tier(spec: CellSpec, manifest: dict, tier: dict):
-    """Mount an emulated tier (returned, to be unmounted by the caller) and make a cold tier cold."""
-    mount = None
-    if spec.tier_kind == "emulated":
-        from loaderbench.data.emulated import DeviceModel
-        from loaderbench.data.emulated import mount as mount_emulated
-
-        mount = mount_emulated(spec.tier_path, spec.read_path, DeviceModel.from_dict(spec.device_model))
-    if spec.cache == "cold":
-        from loaderbench.data.cache import evict
-
-        tier["eviction"] = evict(_staged_files(spec, manifest))
-    return mount
-
-
-def _staged_files(spec: CellSpec, manifest: dict) -> list[Path]:
-    """The tier's real copies of the manifest's files (an emulated tier's backing files)."""
-    root = staged_root(spec.tier_path, spec.dataset)
-    return [root / f["path"] for f in manifest["files"]]
-
-
-def keep_cold_tier(spec: CellSpec, manifest: dict, evict_first: bool = False):
-    """A cold path tier is evicted again and again while the cell reads it (`cache.KeepCold`); None for other tiers
-    (an emulated tier's mount bypasses the page cache itself, RAM is warm by nature). With `evict_first`, the files
-    are evicted once before it starts (a cell's runner has done so already)."""
-    if spec.cache != "cold" or spec.tier_kind != "path" or spec.loader in TIERLESS:
-        return None
-    from loaderbench.data.cache import KeepCold, evict
-
-    paths = _staged_files(spec, manifest)
-    if evict_first:
-        evict(paths)
-    return KeepCold(paths).start()
-
-
-def _device_read_share(spec: CellSpec, manifest: dict, tier: dict, metrics: dict, tele: dict) -> None:
-    """The share of the window's bytes that came from the tier's device rather than the page cache, on a cold path
-    tier: the device's read bytes in the window (telemetry, the tier's whole disk: other readers count too, so it is
-    an upper bound) over the bytes of the images the window's steps took. Below COLD_SHARE the cell is warm."""
-    from loaderbench.data.cache import COLD_SHARE
-
-    if spec.cache != "cold" or spec.tier_kind != "path":
-        return
-    files, size = len(manifest["files"]), manifest.get("counts", {}).get("bytes", 0)
-    disk = (tele.get("disk_read_mb_s") or {}).get("mean")
-    window_bytes = metrics.get("steps", 0) * metrics.get("global_batch", 0) * (size / files if files else 0)
-    if disk is None or not window_bytes or not metrics.get("time_s"):
-        tier["device_read_share"] = None
-        tier["device_read_note"] = tele.get("disk_note") or "no device read counter for this tier"
-        return
-    device = disk * 1e6 * metrics["time_s"]
-    share = min(1.0, device / window_bytes)
-    tier.update(device_read_share=round(share, 4), device_read_bytes=round(device), window_bytes=round(window_bytes))
-    if share < COLD_SHARE:
-        metrics.setdefault("warnings", []).append(warning(
-            "warm_reads", f"only {100 * share:.0f}% of the window's bytes came from the device of this cold tier (the "
-            f"rest from the page cache), under {100 * COLD_SHARE:.0f}%: the cell is shown as warm and carries no "
-            "cold verdict"))  # fmt: skip
-
-
-def _check_rereads(manifest: dict, tier: dict, metrics: dict) -> None:
-    """How many images the cell read against the dataset's files: the share it read more than once. On a cold path
-    tier those rereads come from the device too (`keep_cold_tier`); `_device_read_share` says how much did."""
-    files = len(manifest["files"])
-    read = (metrics.get("warmup_steps", 0) + metrics.get("steps", 0)) * metrics.get("global_batch", 0)
-    if not files or not read:
-        return
-    tier["images_read"] = read
-    tier["reread_fraction"] = max(0.0, read - files) / read
 
 
 def _wait_all(procs: list[subprocess.Popen], timeout_s: float, beats: list[Path], stacks: list[Path],

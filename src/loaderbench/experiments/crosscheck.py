@@ -25,8 +25,10 @@ from loaderbench.core.uncertainty import ratio
 from loaderbench.core.util import atomic_write_json
 from loaderbench.data.manifest import Staged, class_names
 from loaderbench.engine import warmstart
+from loaderbench.engine.batchmeans import relative_halfwidth
+from loaderbench.engine.bursts import burst_bounds, delivers_in_bursts
 from loaderbench.engine.watchdog import Heartbeat
-from loaderbench.engine.window import burst_bounds, delivers_in_bursts, hold_collection, relative_halfwidth, warm_up
+from loaderbench.engine.window import hold_collection, warm_up
 
 
 def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
@@ -39,7 +41,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
 
     if spec.parallel != "dp":
         raise ConfigError("crosscheck runs dp cells only (one process)")
-    from loaderbench.engine.runcell import keep_cold_tier
+    from loaderbench.engine.tier_run import keep_cold
 
     manifest_data = json.loads(Path(manifest).read_text())
     allowed = Staged.from_manifest(manifest_data).allowed
@@ -56,7 +58,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
                             wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
     backlog = ctx.info["prefetch_batches"]
     hold_collection()  # as a cell does: no collection pauses in the warm-up and the loop
-    cold = keep_cold_tier(spec, manifest_data, evict_first=True)  # a cold tier read as a cell reads it
+    cold = keep_cold(spec, manifest_data, evict_first=True)  # a cold tier read as a cell reads it
     warm, _ = warm_up(step, batches, max(spec.warmup_steps, backlog + 2), sync, Heartbeat(None),
                       min_steps=spec.warmup_steps)
     waits, ends, events = [], [], []

@@ -16,7 +16,7 @@ from pathlib import Path
 from loaderbench.core.cells import configuration
 from loaderbench.core.config import TIERLESS, CellSpec, ConfigError
 from loaderbench.core.records import CorruptRecord, read_record
-from loaderbench.engine.window import MIN_BATCHES
+from loaderbench.engine.batchmeans import MIN_BATCHES
 from loaderbench.loaders import BACKLOG
 
 # The rules (no record of the host), by host kind ("gpu" when it has a GPU, else "cpu"); docs/internals.md,

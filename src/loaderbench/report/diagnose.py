@@ -200,7 +200,17 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
     at_base = ok[[tuple(r[k] for k in CONFIG_KEYS) == base_cfg for _, r in ok.iterrows()]]
     real = at_base[at_base["loader"] != "synthetic"]
 
-    # 1. loader, per tier
+    _loader_recs(out, real, base_loader)
+    _storage_recs(out, real)
+    # batch size, per loader and tier, at the baseline's GPUs, precision and parallel mode
+    _batch_recs(out, ok[(ok["gpus"] == base_cfg[0]) & (ok["precision"] == base_cfg[2]) & (ok["parallel"] == base_cfg[3])])
+    _gpu_recs(out, ok)
+    _precision_recs(out, ok)
+    return out
+
+
+def _loader_recs(out: list[dict], real: pd.DataFrame, base_loader: str) -> None:
+    """Per tier: the fastest loader against the baseline loader, at the baseline's configuration."""
     for tier, g in real.groupby("tier", sort=False):
         best = g.loc[g["samples_per_s"].idxmax()]
         ref = g[g["loader"] == base_loader]
@@ -211,7 +221,10 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
                 f"({ref['samples_per_s']:.0f}); its bottleneck there: {best['bottleneck']}." if differs and q.low >= 1.1
                 else f"On {tier}, the loader hardly matters: the best, {best['loader']}, is {_x(q)} {base_loader}"
                 f"{'' if differs else ', no measurable difference'}; {base_loader} there is {ref['bottleneck']}."))
-    # 2. tier, per loader
+
+
+def _storage_recs(out: list[dict], real: pd.DataFrame) -> None:
+    """Per loader: its fastest tier against its slowest, at the baseline's configuration."""
     for loader, g in real.groupby("loader", sort=False):
         if g["tier"].nunique() < 2:
             continue
@@ -221,8 +234,10 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
             f"{fast['samples_per_s']:.0f} samples/s), "
             + ("no measurable difference" if not differs else "worth it" if q.low >= 1.1 else "a measurable gain")
             + f"; on {slow['tier']} it is {slow['bottleneck']}."))
-    # 3. batch size, per loader and tier (same GPUs/precision/parallel as the baseline)
-    same = ok[(ok["gpus"] == base_cfg[0]) & (ok["precision"] == base_cfg[2]) & (ok["parallel"] == base_cfg[3])]
+
+
+def _batch_recs(out: list[dict], same: pd.DataFrame) -> None:
+    """Per loader and tier: its largest batch against its smallest."""
     for (loader, tier), g in same.groupby(["loader", "tier"], sort=False):
         if g["batch_size"].nunique() < 2:
             continue
@@ -242,7 +257,10 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
             return f"{loader} on {tier}: batch {int(hi['batch_size'])} vs {int(lo['batch_size'])} gives {_x(q)}, {why}."
 
         _rec(out, "batch size", [hi, lo], *compare(hi, lo), batch_text)
-    # 4. GPU count
+
+
+def _gpu_recs(out: list[dict], ok: pd.DataFrame) -> None:
+    """Per multi-GPU cell: its rate against the same cell on one GPU, and whether it reaches 80% of ideal."""
     for _, r in ok[ok["gpus"] > 1].iterrows():
         one = ok[(ok["loader"] == r["loader"]) & (ok["tier"] == r["tier"]) & (ok["gpus"] == 1)
                  & (ok["batch_size"] == r["batch_size"]) & (ok["precision"] == r["precision"])
@@ -258,7 +276,10 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
             return f"{r['loader']} on {r['tier']} ({r['parallel']}): {n} GPUs give {_x(q)} one GPU (ideal {n}x), {verdict}."
 
         _rec(out, "GPUs", [r, one.iloc[0]], *compare(r, one.iloc[0]), gpu_text)
-    # 5. precision
+
+
+def _precision_recs(out: list[dict], ok: pd.DataFrame) -> None:
+    """Per loader, tier, GPUs, batch and parallel mode: amp against fp32."""
     for (loader, tier, g_, b), g in ok.groupby(["loader", "tier", "gpus", "batch_size"], sort=False):
         for par in g["parallel"].unique():
             fp32 = g[(g["precision"] == "fp32") & (g["parallel"] == par)]
@@ -279,7 +300,6 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
                 return f"{loader} on {tier}, {int(g_)} GPU x {int(b)}: AMP gives {_x(q)} over fp32{note}."
 
             _rec(out, "precision", [am, row], *compare(am, row), amp_text)
-    return out
 
 
 def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
