@@ -22,7 +22,8 @@ import time
 import torch
 
 sys.path.insert(0, "src")
-from loaderbench.core.config import cell_spec, validate_config  # noqa: E402
+from loaderbench.core.cells import cell_spec
+from loaderbench.core.config import validate_config
 from loaderbench.engine import parallel  # noqa: E402
 from loaderbench.engine.step import configure_cudnn, dtypes, training_step  # noqa: E402
 

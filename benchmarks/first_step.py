@@ -19,7 +19,8 @@ T0 = time.perf_counter()
 import torch  # noqa: E402
 
 sys.path.insert(0, "src")
-from loaderbench.core.config import cell_spec, validate_config  # noqa: E402
+from loaderbench.core.cells import cell_spec
+from loaderbench.core.config import validate_config
 from loaderbench.engine.step import dtypes, training_step  # noqa: E402
 
 T_IMPORT = time.perf_counter() - T0

@@ -24,7 +24,7 @@ for mode in fresh kept fresh kept; do
   [ "$mode" = kept ] && flag=--reuse
   "$PY" -m loaderbench.engine.warmstart "$sock" $flag 2>> "$out/server.log" &
   server=$!
-  "$PY" -c "import sys; from loaderbench.engine.warmstart import serves_this_code as s; sys.exit(0 if s(sys.argv[1]) else 1)" "$sock"
+  "$PY" -c "import sys; from loaderbench.engine.warmclient import serves_this_code as s; sys.exit(0 if s(sys.argv[1]) else 1)" "$sock"
   for cell in "$@"; do
     LOADERBENCH_WARM_SOCKET="$sock" "$PY" -m loaderbench run-cell --config "$cfg" --cell "$cell" \
       --out "$dir/$cell.json" --timeline "$dir/$cell.csv" 2>> "$out/cells.log"

@@ -47,3 +47,18 @@ def test_sub_packages_import_only_those_below_them():
 def test_every_module_lives_in_a_sub_package():
     flat = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert not flat, f"modules outside a sub-package: {flat}"
+
+
+def test_a_module_run_with_python_m_is_not_imported_by_its_packages():
+    """`python -m loaderbench.engine.warmstart` runs the module as __main__; had `loaderbench.engine` imported it
+    already, two copies would live in the process (runpy warns) and the server would not be the one its clients see."""
+    import subprocess
+    import sys
+
+    mains = sorted(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts) for p in PACKAGE.rglob("*.py")
+                   if 'if __name__ == "__main__"' in p.read_text() and p.name != "__main__.py")  # fmt: skip
+    assert "loaderbench.engine.warmstart" in mains
+    code = ("import importlib, sys\nbad = []\nfor m in sys.argv[1:]:\n    importlib.import_module(m.rsplit('.', 1)[0])\n"
+            "    bad += [m] if m in sys.modules else []\nprint(' '.join(bad))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, *mains], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "", f"imported by their packages: {out}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loaderbench.core.config import cell_spec
+from loaderbench.core.cells import cell_spec
 from loaderbench.core.provenance import code_sha256
 from loaderbench.core.records import validate_record
 from loaderbench.engine.runcell import run_cell

@@ -211,7 +211,8 @@ def test_check_report_is_the_same_on_every_run_and_names_the_file(tmp_path, mess
 def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(tmp_path, small_dataset, loader):
     """A stray folder in a staged tree (staging keeps foreign files) made every cell fail with 'Target 3 is out of
     bounds': labels came from a directory scan, the class count from the manifest."""
-    from loaderbench.core.config import cell_spec, validate_config
+    from loaderbench.core.cells import cell_spec
+    from loaderbench.core.config import validate_config
     from loaderbench.engine.runcell import run_cell
 
     src = tmp_path / "src"
@@ -341,7 +342,8 @@ def test_tiers_on_the_same_or_nested_paths_are_refused_at_validation(tmp_path, s
 
 def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_path, small_dataset):
     """It passed check and stage, then dali-cpu failed: 'Unsupported argument type with name files'."""
-    from loaderbench.core.config import cell_spec, validate_config
+    from loaderbench.core.cells import cell_spec
+    from loaderbench.core.config import validate_config
     from loaderbench.engine.runcell import run_cell
 
     src = tmp_path / "src"

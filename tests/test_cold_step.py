@@ -11,7 +11,7 @@ import psutil
 import pytest
 import torch
 
-from loaderbench.core.config import cell_spec
+from loaderbench.core.cells import cell_spec
 from loaderbench.core.records import validate_record
 from loaderbench.data.manifest import Staged, class_names
 from loaderbench.engine import step, train

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loaderbench.core.config import (
-    ConfigError,
-    cell_ids,
-    cell_part,
-    cell_parts,
-    cell_spec,
-    load_config,
-    parse_cell_id,
-    validate_config,
-)
+from loaderbench.core.cells import cell_ids, cell_part, cell_parts, cell_spec, parse_cell_id
+from loaderbench.core.config import ConfigError, load_config, validate_config
 from tests.conftest import REPO
 
 

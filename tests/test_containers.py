@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from spython.main.parse.parsers import SingularityParser
 
-from loaderbench.core.config import cell_ids, validate_config
+from loaderbench.core.cells import cell_ids
+from loaderbench.core.config import validate_config
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 
 DEF = REPO / "containers" / "loaderbench.def"

@@ -7,7 +7,8 @@ import re
 import yaml
 from conftest import REPO
 
-from loaderbench.core.config import cell_ids, validate_config
+from loaderbench.core.cells import cell_ids
+from loaderbench.core.config import validate_config
 
 
 def test_config_readme_describes_the_shipped_quickstart(tmp_path):

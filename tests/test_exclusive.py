@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loaderbench.core.config import cell_spec
+from loaderbench.core.cells import cell_spec
 from loaderbench.core.records import validate_record
 from tests.conftest import REPO, staged_disk, tiny_config, write_config
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loaderbench.core.config import cell_ids, validate_config
+from loaderbench.core.cells import cell_ids
+from loaderbench.core.config import validate_config
 from loaderbench.core.records import validate_record
 from loaderbench.report.figure_list import FIGURES
 from tests.conftest import cell_record, cells_table, snakemake

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from loaderbench.core.config import cell_ids, validate_config
+from loaderbench.core.cells import cell_ids
+from loaderbench.core.config import validate_config
 from loaderbench.core.records import validate_record
 from tests.conftest import cell_record, cells_table, snakemake, tiny_config, write_config
 

@@ -12,7 +12,8 @@ import sys
 import pytest
 import yaml
 
-from loaderbench.core.config import cell_ids, validate_config
+from loaderbench.core.cells import cell_ids
+from loaderbench.core.config import validate_config
 from tests.conftest import REPO, cell_record, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from loaderbench import cli
-from loaderbench.core.cells import configuration
-from loaderbench.core.config import cell_ids, cell_spec, validate_config
+from loaderbench.core.cells import cell_ids, cell_spec, configuration
+from loaderbench.core.config import validate_config
 from loaderbench.core.records import make_record, spec_hash
 from loaderbench.core.util import atomic_write_json
 from loaderbench.loaders import BACKLOG, LOADERS

@@ -17,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loaderbench.core.config import cell_ids, validate_config
+from loaderbench.core.cells import cell_ids
+from loaderbench.core.config import validate_config
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 from tests.slurm_cluster import missing, running, slurm_cluster
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from loaderbench.core.config import cell_spec
+from loaderbench.core.cells import cell_spec
 from loaderbench.core.records import validate_record
 from loaderbench.engine.runcell import run_cell
 from loaderbench.engine.stepprofile import overlap_ns, run, summarize, union_ns

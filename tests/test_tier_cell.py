@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from loaderbench.core.config import cell_spec, validate_config
+from loaderbench.core.cells import cell_spec
+from loaderbench.core.config import validate_config
 from loaderbench.engine.runcell import run_cell
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from loaderbench.core.config import CellSpec, ConfigError, cell_spec, validate_config
+from loaderbench.core.cells import CellSpec, cell_spec
+from loaderbench.core.config import ConfigError, validate_config
 from loaderbench.core.records import spec_hash
 from loaderbench.data.manifest import class_names
 from loaderbench.engine import step

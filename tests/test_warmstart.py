@@ -13,9 +13,10 @@ from dataclasses import replace
 import psutil
 import pytest
 
-from loaderbench.core.config import cell_ids, cell_spec, validate_config
+from loaderbench.core.cells import cell_ids, cell_spec
+from loaderbench.core.config import validate_config
 from loaderbench.core.records import validate_record
-from loaderbench.engine import warmstart
+from loaderbench.engine import warmclient, warmstart
 from loaderbench.engine.runcell import run_cell
 from tests.conftest import cell_record, snakemake, staged_disk, tiny_config, write_config
 
@@ -98,7 +99,7 @@ def test_a_warm_process_dies_with_its_runner_killed_by_sigkill(staged, tmp_path,
     tmp, cfg = staged
     sock, proc = server
     spec = replace(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0"), window_steps=None, window_s=300.0)
-    script = ("import json, sys; from pathlib import Path; from loaderbench.core.config import CellSpec; "
+    script = ("import json, sys; from pathlib import Path; from loaderbench.core.cells import CellSpec; "
               "from loaderbench.engine.runcell import run_cell; "
               "run_cell(CellSpec.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]))")  # fmt: skip
     runner = subprocess.Popen([sys.executable, "-c", script, json.dumps(spec.to_dict()), str(tmp / "disk.json"),
@@ -127,15 +128,15 @@ def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_othe
     sock, _ = server
     monkeypatch.setenv(warmstart.ENV_SOCKET, str(sock))
     before = {c.pid for c in psutil.Process().children()}
-    assert warmstart.start_server(tmp_path) == sock
+    assert warmclient.start_server(tmp_path) == sock
     assert {c.pid for c in psutil.Process().children()} == before, "a second server was started"
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "") + os.pathsep + str(tmp_path / "elsewhere"))
-    path = warmstart.start_server(tmp_path)
+    path = warmclient.start_server(tmp_path)
     new = [c for c in psutil.Process().children() if c.pid not in before]
     try:
         assert path != sock and os.environ[warmstart.ENV_SOCKET] == str(path)
         assert len(new) == 1 and "loaderbench.engine.warmstart" in " ".join(new[0].cmdline())
-        assert warmstart.serves_this_code(path)  # the new one serves the code as it is now
+        assert warmclient.serves_this_code(path)  # the new one serves the code as it is now
     finally:
         for c in new:
             c.kill()
@@ -145,7 +146,7 @@ def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_othe
 def reuse_server(tmp_path_factory):
     """A server that keeps dp processes (host.reuse_processes), as the workflow's `onstart` starts it."""
     for sock, proc in _served(tmp_path_factory, "--reuse"):
-        assert warmstart.serves_this_code(sock, reuse=True), "the server answers, and keeps dp processes"
+        assert warmclient.serves_this_code(sock, reuse=True), "the server answers, and keeps dp processes"
         yield sock, proc
 
 

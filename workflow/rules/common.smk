@@ -8,14 +8,8 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
-from loaderbench.core.config import (
-    CELL_ID_PATTERN,
-    cell_ids,
-    cell_spec,
-    dataset_source_dir,
-    parse_cell_id,
-    validate_config,
-)
+from loaderbench.core.cells import CELL_ID_PATTERN, cell_ids, cell_spec, parse_cell_id
+from loaderbench.core.config import dataset_source_dir, validate_config
 from loaderbench.core.layout import DATASETS, RESULTS as R
 from loaderbench.core.provenance import run_id
 from loaderbench.core.records import load_records
@@ -111,7 +105,7 @@ onstart:
     if HOST["warm_start"] and not USE_CONTAINER and workflow.local_exec:
         # the fork server the cells start their measuring processes from (dies with this Snakemake); not for jobs
         # that run elsewhere (Slurm: on other nodes) or in containers (other mounts)
-        from loaderbench.engine.warmstart import start_server
+        from loaderbench.engine.warmclient import start_server
 
         start_server(reuse=HOST["reuse_processes"])
 

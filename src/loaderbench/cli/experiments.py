@@ -6,7 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from loaderbench.core.config import ConfigError, cell_spec
+from loaderbench.core.cells import cell_spec
+from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import RESULTS, Layout
 
 from .common import _batch_and_precision, _cfg, _host, _measuring, _side_measurement
@@ -87,7 +88,7 @@ def cmd_bench(a) -> int:
 
 
 def cmd_ceiling(a) -> int:
-    from loaderbench.core.config import cell_id
+    from loaderbench.core.cells import cell_id
     from loaderbench.experiments.ceiling import ceiling
 
     cfg = _cfg(a)

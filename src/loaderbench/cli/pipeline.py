@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from loaderbench.core.config import ConfigError, cell_spec
+from loaderbench.core.cells import cell_spec
+from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import RESULTS
 from loaderbench.data.stage import StagingError
 
@@ -134,7 +135,7 @@ def cmd_stage(a) -> int:
 
 
 def cmd_run_cell(a) -> int:
-    from loaderbench.core.config import CellSpec
+    from loaderbench.core.cells import CellSpec
     from loaderbench.engine.runcell import run_cell
     from loaderbench.engine.watchdog import StallRule
 

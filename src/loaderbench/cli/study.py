@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from loaderbench.core.config import ConfigError, cell_ids, cell_parts, cell_spec, load_config, parse_cell_id
+from loaderbench.core.cells import cell_ids, cell_parts, cell_spec, parse_cell_id
+from loaderbench.core.config import ConfigError, load_config
 from loaderbench.core.layout import RESULTS, Layout
 
 from .common import _cfg

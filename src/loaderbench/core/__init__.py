@@ -7,8 +7,8 @@ built-in loaders by name), `devices` (models of emulated storage devices), `layo
 `util` (atomic writes, hashing, process trees).
 """
 
-from .cells import configuration
-from .config import CellSpec, ConfigError, cell_ids, cell_spec, load_config, parse_cell_id, validate_config
+from .cells import CellSpec, cell_ids, cell_spec, configuration, parse_cell_id
+from .config import ConfigError, load_config, validate_config
 from .layout import RESULTS, Layout
 from .records import load_records, make_record
 from .uncertainty import ratio

@@ -3,32 +3,26 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
 import jsonschema
 import yaml
 
+from .cells import (
+    CELL_ID_RE,
+    CONFIG_KEYS,
+    ConfigError,
+    _config_value,
+    _part_cells,
+    loader_settings,
+    parse_cell_id,
+)
 from .provenance import filesystem_of
 from .registry import LOADERS
 from .util import stable_hash
-
-PRECISIONS = ("fp32", "amp")
-PARALLEL = ("dp", "ddp")
-CELL_ID_RE = re.compile(
-    r"^(?P<loader>[a-z0-9-]+)_(?P<tier>[a-z][a-z0-9-]*)_g(?P<gpus>[1-9]\d*)_b(?P<batch_size>[1-9]\d*)"
-    r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)_r(?P<repeat>\d+)$"
-)
-# Snakemake wildcard constraint for a cell id: the same grammar, unanchored, without named groups.
-CELL_ID_PATTERN = re.sub(r"\(\?P<\w+>", "(?:", CELL_ID_RE.pattern.strip("^$"))
-
-
-class ConfigError(ValueError):
-    """A configuration problem; the message names the offending key."""
 
 
 def load_schema() -> dict:
@@ -274,11 +268,6 @@ def _on_ram(path: str) -> bool:
     return filesystem_of(real)["fstype"] in RAM_FILESYSTEMS
 
 
-def tier_read_path(tier: dict) -> str:
-    """Where cells read a tier: the FUSE mount for an emulated tier, else the staging path itself."""
-    return tier["mount"] if tier["kind"] == "emulated" else tier["path"]
-
-
 def _resolve(p: str, base_dir: Path) -> Path:
     path = Path(os.path.expanduser(os.path.expandvars(p)))
     return path if path.is_absolute() else (base_dir / path)
@@ -331,201 +320,3 @@ def dataset_source_dir(cfg: dict) -> Path:
     return Path("resources/datasets") / ds["name"] / "train"
 
 
-def staged_root(tier_path: str | Path, dataset: str) -> Path:
-    """ImageFolder root of the staged copy: staging owns only `<tier>/loaderbench/`."""
-    return Path(tier_path) / "loaderbench" / dataset / "train"
-
-
-def _fixed(**default):
-    """A CellSpec field of the cell's identity or of where its tier lies: a sweep variant may not change it."""
-    return field(metadata={"fixed": True}, **default)
-
-
-def _from_config(key: str, *, since_records: bool = False, loaders: tuple[str, ...] = (), **default):
-    """A CellSpec field that config key `key` (dotted: `window.steps`) sets for every cell of the grid.
-
-    since_records: a field added after records were made; `to_dict` (the record's spec, its hash, Snakemake's spec
-    param) leaves it out while it holds its default, so those records stay the measurements of their cells.
-    loaders: a setting of these loaders only; every other loader's cell keeps its default (`loader_settings`), so
-    setting it neither changes nor re-measures their cells."""
-    return field(metadata={"config_key": key, "since_records": since_records, "loaders": loaders}, **default)
-
-
-@dataclass(frozen=True)
-class CellSpec:
-    """Everything one cell job needs; its hash decides whether a stored result is still valid.
-
-    Each field says where cell_spec takes it from: a `_fixed` one from the cell id or its tier (a sweep variant may not
-    change it), a `_from_config` one from that config key; the unmarked ones (parallel, seed, cache) cell_spec fills
-    in itself, and a sweep may vary them. A new setting is one line here."""
-
-    loader: str = _fixed()
-    tier: str = _fixed()
-    tier_path: str = _fixed()
-    dataset: str = _fixed()
-    gpus: int = _fixed()
-    batch_size: int = _fixed()
-    precision: str = _fixed()
-    parallel: str  # dp: one process, nn.DataParallel; ddp: one process per GPU, DistributedDataParallel
-    repeat: int = _fixed()
-    seed: int  # the config's seed + repeat
-    window_steps: int | None = _from_config("window.steps")  # a fixed window of steps, or
-    window_s: float | None = _from_config("window.seconds")  # a fixed window of seconds, or
-    window_max_s: float | None = _from_config("window.max_seconds")  # an adaptive one: stops when the rate is known
-    window_min_s: float = _from_config("window.min_seconds")  # to +-window_precision, or at window_max_s
-    window_precision: float = _from_config("window.precision")
-    warmup_steps: int = _from_config("warmup_steps")
-    crop_size: int = _from_config("crop_size")
-    workers: int | str = _from_config("workers")
-    prefetch_factor: int = _from_config("prefetch_factor")
-    channels_last: bool = _from_config("channels_last")
-    input_dtype: str = _from_config("input_dtype")
-    compile: bool = _from_config("compile")
-    dali_threads: int | str = _from_config("dali.threads")
-    dali_prefetch: int = _from_config("dali.prefetch_queue_depth")
-    dali_hw_decoder_load: float = _from_config("dali.hw_decoder_load")
-    amp_dtype: str = _from_config("amp_dtype")
-    lr: float = _from_config("optimizer.lr")
-    momentum: float = _from_config("optimizer.momentum")
-    weight_decay: float = _from_config("optimizer.weight_decay")
-    cudnn_benchmark: bool = _from_config("cudnn_benchmark")
-    placement: str = _from_config("placement")  # auto, pin or off (loaderbench.engine.placement)
-    tier_kind: str = _fixed(default="path")  # path, ram or emulated (config key storage.<tier>.kind)
-    cache: str = "cold"  # cold: the staged files are evicted from the page cache before the cell
-    # where the cell reads the tier (an emulated tier's FUSE mount); None: tier_path
-    read_path: str | None = _fixed(default=None)
-    device_model: dict | None = _fixed(default=None)  # an emulated tier's device model
-    telemetry_hz: float = _from_config("telemetry_hz", default=10.0)  # resource sampling through the cell; 0: off
-    cudnn_benchmark_limit: int | None = _from_config("cudnn_benchmark_limit", default=None)  # None: torch's default
-    cold_step: str | bool = _from_config("cold_step", default="auto")  # a step on a random batch in setup (train)
-    # what the torchvision loader's workers hand over: float32 (ToTensor + Normalize in the workers, the seed's
-    # recipe) or uint8 (the same crop and flip; normalised on the device, as opencv does)
-    torchvision_transport: str = _from_config("torchvision.transport", since_records=True, loaders=("torchvision",),
-                                              default="float32")  # fmt: skip
-    # steps profiled after the window (torch.profiler; stepprofile): a record's metrics.profile; 0: none
-    profile_steps: int = _from_config("profile_steps", since_records=True, default=0)
-    # SGD's fused implementation: under amp, GradScaler's overflow check stays on the device (no host sync a step)
-    optimizer_fused: bool = _from_config("optimizer.fused", since_records=True, default=False)
-
-    def cold_step_on(self, kind: str) -> bool:
-        """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
-        library handles), not on the CPU (nothing to hide there: the step would only add time)."""
-        return self.cold_step is True or (self.cold_step == "auto" and kind == "cuda")
-
-    @property
-    def data_root(self) -> Path:
-        return staged_root(self.read_path or self.tier_path, self.dataset)
-
-    @property
-    def cell_id(self) -> str:
-        return cell_id(self.loader, self.tier, self.gpus, self.batch_size, self.precision, self.parallel, self.repeat)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        for f in fields(self):
-            if f.metadata.get("since_records") and d[f.name] == f.default:
-                del d[f.name]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> CellSpec:
-        return cls(**d)
-
-
-# Which config key sets which CellSpec field for every cell, read off the fields (`_from_config`).
-CONFIG_KEYS = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "config_key" in f.metadata}
-# Settings of some loaders only (`_from_config(loaders=...)`): field -> (its loaders, its default)
-_LOADER_SCOPED = {f.name: (f.metadata["loaders"], f.default) for f in fields(CellSpec) if f.metadata.get("loaders")}
-
-
-def loader_settings(settings: dict, loader: str) -> dict:
-    """A part's settings as a cell of `loader` takes them: another loader's setting at its default."""
-    return {k: (v if k not in _LOADER_SCOPED or loader in _LOADER_SCOPED[k][0] else _LOADER_SCOPED[k][1])
-            for k, v in settings.items()}  # fmt: skip
-
-
-def cell_id(loader: str, tier: str, gpus: int, batch_size: int, precision: str, parallel: str, repeat: int) -> str:
-    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_{parallel}_r{repeat}"
-
-
-def parse_cell_id(cid: str) -> dict:
-    m = CELL_ID_RE.match(cid)
-    if not m:
-        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp_rN)")
-    d = m.groupdict()
-    return {**d, "gpus": int(d["gpus"]), "batch_size": int(d["batch_size"]), "repeat": int(d["repeat"])}
-
-
-# Loaders that read no file: measured once per (gpus, batch, precision), on the grid's first tier.
-TIERLESS = ("synthetic",)
-
-
-def _on_tier(part: dict, loader: str, tier: str) -> bool:
-    """A tierless loader is measured on its part's first tier only."""
-    return loader not in TIERLESS or tier == part["tiers"][0]
-
-
-def _part_cells(part: dict) -> list[str]:
-    """A part's cells in a stable order: repeats outermost, then the parallel mode and the GPUs, so that the dp cells
-    follow one another and a kept process (host.reuse_processes) serves all but the first of them (a ddp cell in
-    between would end it), those of one GPU count, and so of the same shapes, together."""
-    return [
-        cell_id(lo, t, g, b, p, par, r)
-        for r, par, g, lo, t, b, p in itertools.product(
-            range(part["repeats"]), part["parallel"], part["gpus"], part["loaders"], part["tiers"],
-            part["batch_sizes"], part["precisions"],
-        )
-        if _on_tier(part, lo, t)
-    ]
-
-
-def cell_part(cfg: dict, cid: str) -> dict | None:
-    """The part that owns cell `cid` - the first that has it, as in `cell_parts` - without listing the grid (a cell
-    job asks for its own spec); None when no part has it."""
-    d = parse_cell_id(cid)
-    for part in cfg["parts"]:
-        if (d["loader"] in part["loaders"] and d["tier"] in part["tiers"] and d["gpus"] in part["gpus"]
-                and d["batch_size"] in part["batch_sizes"] and d["precision"] in part["precisions"]
-                and d["parallel"] in part["parallel"] and d["repeat"] < part["repeats"]
-                and _on_tier(part, d["loader"], d["tier"])):  # fmt: skip
-            return part
-    return None
-
-
-def cell_parts(cfg: dict) -> dict[str, dict]:
-    """Every cell of the grid -> the first part that has it, in a stable order: repeats outermost (then the parts in
-    their order), so that the repeats of one configuration are measured apart (interleaved with the other
-    configurations), not back to back - drift then shows as spread."""
-    out: dict[str, dict] = {}
-    for r in range(max(part["repeats"] for part in cfg["parts"])):
-        for part in cfg["parts"]:
-            for cid in _part_cells(part):
-                if cid.endswith(f"_r{r}"):
-                    out.setdefault(cid, part)
-    return out
-
-
-def cell_ids(cfg: dict) -> list[str]:
-    """Every cell of the grid (of all its parts), in the order of `cell_parts`."""
-    return list(cell_parts(cfg))
-
-
-def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
-    """The spec of cell `cid` under `cfg`, with its part's settings (in_grid=False: any cell of the config's top-level
-    settings, for benchmarks)."""
-    d = parse_cell_id(cid)
-    part = cell_part(cfg, cid) if in_grid else None
-    if in_grid and part is None:
-        raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
-    tier = cfg["storage"][d["tier"]]
-    settings = part["settings"] if part else {name: _config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
-    return CellSpec(**d, **loader_settings(settings, d["loader"]), tier_path=tier["path"],
-                    dataset=cfg["dataset"]["name"], seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
-                    read_path=tier_read_path(tier), device_model=tier["model"])  # fmt: skip
-
-
-def _config_value(cfg: dict, key: str):
-    """The value of dotted config key `key` (`window.steps`: cfg["window"]["steps"])."""
-    for part in key.split("."):
-        cfg = cfg[part]
-    return cfg

@@ -74,3 +74,13 @@ def where(name: str, arg: str | None = None, root: str = "results") -> str:
             raise ValueError(f"path {name!r} needs an argument (loaderbench where {name} ARG)")
         return value(arg)
     return value
+
+
+def tier_read_path(tier: dict) -> str:
+    """Where cells read a tier: the FUSE mount for an emulated tier, else the staging path itself."""
+    return tier["mount"] if tier["kind"] == "emulated" else tier["path"]
+
+
+def staged_root(tier_path: str | Path, dataset: str) -> Path:
+    """ImageFolder root of the staged copy: staging owns only `<tier>/loaderbench/`."""
+    return Path(tier_path) / "loaderbench" / dataset / "train"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .config import CellSpec
+from .cells import CellSpec
 from .util import stable_hash
 
 SCHEMA_VERSION = 1

@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from loaderbench.core.config import staged_root
+from loaderbench.core.layout import staged_root
 from loaderbench.core.provenance import filesystem_of
 from loaderbench.core.util import atomic_write_json, progress, sha256_file, stable_hash
 

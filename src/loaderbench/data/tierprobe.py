@@ -153,7 +153,7 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
                max_seconds: float = 10.0) -> dict:  # fmt: skip
     """The probe job: a configured tier (config's full storage entry) read as the cells read it - an emulated
     tier through its FUSE mount (mounted for the probe and always unmounted), cold unless the tier is RAM."""
-    from loaderbench.core.config import staged_root
+    from loaderbench.core.layout import staged_root
 
     from .emulated import mount
 

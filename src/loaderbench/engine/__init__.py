@@ -4,9 +4,16 @@
 (`hostlock`), watches them (`watchdog`, `telemetry`, `contention`) and writes the record; each process trains
 (`train`: the loader, the model's step, `parallel` for dp and ddp, `placement` of threads on cores) for a timed
 window (`window`) and turns it into the cell's metrics (`metrics`); `stepprofile` splits a step on the GPU.
-Importing this package imports no torch; `train` and the modules it uses do.
+Importing this package imports none of its modules (a module run with `python -m` must not be imported before it
+runs); `run_cell` is imported on first use.
 """
 
-from .runcell import run_cell
-
 __all__ = ["run_cell"]
+
+
+def __getattr__(name: str):
+    if name == "run_cell":
+        from .runcell import run_cell
+
+        return run_cell
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

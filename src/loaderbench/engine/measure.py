@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from loaderbench.core.config import CellSpec
+from loaderbench.core.cells import CellSpec
 from loaderbench.core.provenance import gpu_memory_used_mb
 from loaderbench.data.manifest import class_names
 

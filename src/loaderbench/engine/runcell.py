@@ -17,14 +17,14 @@ import threading
 import time
 from pathlib import Path
 
-from loaderbench.core.cells import configuration
-from loaderbench.core.config import TIERLESS, CellSpec, auto_timeout
+from loaderbench.core.cells import TIERLESS, CellSpec, configuration
+from loaderbench.core.config import auto_timeout
 from loaderbench.core.provenance import collect
 from loaderbench.core.records import make_record, warning_lines
 from loaderbench.core.util import atomic_write_json, die_with_parent, kill_tree
 
 from . import contention as _contention
-from . import hostlock, placement, telemetry, tier_run, warmstart
+from . import hostlock, placement, telemetry, tier_run, warmclient
 from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 
 
@@ -165,7 +165,7 @@ def _spawn_ranks(spec: CellSpec, args: list[str], ranks: int, rendezvous: Path, 
         # a dp cell (one process) may be measured by a process the server kept from a cell of another
         # configuration (host.reuse_processes; warmstart): the cell id but for its repeat
         config = configuration(spec.cell_id) if spec.parallel == "dp" else None
-        proc, how, reused = warmstart.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp"
+        proc, how, reused = warmclient.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp"
                                                                        else ""), reuse_config=config)  # fmt: skip
         if proc is not None and contention is not None:
             contention.roots.append(proc.pid)  # not the runner's child, but measured as its own

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loaderbench.core.config import CellSpec
+from loaderbench.core.cells import CellSpec
 
 from . import placement
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loaderbench.core.config import TIERLESS, CellSpec, staged_root
+from loaderbench.core.cells import TIERLESS, CellSpec
+from loaderbench.core.layout import staged_root
 from loaderbench.core.records import warning
 
 

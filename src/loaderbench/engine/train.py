@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from loaderbench.core.config import CellSpec
+from loaderbench.core.cells import CellSpec
 from loaderbench.core.util import atomic_write_json
 from loaderbench.data.manifest import Staged
 

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from loaderbench.core.config import CellSpec
+from loaderbench.core.cells import CellSpec
 from loaderbench.data.manifest import Staged
 from loaderbench.engine import placement
 

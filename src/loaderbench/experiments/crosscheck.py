@@ -20,11 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-from loaderbench.core.config import CellSpec, ConfigError, cell_id, cell_spec
+from loaderbench.core.cells import CellSpec, cell_id, cell_spec
+from loaderbench.core.config import ConfigError
 from loaderbench.core.uncertainty import ratio
 from loaderbench.core.util import atomic_write_json
 from loaderbench.data.manifest import Staged, class_names
-from loaderbench.engine import warmstart
+from loaderbench.engine import warmclient
 from loaderbench.engine.batchmeans import relative_halfwidth
 from loaderbench.engine.bursts import burst_bounds, delivers_in_bursts
 from loaderbench.engine.watchdog import Heartbeat
@@ -117,7 +118,7 @@ def crosscheck(cfg: dict, loaders: list[str], tier: str, batch_size: int, precis
     from loaderbench.engine.runcell import run_cell
 
     rows = []
-    with warmstart.serving():
+    with warmclient.serving():
         for lo in loaders:
             for precision in precisions:
                 base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, "dp", 0), in_grid=False)

@@ -1,6 +1,6 @@
 """Setting sweeps: the same cells under variants of one or more settings (DALI's decoder load, queue depth, threads,
 the input dtype, torch.compile, ...), each cell a real cell job (`runcell`) in a fresh process forked by the sweep's own
-warm-start server (`warmstart.serving`), repeats interleaved across variants so machine drift hits them alike. A
+warm-start server (`warmclient.serving`), repeats interleaved across variants so machine drift hits them alike. A
 tuning experiment, outside the grid: its records go to their own folder.
 
 A variant is `name:field=value,field=value` over CellSpec fields (`name:` alone keeps the config's settings).
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from loaderbench.core.config import CellSpec, ConfigError, cell_id, cell_spec, loader_settings
-from loaderbench.engine import warmstart
+from loaderbench.core.cells import CellSpec, cell_id, cell_spec, loader_settings
+from loaderbench.core.config import ConfigError
+from loaderbench.engine import warmclient
 
 FIELDS = {f.name for f in dataclasses.fields(CellSpec)}
 TYPES = {f.name: f.type for f in dataclasses.fields(CellSpec)}
@@ -55,7 +56,7 @@ def sweep(cfg: dict, variants: list[str], loaders: list[str], tier: str, batch_s
     if len({n for n, _ in parsed}) != len(parsed):
         raise ConfigError("variant names must differ")
     records: dict[tuple[str, str], list[dict]] = {}
-    with warmstart.serving():  # fresh processes forked warm: the repeats still ask what differs between processes
+    with warmclient.serving():  # fresh processes forked warm: the repeats still ask what differs between processes
         for r in range(repeats):
             for name, overrides in parsed:
                 for lo in loaders:

@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from loaderbench.core.cells import configuration
-from loaderbench.core.config import TIERLESS, CellSpec, ConfigError
+from loaderbench.core.cells import TIERLESS, CellSpec, configuration
+from loaderbench.core.config import ConfigError
 from loaderbench.core.records import CorruptRecord, read_record
 from loaderbench.engine.batchmeans import MIN_BATCHES
 from loaderbench.loaders import BACKLOG

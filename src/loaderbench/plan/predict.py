@@ -16,7 +16,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from loaderbench.core.config import ConfigError, cell_parts, cell_spec, parse_cell_id
+from loaderbench.core.cells import cell_parts, cell_spec, parse_cell_id
+from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import Layout
 from loaderbench.core.records import spec_hash
 

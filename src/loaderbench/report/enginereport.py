@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from loaderbench.core.config import CellSpec, parse_cell_id
+from loaderbench.core.cells import CellSpec, parse_cell_id
 from loaderbench.core.records import warnings_of
 
 PHASES = ("before_process", "startup", "setup", "warmup", "teardown", "close")
