@@ -1,20 +1,11 @@
 """Where a fresh process's first training step goes on a GPU, and how much a DataLoader's main process can ingest.
 
-A probe for the measuring engine's per-cell overhead, run on a GPU host with nothing but torch and
-torchvision. Each variant runs in its own fresh process (or a fork of a process that imported torch, as the
-warm-start server's children are), twice, and prints one JSON line:
-
-  plain        import, CUDA init, model, then the cell's training step (MobileNetV2, channels_last, SGD, autocast
-               float16 + GradScaler, batch 256) timed in parts with the device synchronised, then 4 more steps
-  preload      the same after dlopen()ing the CUDA libraries cuDNN and cuBLAS load lazily (engines, heuristics, NVRTC)
-  fork         forked from a parent that imported torch and torchvision but never touched CUDA (the warm start)
-  fork-preload the same, the parent having also dlopen()ed those libraries
-  fp32         plain at float32 (the seed's cells)
-  profile      plain with torch.profiler (CPU) around the first step: the ops that took longest, by self CPU time
-  ingest       a DataLoader whose workers only fill float32 (or uint8) batches: what one main process takes in, per
-               second, with pin_memory and the copy to the GPU - the ceiling of any worker-fed loader under dp
-
-Usage: python benchmarks/cold_step.py [VARIANT ...] > probe.jsonl
+Purpose: the per-cell overhead. Each variant runs in its own process (or a fork of one that imported torch, as the
+warm-start server's children are), twice, and prints one JSON line: `plain` (imports, CUDA, model, the first step in
+timed parts), `preload` (the lazily loaded CUDA libraries dlopen()ed first), `fork`, `fork-preload`, `fp32`,
+`profile` (torch.profiler around the first step), `ingest` (what one main process takes in from DataLoader workers).
+Command: python benchmarks/cold_step.py [VARIANT ...] > probe.jsonl
+Written up in docs/results/2026-11-30-h200/cold-step-probe/README.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
-"""DataParallel on 2 GPUs: where a step's time goes (torch.profiler), and whether keeping the replicas' module
-objects (`parallel.ReplicaCache`, what loaderbench's DataParallel does) computes the same training steps as
-`torch.nn.parallel.replicate` every step, and what it saves (dp/ddp). An earlier experiment of the kind was
-no faster (docs/results/2026-11-30-h200x2/engine/README.md) and its weights differed; this one checks them.
+"""DataParallel on 2 GPUs: whether keeping the replicas' module objects (`parallel.ReplicaCache`, what loaderbench's
+DataParallel does) computes the same steps as `torch.nn.parallel.replicate` every step, and what it saves.
 
-One process, the cell's own training step (`loaderbench.engine.step.training_step`: MobileNetV2, channels_last, SGD,
-autocast + GradScaler under amp) wrapped in loaderbench's DataParallel, on synthetic data already on GPU 0, as
-the synthetic loader hands it over. Two variants of the same wrapper from the same initial weights and the same
-batches: `fresh` (torch's replicate on every step) and `cached`. Checks that their losses and weights after
---check-steps steps agree, then times --steps steps of each, alternating rounds. Prints one JSON line.
-    python3 benchmarks/dp_replicas.py --batch 256 --precision amp --profile dp-profile.txt
+Purpose: the dp engine. The cell's own step (`loaderbench.engine.step.training_step`) wrapped in loaderbench's
+DataParallel on synthetic data on GPU 0, `fresh` against `cached` from the same weights and batches: their losses and
+weights after --check-steps steps, then --steps steps of each in alternating rounds; one JSON line.
+Command: python3 benchmarks/dp_replicas.py --batch 256 --precision amp --profile dp-profile.txt
+Written up in docs/method.md ("DataParallel").
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Why stock nn.DataParallel is slow on several GPUs, and whether loaderbench's DataParallel fixes it (needs >= 2 GPUs).
 
-The same MobileNetV2 step (amp, channels_last, per-GPU batch 256, global batch 256 x GPUs scattered from GPU 0) under:
+Purpose: the dp engine. The same MobileNetV2 step (amp, channels_last, per-GPU batch 256, scattered from GPU 0) under
 stock `nn.DataParallel` (fresh threads per forward) with cudnn.benchmark on and off, loaderbench's `DataParallel`
-(persistent replica threads), and one GPU alone. Hypothesis: cuDNN caches its execution plans per thread, so fresh
-threads re-plan (or re-autotune) every convolution on every step. Prints ms per step; JSON to stdout's last line.
-Usage: python3 benchmarks/dp_step.py [--steps 20]
+(persistent replica threads) and one GPU alone: cuDNN caches its plans per thread, so fresh threads re-plan every
+convolution on every step. Prints ms per step; JSON on stdout's last line.
+Command: python3 benchmarks/dp_step.py [--steps 20]
+Written up in docs/results/2026-11-30-h200x2/engine/README.md.
 """
 
 from __future__ import annotations

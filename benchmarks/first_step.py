@@ -1,11 +1,10 @@
 """Where a GPU cell's first training step goes, and what cuDNN's autotuning buys (per-cell overhead).
 
-One fresh process per call, as a cell: the cell's own training step (`loaderbench.engine.step.training_step`: MobileNetV2,
-channels_last, SGD, autocast + GradScaler under amp) on synthetic data already on the GPU. It times the imports, the
-CUDA context, the model build, the first step (synchronised: autotuning, cuDNN plan building, lazy kernel loading),
-then `--steps` steps for the steady rate. Run it once per setting in separate processes, e.g.
-    for b in 1 0; do python3 benchmarks/first_step.py --benchmark $b --batch 256 --precision amp; done
-Prints one JSON line.
+Purpose: the per-cell overhead. One fresh process per call, as a cell: the cell's own step
+(`loaderbench.engine.step.training_step`) on synthetic data on the GPU; times the imports, the CUDA context, the
+model, the first step (autotuning, cuDNN plans, lazy kernel loading), then `--steps` steps; one JSON line.
+Command: for b in 1 0; do python3 benchmarks/first_step.py --benchmark $b --batch 256 --precision amp; done
+Written up in docs/method.md (cuDNN autotuning off by default) and config/README.md (`cudnn_benchmark`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Public peers on the cells' files: a dataset view they can read, and their steady-state rate from their logs.
 
-Purpose: hold loaderbench's cells against the scripts users already run - PyTorch's ImageNet example
-(`imagenet/main.py` of pytorch/examples) and DALI's ResNet-50 example (`docs/examples/use_cases/pytorch/resnet50`) -
-unmodified, on the same staged files and host. `view` builds the ImageFolder tree they expect (`train/` holding each
-staged file `--copies` times as hard links, so an epoch is long enough for a steady state; `val/` one file a class);
-`rate` reads a peer's log and prints its rate over whole epochs and in steady state (batches 41 onward of each
-epoch, as the cell's warm-up leaves its start-up out).
-
-Commands:
-  python benchmarks/peers.py view --manifest results/staging/ram.json --out /dev/shm/peers --copies 5
-  python benchmarks/peers.py rate --kind pytorch --batch-size 256 LOG   (the example run with -p 1)
-  python benchmarks/peers.py rate --kind dali --batch-size 256 LOG      (its own -p 10)
+Purpose: hold the cells against PyTorch's ImageNet example and DALI's ResNet-50 example, unmodified, on the same
+staged files and host. `view` builds the ImageFolder tree they expect (each staged file `--copies` times as hard
+links, so an epoch reaches a steady state); `rate` reads a peer's log: its rate over whole epochs and from batch 41.
+Commands: python benchmarks/peers.py view --manifest results/staging/ram.json --out /dev/shm/peers --copies 5
+          python benchmarks/peers.py rate --kind pytorch|dali --batch-size 256 LOG
 Written up in docs/results/2026-12-02-h200/peers/README.md.
 """
 

@@ -1,12 +1,10 @@
 """What the telemetry sampler costs a training loop: rounds with and without it, alternating.
 
-The cell runner samples from its own process while the training runs in a child, so this script does the same:
-the training loop runs here, and in the "on" rounds a separate process runs `loaderbench.engine.telemetry.Sampler`
-on this process at the given rate (NVML, psutil, as in a cell). Prints each round's samples/s and the median
-overhead. Needs only torch, torchvision, numpy, psutil (and nvidia-ml-py for the GPU columns) - no config,
-no Snakemake - so it runs on a bare GPU host:
-
-    PYTHONPATH=src python3 benchmarks/telemetry_overhead.py --batch 256 --amp --rounds 6 --seconds 8
+Purpose: the engine's own cost. The training loop runs here; in the "on" rounds a separate process runs
+`loaderbench.engine.telemetry.Sampler` on this process at the given rate, as a cell's runner does. Prints each
+round's samples/s and the median overhead. Needs only torch, torchvision, numpy, psutil (nvidia-ml-py for GPUs).
+Command: PYTHONPATH=src python3 benchmarks/telemetry_overhead.py --batch 256 --amp --rounds 6 --seconds 8
+Written up in docs/results/2026-11-29-h200x1/telemetry-probe/README.md.
 """
 
 from __future__ import annotations
@@ -31,16 +29,8 @@ def sample_forever(pid: int, hz: float, gpus: int, stop, out) -> None:
              "cost_ms": t["meta"].get("sample_cost_ms"), "gpu_reason": t["meta"].get("gpu_reason")})  # fmt: skip
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--crop", type=int, default=224)
-    p.add_argument("--amp", action="store_true")
-    p.add_argument("--rounds", type=int, default=6, help="pairs of (off, on) rounds")
-    p.add_argument("--seconds", type=float, default=8.0)
-    p.add_argument("--hz", type=float, default=10.0)
-    a = p.parse_args()
-
+def _training_step(a):
+    """(step, sync, device, whether it is CUDA): a bare MobileNetV2 step on one synthetic batch."""
     import torch
     import torchvision
 
@@ -68,7 +58,22 @@ def main() -> int:
     def sync():
         if cuda:
             torch.cuda.synchronize()
+    return step, sync, dev, cuda
 
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--crop", type=int, default=224)
+    p.add_argument("--amp", action="store_true")
+    p.add_argument("--rounds", type=int, default=6, help="pairs of (off, on) rounds")
+    p.add_argument("--seconds", type=float, default=8.0)
+    p.add_argument("--hz", type=float, default=10.0)
+    a = p.parse_args()
+
+    import torch
+
+    step, sync, dev, cuda = _training_step(a)
     t = time.perf_counter()
     for _ in range(30):  # warm-up: cudnn autotune, allocator
         step()
