@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from loaderbench.core.config import load_config
 from loaderbench.core.layout import RESULTS
@@ -57,3 +58,11 @@ def _batch_and_precision(s) -> None:
 def _required(s, *names: str) -> None:
     for name in names:
         s.add_argument(name, required=True)
+
+
+def write_json(a, obj) -> None:
+    """`--json FILE`: also write `obj` there, atomically (nothing when the option is not given)."""
+    if a.json:
+        from loaderbench.core.util import atomic_write_json
+
+        atomic_write_json(Path(a.json), obj)

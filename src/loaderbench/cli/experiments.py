@@ -10,7 +10,7 @@ from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import RESULTS, Layout
 
-from .common import _batch_and_precision, _cfg, _host, _measuring, _side_measurement
+from .common import _batch_and_precision, _cfg, _host, _measuring, _side_measurement, write_json
 
 TITLE = "Measure outside the grid"
 
@@ -82,8 +82,7 @@ def cmd_bench(a) -> int:
         print(f"  {lo:12s} {v:8.1f} images/s (median; rounds: {runs})")
     if {"torchvision", "opencv"} <= set(loaders):
         print(f"  opencv / torchvision = {r['images_per_s']['opencv'] / r['images_per_s']['torchvision']:.2f}x")
-    if a.json:
-        Path(a.json).write_text(json.dumps(r, indent=2))
+    write_json(a, r)
     return 0
 
 
@@ -113,8 +112,7 @@ def cmd_ceiling(a) -> int:
     print(f"  synthetic / bare loop (median of rounds) = {r['synthetic_over_bare']:.4f}")
     for name, ms in (r.get("input_variants_ms_per_step") or {}).items():
         print(f"  amp step, input {name:26s} {ms:8.2f} ms/step")
-    if a.json:
-        Path(a.json).write_text(json.dumps(r, indent=2))
+    write_json(a, r)
     return 0
 
 
@@ -145,8 +143,7 @@ def cmd_engine_report(a) -> int:
 
     rep = report(load(Path(a.cells)), json.loads(Path(a.ceiling).read_text()) if a.ceiling else None)
     print(render(rep))
-    if a.json:
-        Path(a.json).write_text(json.dumps(rep, indent=2))
+    write_json(a, rep)
     return 0
 
 

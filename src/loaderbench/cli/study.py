@@ -11,7 +11,7 @@ from loaderbench.core.cells import cell_ids, cell_parts, cell_spec, parse_cell_i
 from loaderbench.core.config import ConfigError, load_config
 from loaderbench.core.layout import RESULTS, Layout
 
-from .common import _cfg
+from .common import _cfg, write_json
 
 TITLE = "Run and read a study"
 
@@ -152,8 +152,7 @@ def cmd_plan(a) -> int:
     plan = make_plan(cfg, a.records or [Layout(a.results).cells], host=host,
                      host_dirs=[a.host_from] if a.host_from else [], results=a.results)  # fmt: skip
     print(plan.render(cells=a.cells))
-    if a.json:
-        Path(a.json).write_text(json.dumps(plan.to_dict(), indent=2))
+    write_json(a, plan.to_dict())
     return 2 if plan.refused else 0
 
 
