@@ -37,6 +37,11 @@ def _served(tmp_path_factory, *flags: str):
     sock = tmp_path_factory.mktemp("sock") / "s.sock"
     proc = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.warmstart", str(sock), *flags],
                             stdin=subprocess.DEVNULL)  # fmt: skip
+    # listening before the first test asks it (a runner does not wait for a server that is not there yet)
+    deadline = time.time() + 120
+    while not sock.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert sock.exists(), f"the warm-start server did not open {sock} (exit status {proc.poll()})"
     yield sock, proc
     proc.terminate()
     proc.wait(timeout=30)
