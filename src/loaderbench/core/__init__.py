@@ -1,17 +1,17 @@
 """What every part shares: the config and its cells, where files live, the record format, provenance, and how far a
 measurement can be trusted. Imports nothing heavier than PyYAML and jsonschema.
 
-Modules: `config` (validation, cell specs and ids), `cells` (configurations of repeated cells), `registry` (the
-built-in loaders by name), `devices` (models of emulated storage devices), `layout` (the results layout), `records`
-(the cell record), `provenance` (host, code and run ids), `uncertainty` (intervals and whether two cells differ),
-`util` (atomic writes, hashing, process trees).
+Modules: `config` (loading and validation), `cells` (cell specs, ids, the grid and its parts), `registry` (the
+built-in loaders by name), `devices` (models of emulated storage devices), `layout` (the results and staging
+layout), `records` (the cell record), `provenance` (host, code and run ids), `uncertainty` (intervals and whether two
+cells differ), `util` (atomic writes, hashing, process trees). The names below are imported on first use.
 """
 
-from .cells import CellSpec, cell_ids, cell_spec, configuration, parse_cell_id
-from .config import ConfigError, load_config, validate_config
-from .layout import RESULTS, Layout
-from .records import load_records, make_record
-from .uncertainty import ratio
+from .util import lazy_exports
 
-__all__ = ["CellSpec", "ConfigError", "Layout", "RESULTS", "cell_ids", "cell_spec", "configuration", "load_config",
-           "load_records", "make_record", "parse_cell_id", "ratio", "validate_config"]  # fmt: skip
+_EXPORTS = {"CellSpec": "cells", "cell_ids": "cells", "cell_spec": "cells", "configuration": "cells",
+            "parse_cell_id": "cells", "ConfigError": "config", "load_config": "config", "validate_config": "config",
+            "RESULTS": "layout", "Layout": "layout", "load_records": "records", "make_record": "records",
+            "ratio": "uncertainty"}  # fmt: skip
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,8 +1,9 @@
-"""Small shared helpers: atomic writes, hashing, progress lines, process trees."""
+"""Small shared helpers: atomic writes, hashing, progress lines, process trees, a package's lazy exports."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import sys
@@ -13,6 +14,18 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def lazy_exports(package: str, names: dict[str, str]):
+    """A package's `__getattr__` that imports each public name (`names`: name -> its module in `package`) on first
+    use: the package's surface without importing its modules when any one of them is imported."""
+
+    def __getattr__(name: str):
+        if name in names:
+            return getattr(importlib.import_module(f"{package}.{names[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -6,8 +6,9 @@ and write the manifest), `manifest` (the staged files and labels every reader ta
 `tierprobe` (a tier's measured read rate), `emulated/` (a FUSE filesystem with a disk's timing).
 """
 
-from .check import DatasetError, check_dataset
-from .manifest import samples
-from .stage import StagingError, stage
+from loaderbench.core.util import lazy_exports
 
-__all__ = ["DatasetError", "StagingError", "check_dataset", "samples", "stage"]
+_EXPORTS = {"DatasetError": "check", "check_dataset": "check", "samples": "manifest", "StagingError": "stage",
+            "stage": "stage"}  # fmt: skip
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

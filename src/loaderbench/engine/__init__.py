@@ -8,12 +8,8 @@ Importing this package imports none of its modules (a module run with `python -m
 runs); `run_cell` is imported on first use.
 """
 
-__all__ = ["run_cell"]
+from loaderbench.core.util import lazy_exports
 
-
-def __getattr__(name: str):
-    if name == "run_cell":
-        from .runcell import run_cell
-
-        return run_cell
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_EXPORTS = {"run_cell": "runcell"}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,6 +1,8 @@
 """Before and between runs: what a grid will cost (`predict`, from the `costmodel` and the measured `fixedcosts` of a
 host) and which configurations to measure again because their repeats disagree (`respread`)."""
 
-from .predict import workflow_cells
+from loaderbench.core.util import lazy_exports
 
-__all__ = ["workflow_cells"]
+_EXPORTS = {"workflow_cells": "predict"}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
