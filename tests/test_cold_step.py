@@ -14,7 +14,7 @@ import torch
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.records import validate_record
 from loaderbench.data.manifest import Staged, class_names
-from loaderbench.engine import step, train
+from loaderbench.engine import measure, step, train
 from loaderbench.engine.runcell import run_cell
 from loaderbench.loaders import get_loader
 from loaderbench.loaders.common import LoaderContext
@@ -79,8 +79,8 @@ def _counted_measure(monkeypatch, spec, tmp):
 
         return model, counted
 
-    training_step = train.training_step
-    monkeypatch.setattr(train, "training_step", counting)
+    training_step = measure.training_step
+    monkeypatch.setattr(measure, "training_step", counting)
     staged = Staged.from_manifest(json.loads((tmp / "disk.json").read_text()))
     metrics = train.measure(spec, staged.root, staged.allowed)
     return metrics, calls

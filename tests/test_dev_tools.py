@@ -25,11 +25,18 @@ def _with_python3(tmp_path) -> dict:
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def test_gpu_host_prep_stages_into_each_tiers_path(tmp_path):
+def _checkout(tmp_path, script: str, linked: tuple[str, ...]):
+    """A checkout of `dev/<script>` (copied, so that it finds its repository above it) and the `linked` parts."""
     checkout = tmp_path / "checkout"
     (checkout / "dev").mkdir(parents=True)
-    shutil.copy(REPO / "dev/gpu-host-prep.sh", checkout / "dev")
-    (checkout / "src").symlink_to(REPO / "src")
+    shutil.copy(REPO / "dev" / script, checkout / "dev")
+    for name in linked:
+        (checkout / name).symlink_to(REPO / name)
+    return checkout
+
+
+def test_gpu_host_prep_stages_into_each_tiers_path(tmp_path):
+    checkout = _checkout(tmp_path, "gpu-host-prep.sh", ("src",))
     ram, disk = tmp_path / "shm tier", tmp_path / "disk"
     ram.mkdir()
     disk.mkdir()
@@ -83,11 +90,7 @@ def test_gpu_study_stop_ends_the_whole_run_and_releases_the_lock(tmp_path):
 
     import psutil
 
-    checkout = tmp_path / "checkout"
-    (checkout / "dev").mkdir(parents=True)
-    shutil.copy(REPO / "dev/gpu-study.sh", checkout / "dev")
-    for name in ("Snakefile", "workflow", "profiles", "src"):
-        (checkout / name).symlink_to(REPO / name)
+    checkout = _checkout(tmp_path, "gpu-study.sh", ("Snakefile", "workflow", "profiles", "src"))
     cfg = {"dataset": {"images": 24, "classes": 2}, "storage": {"disk": str(tmp_path / "tier")},
            "loaders": ["torchvision"], "batch_sizes": [4], "precisions": ["fp32"], "crop_size": 32, "workers": 1,
            "warmup_steps": 1, "window": {"seconds": 60}}  # fmt: skip
@@ -137,11 +140,7 @@ def test_gpu_study_start_measures_a_spreading_configuration_once_more(tmp_path):
     rerun, the first records stay in superseded/, and the table is built over the new ones."""
     import time
 
-    checkout = tmp_path / "checkout"
-    (checkout / "dev").mkdir(parents=True)
-    shutil.copy(REPO / "dev/gpu-study.sh", checkout / "dev")
-    for name in ("Snakefile", "workflow", "profiles", "src"):
-        (checkout / name).symlink_to(REPO / name)
+    checkout = _checkout(tmp_path, "gpu-study.sh", ("Snakefile", "workflow", "profiles", "src"))
     cfg = {"dataset": {"images": 24, "classes": 2}, "storage": {"disk": str(tmp_path / "tier")},
            "loaders": ["synthetic"], "batch_sizes": [4], "precisions": ["fp32"], "crop_size": 32, "workers": 1,
            "warmup_steps": 1, "window": {"steps": 3}, "repeats": 2, "spread_warn": 0.0,

@@ -161,7 +161,7 @@ def _on_tier(part: dict, loader: str, tier: str) -> bool:
     return loader not in TIERLESS or tier == part["tiers"][0]
 
 
-def _part_cells(part: dict) -> list[str]:
+def part_cells(part: dict) -> list[str]:
     """A part's cells in a stable order: repeats outermost, then the parallel mode and the GPUs, so that the dp cells
     follow one another and a kept process (host.reuse_processes) serves all but the first of them (a ddp cell in
     between would end it), those of one GPU count, and so of the same shapes, together."""
@@ -195,7 +195,7 @@ def cell_parts(cfg: dict) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for r in range(max(part["repeats"] for part in cfg["parts"])):
         for part in cfg["parts"]:
-            for cid in _part_cells(part):
+            for cid in part_cells(part):
                 if cid.endswith(f"_r{r}"):
                     out.setdefault(cid, part)
     return out
@@ -214,13 +214,13 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     if in_grid and part is None:
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     tier = cfg["storage"][d["tier"]]
-    settings = part["settings"] if part else {name: _config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
+    settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
     return CellSpec(**d, **loader_settings(settings, d["loader"]), tier_path=tier["path"],
                     dataset=cfg["dataset"]["name"], seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
                     read_path=tier_read_path(tier), device_model=tier["model"])  # fmt: skip
 
 
-def _config_value(cfg: dict, key: str):
+def config_value(cfg: dict, key: str):
     """The value of dotted config key `key` (`window.steps`: cfg["window"]["steps"])."""
     for part in key.split("."):
         cfg = cfg[part]

@@ -15,10 +15,10 @@ from .cells import (
     CELL_ID_RE,
     CONFIG_KEYS,
     ConfigError,
-    _config_value,
-    _part_cells,
+    config_value,
     loader_settings,
     parse_cell_id,
+    part_cells,
 )
 from .provenance import filesystem_of
 from .registry import LOADERS
@@ -156,7 +156,7 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path) -> None:
             raise ConfigError(f"{where}: {e}") from None
         part = _part(p["name"], pc, p.get("note", ""))
         part["cell_timeout_s"] = pc["cell_timeout_s"]
-        for cid in _part_cells(part):
+        for cid in part_cells(part):
             other = owner.setdefault(cid, part)
             loader = parse_cell_id(cid)["loader"]
             mine, theirs = loader_settings(part["settings"], loader), loader_settings(other["settings"], loader)
@@ -173,7 +173,7 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path) -> None:
 
 def _part(name: str, cfg: dict, note: str) -> dict:
     return {"name": name, "note": note, **{k: cfg[k] for k in AXES},
-            "settings": {f: _config_value(cfg, key) for f, key in CONFIG_KEYS.items()}}  # fmt: skip
+            "settings": {f: config_value(cfg, key) for f, key in CONFIG_KEYS.items()}}  # fmt: skip
 
 
 def auto_timeout(window: dict, compile_: bool) -> float:

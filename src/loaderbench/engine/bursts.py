@@ -81,7 +81,7 @@ def _cycles(bounds: list[int], first: int, last: int) -> list[int]:
     return [j - first - 1 for j in sorted({first, last, *(j for j in bounds if first <= j <= last)})]
 
 
-def _at_burst_start(rule: StopRule, waits: list[float], step_end: list[float], lead_wait: float):
+def at_burst_start(rule: StopRule, waits: list[float], step_end: list[float], lead_wait: float):
     """(whether the window's last step started a burst, the precision of its whole cycles so far there - inf when
     not known yet, None when not judged here, whether it delivers in bursts - None when not judged) for
     `StopRule.done`."""
@@ -99,11 +99,11 @@ def _at_burst_start(rule: StopRule, waits: list[float], step_end: list[float], l
     if not delivers_in_bursts(waits, step_end, bounds):
         return True, None, False
     first, last = bounds[0], bounds[-1]
-    hw = relative_halfwidth(_rebased(step_end, first, last), bounds=_cycles(bounds, first, last))
+    hw = relative_halfwidth(rebased(step_end, first, last), bounds=_cycles(bounds, first, last))
     return True, math.inf if hw is None else hw, True
 
 
-def _whole_bursts_cut(rule: StopRule, waits, step_end, lead_wait, agree_max, elapsed: float, end):
+def whole_bursts_cut(rule: StopRule, waits, step_end, lead_wait, agree_max, elapsed: float, end):
     """A worker-fed loader's window cut to whole bursts: (first, last, seconds, cycles, what the record says), the
     steps first+1..last kept; None for other loaders. Every rank keeps the latest first and last burst start any rank
     saw (ddp ranks wait for each other: one that waited for its batch starts the burst for all; +2 carries -1, the
@@ -126,7 +126,7 @@ def _whole_bursts_cut(rule: StopRule, waits, step_end, lead_wait, agree_max, ela
                                        "cycles": len(cycles) - 1, "delivery": delivery}  # fmt: skip
 
 
-def _rebased(step_end: list[float], first: int, last: int) -> list[float]:
+def rebased(step_end: list[float], first: int, last: int) -> list[float]:
     """The step ends of steps first+1..last, from the end of step `first` (-1: the window's start)."""
     base = step_end[first] if first >= 0 else 0.0
     return [t - base for t in step_end[first + 1 : last + 1]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 import threading
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ class CellRun:
     """A cell being measured in this process (one rank of a ddp cell): what was built, and what each phase found."""
 
     def __init__(self, spec: CellSpec, data_root: Path, allowed: frozenset[str], dist, kind: str, heartbeat: Heartbeat,
-                 marks: dict, build_step=training_step):  # fmt: skip
+                 marks: dict):  # fmt: skip
         import torch
 
         from loaderbench.loaders import get_loader
@@ -48,8 +49,8 @@ class CellRun:
         self.global_batch = spec.batch_size * spec.gpus
         self.classes = len(class_names(allowed))  # from the manifest, as the loaders' labels
         prescattered = bool(self.ctx.info.get("prescattered"))
-        self.model, self.step = build_step(spec, self.classes, self.device,
-                                           wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
+        self.model, self.step = training_step(spec, self.classes, self.device,
+                                              wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
         self.backlog = self.ctx.info["prefetch_batches"]
         self.placed: dict = {}
 
@@ -134,7 +135,7 @@ class CellRun:
         self.heartbeat.phase("teardown")
         return rule, win
 
-    def rank_summary(self, win, peak_rss_mb) -> dict:
+    def rank_summary(self, win) -> dict:
         """What this rank measured, for rank 0 to gather; `profile_steps` more steps profiled after the window (after
         the peak memory is read: the profiler's own allocations are not the cell's)."""
         import torch
@@ -145,19 +146,18 @@ class CellRun:
             profile = stepprofile.run(self.step, self.batches, self.spec.profile_steps, self.sync, self.kind,
                                       self.heartbeat.beat)  # fmt: skip
         return {"rank": self.dist.rank, "device": str(self.device), "time_s": win.elapsed_s, "waits": win.waits,
-                "computes": win.computes, "peak_gpu_mem_mb": peak_gpu, "process_rss_mb": peak_rss_mb(),
+                "computes": win.computes, "peak_gpu_mem_mb": peak_gpu, "process_rss_mb": _peak_rss_mb(),
                 "loader_info": self.ctx.info, "profile": profile}  # fmt: skip
 
 
-def measure_in(run: CellRun, t_start: float, since_process_start: float | None, peak_rss_mb, tree_rss_mb,
-               count: int) -> dict | None:  # fmt: skip
+def measure_in(run: CellRun, t_start: float, since_process_start: float | None, count: int) -> dict | None:
     """Run the cell's phases; its metrics on rank 0 (None on the other ranks of a ddp cell)."""
     cold_step_s = run.cold_step()
     warm = run.warm_up()
     rule, win = run.window(warm["waits"][-1])
     final_loss = float(win.loss.detach().float().item())
-    ranks = parallel.gather(run.dist, run.rank_summary(win, peak_rss_mb))
-    rss = tree_rss_mb()
+    ranks = parallel.gather(run.dist, run.rank_summary(win))
+    rss = _process_tree_rss_mb()
     # the workers are not shut down one by one (seconds of joins): the process ends with os._exit once its record is
     # written, and its workers are killed with it (`train.main`)
     KEEP.append(run.batches)
@@ -187,7 +187,7 @@ def measure_in(run: CellRun, t_start: float, since_process_start: float | None, 
         "device": {"type": run.kind, "count": count, "used": run.spec.gpus if run.kind == "cuda" else 0},
         "peak_gpu_mem_mb": [m for r in ranks for m in r["peak_gpu_mem_mb"]],
         "gpu_mem_nvml_mb": gpu_memory_used_mb(run.spec.gpus) if run.kind == "cuda" else None,
-        "main_peak_rss_mb": peak_rss_mb(),
+        "main_peak_rss_mb": _peak_rss_mb(),
         "process_tree_rss_mb": rss,
     }
 
@@ -272,3 +272,29 @@ def _parallel_record(run: CellRun, ranks: list[dict]) -> dict:
             for r in ranks
         ],  # fmt: skip
     }
+
+
+def _process_tree_rss_mb() -> float | None:
+    try:
+        import psutil
+    except ImportError:
+        return None
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM, which `train.reset_for_next_cell` resets), else getrusage's."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

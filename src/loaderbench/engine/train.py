@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 import traceback
@@ -23,7 +22,7 @@ from loaderbench.data.manifest import Staged
 from . import parallel, placement
 from .measure import KEEP, CellRun, measure_in
 from .parallel import env_rank
-from .step import available_devices, training_step
+from .step import available_devices
 from .watchdog import Heartbeat, heartbeat_path, stacks_path
 
 
@@ -38,8 +37,8 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str], heartbeat:
     kind, count = available_devices()
     dist = parallel.start(spec.parallel, spec.gpus, timeout_s)
     try:
-        run = CellRun(spec, data_root, allowed, dist, kind, heartbeat, marks, build_step=training_step)
-        return measure_in(run, t_start, since_process_start, _peak_rss_mb, _process_tree_rss_mb, count)
+        run = CellRun(spec, data_root, allowed, dist, kind, heartbeat, marks)
+        return measure_in(run, t_start, since_process_start, count)
     finally:
         parallel.stop(dist)
 
@@ -56,21 +55,6 @@ def _seconds_since_process_start() -> float | None:
     except ImportError:
         return None
     return time.time() - psutil.Process().create_time()
-
-
-def _process_tree_rss_mb() -> float | None:
-    try:
-        import psutil
-    except ImportError:
-        return None
-    me = psutil.Process()
-    total = me.memory_info().rss
-    for child in me.children(recursive=True):
-        try:
-            total += child.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**20
 
 
 def outcome(status: str, reason: str | None = None, metrics: dict | None = None, detail: str | None = None) -> dict:
@@ -136,17 +120,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 LAST_STATUS: list = [None]  # the status of the cell `main` ran last (warmstart keeps only a process whose cell was ok)
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM, which `reset_for_next_cell` resets), else getrusage's."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def reset_for_next_cell(cpus: set[int]) -> None:

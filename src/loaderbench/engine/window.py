@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from .batchmeans import MIN_BATCHES, relative_halfwidth
-from .bursts import BURST_WAIT_SHARE, _at_burst_start, _rebased, _whole_bursts_cut, drained
+from .bursts import BURST_WAIT_SHARE, at_burst_start, drained, rebased, whole_bursts_cut
 
 PROGRESS_S = 5.0
 
@@ -167,6 +167,8 @@ class _Window:
         self.bursts = None  # whether a worker-fed loader delivers in bursts, as judged at its last burst start
         self.waited = 0.0
         self.device_end: list[float] = []  # the device's step ends, from the window's start, of the finished steps
+        self.start = None  # the device's clock: a CUDA event recorded where the window starts (`begin`)
+        self.t0 = 0.0  # the host's clock at the window's start (`begin`)
 
     def begin(self) -> None:
         self.start = self.cuda_timer() if self.cuda_timer else None
@@ -195,7 +197,7 @@ class _Window:
     def judge(self) -> tuple[bool, float | None, bool]:
         """(whether the last step is one to judge the precision at, the precision there, whether the loader streams)."""
         rule, step_end = self.rule, self.step_end
-        at_start, hw, judged = _at_burst_start(rule, self.waits, step_end, self.lead_wait)
+        at_start, hw, judged = at_burst_start(rule, self.waits, step_end, self.lead_wait)
         self.cycles_hw = hw if hw is not None else self.cycles_hw
         self.bursts = judged if judged is not None else self.bursts
         # a loader delivering a batch a step - or a worker-fed one that, as far as its window tells, does not deliver
@@ -226,7 +228,7 @@ class _Window:
         and interval from the device's clock on a GPU."""
         rule, waits, computes, step_end = self.rule, self.waits, self.computes, self.step_end
         elapsed = self.end(len(computes) - 1) if self.cuda_timer else time.perf_counter() - self.t0
-        cut = _whole_bursts_cut(rule, waits, step_end, self.lead_wait, agree_max, elapsed, self.end)
+        cut = whole_bursts_cut(rule, waits, step_end, self.lead_wait, agree_max, elapsed, self.end)
         if self.cuda_timer:
             # the batch means from the device's clock too: the host's step ends run ahead of the device by the steps
             # it has queued, so its first batch would be short by them
@@ -236,7 +238,7 @@ class _Window:
         if cut is not None:
             first, last, elapsed, cycles, extra["whole_bursts"] = cut
             waits, computes = waits[first + 1 : last + 1], computes[first + 1 : last + 1]
-            step_end = _rebased(step_end, first, last)
+            step_end = rebased(step_end, first, last)
             if cycles:
                 extra["bounds"] = cycles  # the burst starts of the steps kept: batch means over whole cycles
         streamed = cut is not None and extra["whole_bursts"]["delivery"] == "stream"
