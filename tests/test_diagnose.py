@@ -67,6 +67,20 @@ def test_labels_name_the_known_bottleneck_with_evidence():
     assert row(d, "synthetic", "hdd")["bottleneck"] == "GPU-bound"
 
 
+def test_a_cell_whose_batches_were_ready_is_not_io_bound_however_slower_than_ram():
+    """On a CPU device a cold tier's reads cost the cores the training runs on: the step is slower than from RAM,
+    yet it never waited for a batch. That is the loader taking the CPU, not the disk limiting it."""
+    d = diagnose(table([
+        cell("synthetic", "ram", 100.0, kind="ram", device="cpu"),
+        cell("torchvision", "ram", 105.0, kind="ram", wait_ms=4.0, device="cpu"),
+        cell("torchvision", "local", 125.0, wait_ms=5.0, device="cpu"),  # fetch stall 20 ms, waits 4% of a step
+        cell("torchvision", "hdd", 400.0, wait_ms=290.0, device="cpu"),  # waits 73%: the disk
+    ]))  # fmt: skip
+    assert row(d, "torchvision", "local")["bottleneck"] == "CPU-prep-bound"
+    assert "batches were ready" in row(d, "torchvision", "local")["evidence"]
+    assert row(d, "torchvision", "hdd")["bottleneck"] == "I/O-bound"
+
+
 def test_cpu_device_is_compute_bound_and_missing_pieces_are_said():
     t = table([cell("synthetic", "ssd", 100.0, device="cpu"), cell("torchvision", "ssd", 102.0, device="cpu"),
                cell("opencv", "ssd", 300.0, device="cpu", wait_ms=200.0)])  # fmt: skip

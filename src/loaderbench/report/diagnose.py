@@ -110,18 +110,19 @@ def label(r: pd.Series) -> tuple[str, str]:
         return compute_label, f"within {100 * (1 - GPU_BOUND_AU):.0f}% of the ceiling: {facts}"
     no_ram = not np.isfinite(fetch)
     stall_note = " (no RAM tier to separate fetch from prep)" if no_ram else ""
-    if not no_ram and fetch >= prep and fetch > STALL_SHARE * s:
+    ready = np.isfinite(wait) and wait < WAIT_SHARE * s  # batches were there when the step asked: not I/O
+    if not no_ram and fetch >= prep and fetch > STALL_SHARE * s and not ready:
         read = r.get("disk_read_mb_s", np.nan)
         io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
         ref = r.get("fetch_reference") or "RAM"
         ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
         return "I/O-bound", (f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from "
                              f"{ref}{io}; {facts}")  # fmt: skip
-    if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s and on_cpu:
+    if ready and (s - c) > STALL_SHARE * s and on_cpu:
         # no bus to cross on a CPU device: the loader's workers take cores from the training itself
         return "CPU-prep-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {s - c:.1f} ms "
                                   f"more than compute: the loader's workers share the CPU with the training; {facts}")  # fmt: skip
-    if np.isfinite(wait) and wait < WAIT_SHARE * s and (s - c) > STALL_SHARE * s:
+    if ready and (s - c) > STALL_SHARE * s:
         pcie = r.get("pcie_rx_mb_s", np.nan)
         bus = f", PCIe to GPU {pcie:.0f} MB/s" if np.isfinite(pcie) else ""
         return "transfer-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes "
