@@ -9,10 +9,11 @@ SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 
 .PHONY: quickstart test test-dev plan bench ceiling engine-report report rerun respread cells lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml examples/threaded-loader/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -qq --no-cache-dir --upgrade pip
 	$(BIN)/python -m pip install -qq --no-cache-dir -e '.[test]'
+	$(BIN)/python -m pip install -qq --no-cache-dir --no-deps -e examples/threaded-loader  # the example plugin loader
 	touch $@
 
 ## quickstart: install into .venv, run the whole pipeline on config/quickstart.yaml, print where the bundle is and

@@ -125,12 +125,14 @@ def cmd_crosscheck(a) -> int:
     out = Path(a.out or Layout(a.results).crosscheck)
     if a.rounds < 1:
         raise ConfigError("--rounds: at least 1")
-    from loaderbench.loaders import LOADERS
+    from loaderbench.core.config import resolve_loaders
 
-    if unknown := [lo for lo in a.loaders if lo not in LOADERS]:
-        raise ConfigError(f"--loaders: unknown loader(s) {', '.join(unknown)}; known: {', '.join(LOADERS)}")
+    try:
+        loaders = resolve_loaders(cfg, a.loaders)  # built-in names, the config's plugins, or 'module:factory'
+    except ConfigError as e:
+        raise ConfigError(str(e).replace("config key 'loaders'", "--loaders")) from None
     with _measuring(a, "crosscheck", 1, cfg):
-        rows = crosscheck(cfg, a.loaders, tier, batch, a.precision, a.rounds, Path(Layout(a.results).manifest(tier)),
+        rows = crosscheck(cfg, loaders, tier, batch, a.precision, a.rounds, Path(Layout(a.results).manifest(tier)),
                           out, host=_host(a, cfg))  # fmt: skip
     print(f"crosscheck on tier {tier}, 1 GPU x batch {batch}: each cell against a bare loop of its loader, "
           f"{a.rounds} alternating round(s) in fresh processes; cell/bare [95% interval]; {out / 'crosscheck.json'}")

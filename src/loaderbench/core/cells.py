@@ -100,6 +100,8 @@ class CellSpec:
     profile_steps: int = _from_config("profile_steps", since_records=True, default=0)
     # SGD's fused implementation: under amp, GradScaler's overflow check stays on the device (no host sync a step)
     optimizer_fused: bool = _from_config("optimizer.fused", since_records=True, default=False)
+    # a plugin loader's factory, 'module:factory' (docs/plugins.md); None for a built-in loader
+    loader_ref: str | None = field(default=None, metadata={"since_records": True})
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
@@ -217,7 +219,8 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
     return CellSpec(**d, **loader_settings(settings, d["loader"]), tier_path=tier["path"],
                     dataset=cfg["dataset"]["name"], seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
-                    read_path=tier_read_path(tier), device_model=tier["model"])  # fmt: skip
+                    read_path=tier_read_path(tier), device_model=tier["model"],
+                    loader_ref=cfg.get("plugins", {}).get(d["loader"]))  # fmt: skip
 
 
 def config_value(cfg: dict, key: str):

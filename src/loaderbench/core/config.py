@@ -21,7 +21,7 @@ from .cells import (
     part_cells,
 )
 from .provenance import filesystem_of
-from .registry import LOADERS
+from .registry import LOADERS, PLUGIN_NAME, REFERENCE, installed_plugins, reference_name
 from .util import stable_hash
 
 
@@ -70,11 +70,7 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
                 lines.append(f"config key '{_key(e.absolute_path)}': {e.message}")
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
 
-    unknown = [name for name in cfg["loaders"] if name not in LOADERS]
-    if unknown:
-        raise ConfigError(
-            f"config key 'loaders': unknown loader {', '.join(map(repr, unknown))}; known: {', '.join(LOADERS)}"
-        )
+    _resolve_loaders(cfg)
     if cfg["tiers"] is None:
         cfg["tiers"] = list(cfg["storage"])
     missing = [t for t in cfg["tiers"] if t not in cfg["storage"]]
@@ -119,6 +115,53 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
 
 # Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).
 AXES = ("loaders", "tiers", "gpus", "batch_sizes", "precisions", "parallel", "repeats")
+def resolve_loaders(cfg: dict, entries: list[str]) -> list[str]:
+    """The names cells carry for `entries` (as in `loaders`), the plugins among them added to cfg["plugins"]."""
+    probe = {"loaders": list(entries), "plugins": dict(cfg.get("plugins") or {})}
+    _resolve_loaders(probe)
+    cfg["plugins"] = probe["plugins"]
+    return probe["loaders"]
+
+
+def _resolve_loaders(cfg: dict) -> None:
+    """cfg["loaders"] as the names cells carry, and cfg["plugins"] (name -> `module:factory`) for the plugin loaders:
+    a `loaders` entry is a built-in name, a name under `plugins`, a `module:factory` reference (named by
+    `reference_name`) or an installed package's plugin (entry-point group `loaderbench.loaders`)."""
+    declared = dict(cfg.get("plugins") or {})
+    for name, ref in declared.items():
+        if not PLUGIN_NAME.match(name) or name in LOADERS:
+            raise ConfigError(f"config key 'plugins.{name}': a plugin's name is lowercase letters, digits and '-', "
+                              f"and not a built-in loader's ({', '.join(LOADERS)})")  # fmt: skip
+        if not REFERENCE.match(ref):
+            raise ConfigError(f"config key 'plugins.{name}': {ref!r} is not a 'module:factory' reference")
+    names, plugins, installed = [], {}, None
+    for entry in cfg["loaders"]:
+        if entry in LOADERS:
+            names.append(entry)
+            continue
+        if entry in declared:
+            name, ref = entry, declared[entry]
+        elif REFERENCE.match(entry):
+            name, ref = reference_name(entry), entry
+        else:
+            installed = installed_plugins() if installed is None else installed
+            if entry not in installed:
+                known = ", ".join([*LOADERS, *declared, *installed])
+                raise ConfigError(f"config key 'loaders': unknown loader {entry!r}; known: {known}; or name a plugin's "
+                                  "factory as 'module:factory' (docs/plugins.md)")  # fmt: skip
+            name, ref = entry, installed[entry]
+        if name in LOADERS or not PLUGIN_NAME.match(name):
+            raise ConfigError(f"config key 'loaders': plugin {entry!r} would be named {name!r}, which is a built-in "
+                              "loader's or not a name; name it under 'plugins'")  # fmt: skip
+        if plugins.setdefault(name, ref) != ref:
+            raise ConfigError(f"config key 'loaders': {plugins[name]!r} and {ref!r} would both be named {name!r}; "
+                              "name them under 'plugins'")  # fmt: skip
+        names.append(name)
+    if len(set(names)) < len(names):
+        raise ConfigError(f"config key 'loaders': a loader is named twice ({', '.join(names)})")
+    cfg["loaders"], cfg["plugins"] = names, {**declared, **plugins}
+
+
 STUDY_KEYS = ("parts", "budget_minutes", "trim")
 
 
@@ -154,6 +197,7 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path) -> None:
             pc = validate_config(_merge(base, {k: v for k, v in p.items() if k not in ("name", "note")}), base_dir)
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
+        cfg["plugins"].update(pc["plugins"])
         part = _part(p["name"], pc, p.get("note", ""))
         part["cell_timeout_s"] = pc["cell_timeout_s"]
         for cid in part_cells(part):

@@ -1,10 +1,14 @@
-"""The built-in loaders by name: the module that builds each and what it prepares ahead of the step.
+"""The loaders by name: the built-in modules, what each prepares ahead of the step, and plugin loaders.
 
-Adding a loader is adding one module under `loaderbench.loaders` and one line in each table here. The tables import
-nothing, so config validation and the planner read them without torch.
+Adding a built-in loader is adding one module under `loaderbench.loaders` and one line in each table here. A plugin
+loader is a factory elsewhere, named in the config as `module:factory`, under `plugins:`, or by an installed
+package's entry point (group `loaderbench.loaders`): docs/plugins.md. Nothing here imports torch, so config
+validation and the planner read it cheaply.
 """
 
 from __future__ import annotations
+
+import re
 
 LOADERS: dict[str, str] = {
     "torchvision": "loaderbench.loaders.torchvision_loader",
@@ -28,3 +32,23 @@ BACKLOG: dict[str, str | None] = {
     "nvjpeg": "workers",
     "synthetic": None,
 }
+
+ENTRY_POINT_GROUP = "loaderbench.loaders"
+# a plugin's name is a cell id's first field: lowercase letters, digits and '-'
+PLUGIN_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def reference_name(reference: str) -> str:
+    """The name a `module:factory` reference takes in cell ids and tables: its module's last part and, unless it is
+    `build`, the factory, in lowercase with '-' for '_' (`mypkg.fast_io:build` -> `fast-io`)."""
+    module, factory = reference.split(":")
+    words = [module.rsplit(".", 1)[-1]] + ([factory] if factory != "build" else [])
+    return re.sub(r"[^a-z0-9]+", "-", "-".join(words).lower()).strip("-")
+
+
+def installed_plugins() -> dict[str, str]:
+    """name -> `module:factory` of the loaders installed packages declare (entry-point group `loaderbench.loaders`)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}

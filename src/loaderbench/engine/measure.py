@@ -45,7 +45,7 @@ class CellRun:
         self.gpu_ids = ([self.device.index] if self.ddp else list(range(spec.gpus))) if kind == "cuda" else []
         self.ctx = loader_context(spec, data_root, allowed, self.device, self.place, dist.rank,
                                   dist.world if self.ddp else 1)  # fmt: skip
-        self.batches = get_loader(spec.loader).build(self.ctx)
+        self.batches = get_loader(spec.loader, spec.loader_ref).build(self.ctx)
         self.global_batch = spec.batch_size * spec.gpus
         self.classes = len(class_names(allowed))  # from the manifest, as the loaders' labels
         prescattered = bool(self.ctx.info.get("prescattered"))

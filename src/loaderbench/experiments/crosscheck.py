@@ -53,7 +53,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     if device.type == "cuda":
         configure_cudnn(spec)
     ctx = loader_context(spec, spec.data_root, allowed, device, None)
-    batches = get_loader(spec.loader).build(ctx)
+    batches = get_loader(spec.loader, spec.loader_ref).build(ctx)
     prescattered = bool(ctx.info.get("prescattered"))
     _, step = training_step(spec, len(class_names(allowed)), device,
                             wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
