@@ -7,7 +7,7 @@ CORES  ?= $(shell nproc)
 CONFIG ?= config/quickstart.yaml
 SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 
-.PHONY: quickstart test test-dev plan bench ceiling engine-report report rerun respread cells lint clean
+.PHONY: quickstart test test-dev plan bench ceiling tune engine-report report rerun respread cells lint clean
 
 $(STAMP): pyproject.toml examples/threaded-loader/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,12 @@ ceiling: $(STAMP)
 ## dp vs ddp, spread of repeats)
 engine-report: $(STAMP)
 	$(BIN)/loaderbench engine-report
+
+## tune LOADER=<loader>: search that loader's settings on this host (BUDGET_S seconds, default 300) against the ceiling
+tune: $(STAMP)
+	@test -n "$(LOADER)" || { echo "usage: make tune LOADER=<loader> [BUDGET_S=300] [PRECISION=amp]"; exit 2; }
+	$(SMK) --until stage
+	$(BIN)/loaderbench tune --config $(CONFIG) --loader '$(LOADER)' --budget-s $(or $(BUDGET_S),300) --precision $(or $(PRECISION),amp)
 
 ## respread: rerun once every configuration whose repeats spread over spread_warn or with a contended cell, then refresh the tables
 respread: $(STAMP)

@@ -59,6 +59,17 @@ def register(add) -> None:
     s.add_argument("--out", help="records folder (default <results>/sweep)")
     _side_measurement(s, cmd_sweep)
 
+    s = add("tune", help="search one loader's settings on this host within a time budget, against the ceiling; "
+                 "the best with its interval and the config lines to paste")  # fmt: skip
+    s.add_argument("--config", required=True, help="the starting settings and the staged tier")
+    s.add_argument("--loader", required=True, help="torchvision, opencv, nvjpeg, dali-cpu, dali-sc or dali-mc")
+    s.add_argument("--tier", help="default: the config's first")
+    _batch_and_precision(s)
+    s.add_argument("--budget-s", type=float, default=300.0, help="time for the search's cells (default 300)")
+    s.add_argument("--out", help="records folder and tune.json (default <results>/tune/<loader>)")
+    s.add_argument("--json", help="also write the report here")
+    _side_measurement(s, cmd_tune)
+
     s = add("engine-report", help="the engine's cost and trust: per-cell overhead, convergence, dp/ddp, spread")
     s.add_argument("--cells", default=RESULTS.cells, help="folder of cell records (default %(default)s)")
     s.add_argument("--ceiling", help="a `loaderbench ceiling --json` file to include")
@@ -138,6 +149,23 @@ def cmd_crosscheck(a) -> int:
           f"{a.rounds} alternating round(s) in fresh processes; cell/bare [95% interval]; {out / 'crosscheck.json'}")
     print(render(rows))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+def cmd_tune(a) -> int:
+    from loaderbench.experiments.tune import render, tune
+
+    cfg = _cfg(a)
+    tier = a.tier or cfg["tiers"][0]
+    batch = a.batch_size or cfg["batch_sizes"][-1]
+    if a.budget_s <= 0:
+        raise ConfigError("--budget-s: a positive number of seconds")
+    out = Path(a.out or Path(Layout(a.results).root) / "tune" / a.loader)
+    with _measuring(a, "tune", 1, cfg):
+        rep = tune(cfg, a.loader, tier, batch, a.precision, a.budget_s, Path(Layout(a.results).manifest(tier)), out,
+                   host=_host(a, cfg))  # fmt: skip
+    print(render(rep))
+    write_json(a, rep)
+    return 0 if rep["samples_per_s"] else 1
 
 
 def cmd_engine_report(a) -> int:

@@ -1,0 +1,96 @@
+"""`loaderbench tune`: a loader's settings searched with real cells on the CPU, against the ceiling of the same run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from loaderbench.core.cells import cell_spec
+from loaderbench.core.config import ConfigError, validate_config
+from loaderbench.experiments.tune import _finer, knobs, render, tune
+from tests.conftest import staged_disk
+
+
+def test_each_loader_kind_has_its_knobs_with_the_configs_value_first():
+    cfg = validate_config({"loaders": ["torchvision", "dali-sc"], "workers": 6, "batch_sizes": [4]})
+    tier = cfg["tiers"][0]
+    tv = knobs("torchvision", cell_spec(cfg, f"torchvision_{tier}_g1_b4_fp32_dp_r0"), cpus=16)
+    assert tv == {"workers": [6, 4, 8, 15], "prefetch_factor": [2, 4], "torchvision_transport": ["float32", "uint8"]}
+    dali = knobs("dali-sc", cell_spec(cfg, f"dali-sc_{tier}_g1_b4_fp32_dp_r0"), cpus=16)
+    assert set(dali) == {"dali_threads", "dali_prefetch", "dali_hw_decoder_load"}
+    with pytest.raises(ConfigError, match="no settings to tune"):
+        knobs("synthetic", cell_spec(cfg, f"torchvision_{tier}_g1_b4_fp32_dp_r0"), cpus=16)
+
+
+def test_a_count_is_refined_between_the_best_and_its_neighbours():
+    assert _finer([4, 8, 15], 8) == [6, 11]
+    assert _finer([4, 8, 15], 4) == [6]
+    assert _finer(["float32", "uint8"], "uint8") == []
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory, small_dataset):
+    return staged_disk(tmp_path_factory, small_dataset, "tune")
+
+
+def test_tune_measures_every_setting_beside_the_ceiling_and_says_what_to_paste(staged, tmp_path):
+    folder, cfg = staged
+    rep = tune(cfg, "torchvision", "disk", 4, "fp32", 600, folder / "disk.json", tmp_path, cpus=2)
+    assert rep["rounds"] >= 2 and len(rep["ceiling_samples_per_s"]) == rep["rounds"]
+    assert {"start", "prefetch_factor=2", "prefetch_factor=4", "torchvision_transport=uint8"} <= set(rep["measured"])
+    assert rep["samples_per_s"] > 0 and 0 < rep["au"] and rep["limit"]
+    saved = json.loads((tmp_path / "tune.json").read_text())
+    assert saved["best"] == rep["best"] and (tmp_path / "ceiling").is_dir()
+    if rep["best"]:  # a setting measurably faster: its interval above 1, and lines that make a valid config
+        assert rep["gain"]["low"] > 1.0
+        assert validate_config({**yaml.safe_load(rep["snippet"]), "loaders": ["torchvision"]})
+        assert "paste into the config" in render(rep)
+    else:
+        assert "no tried setting was measurably faster" in render(rep)
+
+
+def test_a_budget_too_small_for_one_cell_measures_nothing_and_says_so(staged, tmp_path):
+    folder, cfg = staged
+    rep = tune(cfg, "opencv", "disk", 4, "fp32", 1, folder / "disk.json", tmp_path, cpus=2)
+    assert rep["cells"] == 0 and rep["samples_per_s"] is None
+    assert "no setting was measured within the budget" in render(rep)
+
+
+class _Scripted:
+    """Constructed records in place of measured cells (the search's logic alone): a setting's rate, +-1% windows."""
+
+    def __init__(self, rates: dict[str, float]):
+        self.rates = rates
+
+    def __call__(self, tuner, loader, settings, r):
+        from loaderbench.experiments.tune import key
+
+        rate = 1000.0 if loader == "synthetic" else self.rates[key(settings)]
+        tuner.walls.append(1.0)
+        return {"status": "ok", "wall_s": 1.0, "metrics": {"samples_per_s": rate * (1 + 0.005 * (-1) ** r),
+                "data_wait_fraction": 0.3, "window": {"ci95_rel_halfwidth": 0.01}}}  # fmt: skip
+
+
+def test_a_clearly_worse_setting_is_dropped_after_one_round_and_a_better_one_wins_on_its_interval(monkeypatch, tmp_path):
+    from loaderbench.experiments import tune as tune_mod
+
+    cfg = validate_config({"loaders": ["torchvision"], "batch_sizes": [4]})
+    t = tune_mod.Tuner(cfg, "torchvision", cfg["tiers"][0], 4, "fp32", tmp_path, tmp_path, 600)
+    scripted = _Scripted({"start": 100, "workers=2": 150, "workers=3": 50})
+    monkeypatch.setattr(tune_mod.Tuner, "measure", lambda self, lo, settings, r: scripted(self, lo, settings, r))
+    best = tune_mod._better(t, {}, [{"workers": 2}, {"workers": 3}])
+    assert best == {"workers": 2} and t.rounds == 2
+    assert sorted(t.runs["workers=3"]) == [0] and sorted(t.runs["workers=2"]) == [0, 1]  # dropped after round 0
+    assert t.against({"workers": 2}, {}).low > 1.0
+
+
+def test_a_setting_inside_the_noise_does_not_move_the_knob(monkeypatch, tmp_path):
+    from loaderbench.experiments import tune as tune_mod
+
+    cfg = validate_config({"loaders": ["torchvision"], "batch_sizes": [4]})
+    t = tune_mod.Tuner(cfg, "torchvision", cfg["tiers"][0], 4, "fp32", tmp_path, tmp_path, 600)
+    scripted = _Scripted({"start": 100, "workers=2": 100.5})
+    monkeypatch.setattr(tune_mod.Tuner, "measure", lambda self, lo, settings, r: scripted(self, lo, settings, r))
+    assert tune_mod._better(t, {}, [{"workers": 2}]) == {}
