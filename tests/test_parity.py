@@ -66,19 +66,32 @@ def diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     return float(d.mean()), float(torch.quantile(d.flatten(), 0.99))
 
 
-def nvjpeg_output(path: Path, case, size=224) -> torch.Tensor:
+def nvjpeg_output(path: Path, case, size=224, library="torchcodec") -> torch.Tensor:
     from loaderbench.loaders.nvjpeg import augment as gpu_augment
-    from loaderbench.loaders.nvjpeg import collate, decode
+    from loaderbench.loaders.nvjpeg import collate, decode, jpeg_decoder
 
     payload = np.fromfile(path, dtype=np.uint8)
     buffer, meta, _, _ = collate([(payload, 0, case)])
-    images = decode(buffer, meta, torch.device("cpu"))  # the GPU code path, on the CPU device here
+    if library == "torchcodec" and (why := torchcodec_missing()):
+        pytest.skip(why)
+    name, decoder = jpeg_decoder(library)
+    assert name.startswith(library), f"{library} did not load: {name}"
+    images = decode(buffer, meta, torch.device("cpu"), decoder)  # the GPU code path, on the CPU device here
     return gpu_augment(images, torch.tensor([case]), size, channels_last=False)[0]
+
+
+def torchcodec_missing() -> str | None:
+    """Why TorchCodec cannot decode here, or None."""
+    from loaderbench.loaders.nvjpeg import jpeg_decoder
+
+    name = jpeg_decoder()[0]
+    return None if name.startswith("torchcodec") else "TorchCodec is not installed for this torch (pip install torchcodec)"
 
 
 LOADERS = {
     "opencv": opencv_output,
-    "nvjpeg": nvjpeg_output,
+    "nvjpeg": nvjpeg_output,  # TorchCodec's decode_jpeg
+    "nvjpeg-torchvision": lambda p, c: nvjpeg_output(p, c, library="torchvision.io"),
     "dali-sc": lambda p, c: dali_output(p, c, "mixed"),  # CPU-only here: mixed falls back to CPU decoding
     "dali-mc": lambda p, c: dali_output(p, c, "mixed"),
     "dali-cpu": lambda p, c: dali_output(p, c, "cpu"),
@@ -114,3 +127,17 @@ def test_torchvision_and_opencv_loaders_label_files_alike(small_dataset):
     )  # fmt: skip
     samples, _ = ctx.samples()
     assert ImageFolder(str(small_dataset)).samples == samples
+
+
+def test_torchcodec_decodes_what_torchvision_decodes(image_path):
+    """The GPU-decode loader's two libraries on the same bytes: the same pixels within a grey level or two (both
+    wrap libjpeg-turbo on the CPU; nvJPEG on a GPU)."""
+    if why := torchcodec_missing():
+        pytest.skip(why)
+    from loaderbench.loaders.nvjpeg import collate, decode, jpeg_decoder
+
+    buffer, meta, _, _ = collate([(np.fromfile(image_path, dtype=np.uint8), 0, CASES[0])])
+    a = decode(buffer, meta, torch.device("cpu"), jpeg_decoder("torchcodec")[1])[0]
+    b = decode(buffer, meta, torch.device("cpu"), jpeg_decoder("torchvision.io")[1])[0]
+    assert a.shape == b.shape and a.dtype == b.dtype == torch.uint8
+    assert (a.int() - b.int()).abs().max() <= 2

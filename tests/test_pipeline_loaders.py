@@ -44,6 +44,14 @@ def test_dali_on_the_cpu_decodes_and_augments_on_the_cpu_with_a_prefetch_queue_o
     assert info["decoder"] == "cpu" and info["augment_device"] == "cpu" and info["prefetch_queue_depth"] == 2
 
 
+def test_the_gpu_decode_loader_says_which_library_decoded(every_loader):
+    """TorchCodec where it is installed for this torch, else torchvision.io (deprecated in TorchCodec's favour)."""
+    from loaderbench.loaders.nvjpeg import jpeg_decoder
+
+    info = cell_record(every_loader, "nvjpeg_disk-a_g1_b4_fp32_dp_r0")["metrics"]["loader_info"]
+    assert info["decode_library"] == jpeg_decoder()[0]
+
+
 def test_under_amp_every_loader_delivers_the_autocast_dtype_in_channels_last(every_loader):
     """bfloat16 on the CPU, in channels_last, as the model takes it."""
     for lo in LOADERS:

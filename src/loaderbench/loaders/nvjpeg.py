@@ -1,5 +1,6 @@
-"""`nvjpeg`: DataLoader workers only read file bytes and draw the crop; JPEG decode (batched
-`torchvision.io.decode_jpeg(device="cuda")`, nvJPEG) and the crop/resize/flip/normalise run on the GPU.
+"""`nvjpeg`: DataLoader workers only read file bytes and draw the crop; JPEG decode (batched, nvJPEG: TorchCodec's
+`decode_jpeg` where TorchCodec imports, else `torchvision.io.decode_jpeg`, which torchvision deprecates in its
+favour) and the crop/resize/flip/normalise run on the GPU. The record says which library decoded.
 
 A batch crosses from the workers as one byte buffer plus offsets (one shared tensor, not one per image: thousands of
 small shared tensors exhaust file descriptors and hang the loader). Without a GPU the same code decodes on the CPU.
@@ -60,15 +61,34 @@ def collate(items):
     return torch.from_numpy(np.concatenate(flat)), meta, labels, crops
 
 
-def decode(buffer: torch.Tensor, meta: torch.Tensor, device: torch.device) -> list[torch.Tensor]:
-    """CHW uint8 images on `device`: JPEGs in one batched decode_jpeg call, shipped pixels moved as they are."""
+def _torchvision_decode(blobs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    return decode_jpeg(blobs, mode=ImageReadMode.RGB, device=device)
+
+
+def jpeg_decoder(prefer: str = "torchcodec"):
+    """(library name, batched decode of CPU byte tensors to CHW uint8 RGB on a device): TorchCodec where it imports
+    (its wheel must match the installed torch), else torchvision.io."""
+    if prefer == "torchcodec":
+        try:
+            import torchcodec
+            from torchcodec.decoders import decode_jpeg as codec_decode_jpeg
+        except Exception:  # noqa: BLE001 - not installed, or built for another torch: its libraries do not load
+            return "torchvision.io", _torchvision_decode
+        return f"torchcodec {torchcodec.__version__}", lambda blobs, device: codec_decode_jpeg(
+            blobs, mode="RGB", device=device)  # fmt: skip
+    return "torchvision.io", _torchvision_decode
+
+
+def decode(buffer: torch.Tensor, meta: torch.Tensor, device: torch.device, decoder=None) -> list[torch.Tensor]:
+    """CHW uint8 images on `device`: JPEGs in one batched call of `decoder` (default `jpeg_decoder()`'s), shipped
+    pixels moved as they are."""
     images: list[torch.Tensor | None] = [None] * len(meta)
     jpegs = [i for i, m in enumerate(meta.tolist()) if m[2] == 0]
     if jpegs:
         blobs = [buffer[meta[i, 0] : meta[i, 0] + meta[i, 1]] for i in jpegs]
         try:
-            decoded = decode_jpeg(blobs, mode=ImageReadMode.RGB, device=device)
-        except RuntimeError:  # a JPEG flavour nvJPEG refuses (e.g. some CMYK): decode those one by one on the CPU
+            decoded = (decoder or jpeg_decoder()[1])(blobs, device)
+        except RuntimeError:  # a JPEG flavour the decoder refuses (e.g. some CMYK): decode those one by one on the CPU
             decoded = [decode_image(b, mode=ImageReadMode.RGB).to(device) for b in blobs]
         for i, img in zip(jpegs, decoded):
             images[i] = img
@@ -96,10 +116,12 @@ def build(ctx: LoaderContext):
     samples, _ = ctx.samples()
     loader = ctx.dataloader(BytesDataset(samples), collate_fn=collate)
     ctx.info["decoder"] = "nvjpeg (GPU)" if ctx.device.type == "cuda" else "libjpeg-turbo (CPU, no GPU here)"
+    library, decoder = jpeg_decoder()
+    ctx.info["decode_library"] = library
 
     def to_device(batch):
         buffer, meta, labels, crops = batch
-        images = decode(buffer, meta, ctx.device)
+        images = decode(buffer, meta, ctx.device, decoder)
         return augment(images, crops, ctx.crop_size, ctx.channels_last, ctx.dtype), labels.to(ctx.device, non_blocking=True)
 
     return forever(loader, to_device)
