@@ -24,6 +24,19 @@ def test_each_loader_kind_has_its_knobs_with_the_configs_value_first():
         knobs("synthetic", cell_spec(cfg, f"torchvision_{tier}_g1_b4_fp32_dp_r0"), cpus=16)
 
 
+def test_a_plugin_declares_what_tune_may_search():
+    from loaderbench.core.registry import installed_plugins
+
+    if "threaded-pil" not in installed_plugins():
+        pytest.skip("the example plugin is not installed: pip install -e examples/threaded-loader (make does)")
+    cfg = validate_config({"loaders": ["threaded-pil", "plain"], "batch_sizes": [4],
+                           "plugins": {"plain": "loaderbench.loaders.synthetic:build"}})  # fmt: skip
+    tier = cfg["tiers"][0]
+    assert knobs("threaded-pil", cell_spec(cfg, f"threaded-pil_{tier}_g1_b4_fp32_dp_r0"), cpus=8) == {"workers": [2, 4, 7]}
+    with pytest.raises(ConfigError, match="no settings to tune"):  # a factory that declares none
+        knobs("plain", cell_spec(cfg, f"plain_{tier}_g1_b4_fp32_dp_r0"), cpus=8)
+
+
 def test_a_count_is_refined_between_the_best_and_its_neighbours():
     assert _finer([4, 8, 15], 8) == [6, 11]
     assert _finer([4, 8, 15], 4) == [6]

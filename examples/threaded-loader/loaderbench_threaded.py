@@ -29,6 +29,9 @@ def build(ctx: LoaderContext):
     return ThreadedBatches(samples, ctx, threads, depth)
 
 
+build.loaderbench_knobs = ("workers",)  # what `loaderbench tune` may search: the thread count comes from ctx.workers
+
+
 class ThreadedBatches:
     """Batches of the samples in endless shuffled passes (`PassSampler`), each image decoded and augmented by a pool
     thread, `depth` batches in flight."""

@@ -159,9 +159,12 @@ def cmd_tune(a) -> int:
     batch = a.batch_size or cfg["batch_sizes"][-1]
     if a.budget_s <= 0:
         raise ConfigError("--budget-s: a positive number of seconds")
-    out = Path(a.out or Path(Layout(a.results).root) / "tune" / a.loader)
+    from loaderbench.core.config import resolve_loaders
+
+    loader = resolve_loaders(cfg, [a.loader])[0]  # a built-in, the config's plugin, or 'module:factory'
+    out = Path(a.out or Path(Layout(a.results).root) / "tune" / loader)
     with _measuring(a, "tune", 1, cfg):
-        rep = tune(cfg, a.loader, tier, batch, a.precision, a.budget_s, Path(Layout(a.results).manifest(tier)), out,
+        rep = tune(cfg, loader, tier, batch, a.precision, a.budget_s, Path(Layout(a.results).manifest(tier)), out,
                    host=_host(a, cfg))  # fmt: skip
     print(render(rep))
     write_json(a, rep)

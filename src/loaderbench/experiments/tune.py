@@ -29,27 +29,33 @@ WAIT_SHARE = 0.1  # the best setting still waits for data more than this share o
 
 
 def knobs(loader: str, spec, cpus: int) -> dict[str, list]:
-    """The settings `tune` searches for `loader`, each with its coarse values (the config's own first)."""
+    """The settings `tune` searches for `loader`, each with its coarse values (the config's own first). A plugin
+    declares its own as its factory's `loaderbench_knobs`: names of these settings that it reads from the context."""
     counts = sorted({max(1, cpus // 4), max(1, cpus // 2), max(1, cpus - 1)})
+    values = {"workers": counts, "prefetch_factor": [2, 4], "torchvision_transport": ["float32", "uint8"],
+              "dali_threads": counts, "dali_prefetch": [2, 3], "dali_hw_decoder_load": [0.65, 1.0]}  # fmt: skip
     kind = BACKLOG.get(loader)
-    out: dict[str, list] = {}
     if kind == "workers":
-        out["workers"] = counts
-        out["prefetch_factor"] = [2, 4]
-        if loader == "torchvision":
-            out["torchvision_transport"] = ["float32", "uint8"]
+        names = ["workers", "prefetch_factor"] + (["torchvision_transport"] if loader == "torchvision" else [])
     elif kind == "dali":
-        out["dali_threads"] = counts
-        out["dali_prefetch"] = [2, 3]
-        if loader in ("dali-sc", "dali-mc"):
-            out["dali_hw_decoder_load"] = [0.65, 1.0]
-    if not out:
+        names = ["dali_threads", "dali_prefetch"] + (["dali_hw_decoder_load"] if loader != "dali-cpu" else [])
+    elif spec.loader_ref:
+        from loaderbench.loaders.plugin import factory
+
+        names = list(getattr(factory(spec.loader_ref), "loaderbench_knobs", ()))
+        if bad := [n for n in names if n not in values]:
+            raise ConfigError(f"plugin {spec.loader_ref}: loaderbench_knobs names {', '.join(bad)}; it may name "
+                              f"{', '.join(values)}")  # fmt: skip
+    else:
+        names = []
+    if not names:
         raise ConfigError(f"--loader {loader}: it has no settings to tune (tunable: torchvision, opencv, nvjpeg, "
-                          "dali-cpu, dali-sc, dali-mc)")  # fmt: skip
-    for name, values in out.items():
+                          "dali-cpu, dali-sc, dali-mc, and plugins that declare loaderbench_knobs)")  # fmt: skip
+    out = {name: list(values[name]) for name in names}
+    for name, vals in out.items():
         start = getattr(spec, name)
-        if isinstance(start, int | float | str) and start != "auto" and start not in values:
-            values.insert(0, start)
+        if isinstance(start, int | float | str) and start != "auto" and start not in vals:
+            vals.insert(0, start)
     return out
 
 
