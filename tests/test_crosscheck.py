@@ -83,7 +83,7 @@ def test_the_cli_names_an_unknown_loader(staged, tmp_path):
     cfg.write_text("dataset: {name: ds}\nstorage: {disk: " + str(tmp / "tier") + "}\n")
     out = subprocess.run([sys.executable, "-m", "loaderbench", "crosscheck", "--config", str(cfg), "--loaders",
                           "nope"], capture_output=True, text=True)  # fmt: skip
-    assert out.returncode == 2 and "unknown loader(s) nope" in out.stderr
+    assert out.returncode == 2 and "--loaders: unknown loader 'nope'" in out.stderr and "module:factory" in out.stderr
 
 
 @pytest.mark.e2e
