@@ -151,7 +151,7 @@ def test_a_plugin_is_crosschecked_against_a_bare_loop_of_it(staged, on_path, tmp
 
     folder, base = staged
     cfg = validate_config(base)
-    loaders = resolve_loaders(cfg, ["good_plugin:build"])
+    loaders = resolve_loaders(cfg, ["good_plugin:build"], "--loaders")
     assert loaders == ["good-plugin"] and cfg["plugins"]["good-plugin"] == "good_plugin:build"
     rows = crosscheck(cfg, loaders, "disk", 4, ["fp32"], 1, folder / "disk.json", tmp_path)
     assert rows[0]["status"] == "ok" and rows[0]["bare_samples_per_s"][0] > 0, render(rows)

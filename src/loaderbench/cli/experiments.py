@@ -138,10 +138,7 @@ def cmd_crosscheck(a) -> int:
         raise ConfigError("--rounds: at least 1")
     from loaderbench.core.config import resolve_loaders
 
-    try:
-        loaders = resolve_loaders(cfg, a.loaders)  # built-in names, the config's plugins, or 'module:factory'
-    except ConfigError as e:
-        raise ConfigError(str(e).replace("config key 'loaders'", "--loaders")) from None
+    loaders = resolve_loaders(cfg, a.loaders, "--loaders")  # built-ins, the config's plugins, or 'module:factory'
     with _measuring(a, "crosscheck", 1, cfg):
         rows = crosscheck(cfg, loaders, tier, batch, a.precision, a.rounds, Path(Layout(a.results).manifest(tier)),
                           out, host=_host(a, cfg))  # fmt: skip
@@ -161,7 +158,7 @@ def cmd_tune(a) -> int:
         raise ConfigError("--budget-s: a positive number of seconds")
     from loaderbench.core.config import resolve_loaders
 
-    loader = resolve_loaders(cfg, [a.loader])[0]  # a built-in, the config's plugin, or 'module:factory'
+    loader = resolve_loaders(cfg, [a.loader], "--loader")[0]  # a built-in, the config's plugin, or 'module:factory'
     out = Path(a.out or Path(Layout(a.results).root) / "tune" / loader)
     with _measuring(a, "tune", 1, cfg):
         rep = tune(cfg, loader, tier, batch, a.precision, a.budget_s, Path(Layout(a.results).manifest(tier)), out,

@@ -115,15 +115,19 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
 
 # Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).
 AXES = ("loaders", "tiers", "gpus", "batch_sizes", "precisions", "parallel", "repeats")
-def resolve_loaders(cfg: dict, entries: list[str]) -> list[str]:
-    """The names cells carry for `entries` (as in `loaders`), the plugins among them added to cfg["plugins"]."""
+STUDY_KEYS = ("parts", "budget_minutes", "trim")
+
+
+def resolve_loaders(cfg: dict, entries: list[str], key: str) -> list[str]:
+    """The names cells carry for `entries` (as in `loaders`; errors name `key`, a command's option), the plugins
+    among them added to cfg["plugins"]."""
     probe = {"loaders": list(entries), "plugins": dict(cfg.get("plugins") or {})}
-    _resolve_loaders(probe)
+    _resolve_loaders(probe, key)
     cfg["plugins"] = probe["plugins"]
     return probe["loaders"]
 
 
-def _resolve_loaders(cfg: dict) -> None:
+def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'") -> None:
     """cfg["loaders"] as the names cells carry, and cfg["plugins"] (name -> `module:factory`) for the plugin loaders:
     a `loaders` entry is a built-in name, a name under `plugins`, a `module:factory` reference (named by
     `reference_name`) or an installed package's plugin (entry-point group `loaderbench.loaders`)."""
@@ -147,22 +151,19 @@ def _resolve_loaders(cfg: dict) -> None:
             installed = installed_plugins() if installed is None else installed
             if entry not in installed:
                 known = ", ".join([*LOADERS, *declared, *installed])
-                raise ConfigError(f"config key 'loaders': unknown loader {entry!r}; known: {known}; or name a plugin's "
+                raise ConfigError(f"{key}: unknown loader {entry!r}; known: {known}; or name a plugin's "
                                   "factory as 'module:factory' (docs/plugins.md)")  # fmt: skip
             name, ref = entry, installed[entry]
         if name in LOADERS or not PLUGIN_NAME.match(name):
-            raise ConfigError(f"config key 'loaders': plugin {entry!r} would be named {name!r}, which is a built-in "
+            raise ConfigError(f"{key}: plugin {entry!r} would be named {name!r}, which is a built-in "
                               "loader's or not a name; name it under 'plugins'")  # fmt: skip
         if plugins.setdefault(name, ref) != ref:
-            raise ConfigError(f"config key 'loaders': {plugins[name]!r} and {ref!r} would both be named {name!r}; "
+            raise ConfigError(f"{key}: {plugins[name]!r} and {ref!r} would both be named {name!r}; "
                               "name them under 'plugins'")  # fmt: skip
         names.append(name)
     if len(set(names)) < len(names):
-        raise ConfigError(f"config key 'loaders': a loader is named twice ({', '.join(names)})")
+        raise ConfigError(f"{key}: a loader is named twice ({', '.join(names)})")
     cfg["loaders"], cfg["plugins"] = names, {**declared, **plugins}
-
-
-STUDY_KEYS = ("parts", "budget_minutes", "trim")
 
 
 def _merge(base: dict, over: dict) -> dict:

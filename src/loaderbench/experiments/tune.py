@@ -24,8 +24,7 @@ from loaderbench.core.config import ConfigError
 from loaderbench.core.registry import BACKLOG
 from loaderbench.core.uncertainty import Ratio, ratio
 from loaderbench.engine import warmclient
-
-WAIT_SHARE = 0.1  # the best setting still waits for data more than this share of a step: the loader limits
+from loaderbench.report.diagnose import WAIT_SHARE  # a step waiting less than this share of itself had its batch
 
 
 def knobs(loader: str, spec, cpus: int) -> dict[str, list]:
