@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The study of config/studies/h200x2-study.yaml on a bare GPU host, in the few calls an offline host allows. Verbs:
-#   bundle                (here, not there) build .bundles/c0..cN: DALI, Snakemake + jsonschema + mfusepy, libfuse
+#   bundle                (here, not there) build .bundles/c0..cN: DALI, Snakemake + jsonschema + mfusepy + webdataset, libfuse
 #   stash DIR...          copy carried bundle parts (.bundles/cN) to /tmp/parts, where the next calls find them
 #   setup                 unpack what is stashed: smk.0 (Snakemake, jsonschema, mfusepy) and, once all the parts are
 #                         there, dali.0-N (DALI; dali.parts says N+1) into /tmp/site; libfuse/fusermount3 from the
@@ -21,6 +21,8 @@
 #   wait DEST SECONDS [OUT]  poll until DEST/DONE or SECONDS passed; print the progress; with OUT, pack what is
 #                         measured so far into it: a borrowed machine that goes idle 30 s is gone with its disk
 #   pack DEST OUT         results into OUT (tarball under 16 MiB) and the reports beside it
+#   tune DEST SECONDS LOADER...  `loaderbench tune --budget-s SECONDS $TUNE_ARGS` of each loader in turn, detached,
+#                         after AFTER/DONE (a study's folder) when AFTER is set; DEST/DONE when all ended
 #   stop DEST             end the run `start DEST` began: its driver's whole session (Snakemake, the warm-start
 #                         server, the cells) gets SIGTERM, then SIGKILL; then Snakemake's lock is released if no
 #                         Snakemake of this folder is left. Never `pkill -f`: a pattern in the calling command's own
@@ -69,7 +71,7 @@ bundle)
     'nvidia-nvimgcodec-cu13==0.9.*' nvidia-libnvcomp-cu13==5.3.0.16 nvidia-nvjpeg nvidia-nvjpeg2k-cu13 \
     nvidia-nvtiff-cu13 astunparse gast optree nvtx makefun 'libcst~=1.8' > "$work/dali.log" 2>&1 || { tail "$work/dali.log"; exit 1; }
   "$tool" --out "$work/smk" --python 3.12 --part-mib 64 --exclude-file dev/gpu-host-packages.txt \
-    snakemake jsonschema mfusepy > "$work/smk.log" 2>&1 || { tail "$work/smk.log"; exit 1; }
+    snakemake jsonschema mfusepy webdataset > "$work/smk.log" 2>&1 || { tail "$work/smk.log"; exit 1; }
   rm -rf .bundles; parts=("$work"/dali/part-*)
   for i in "${!parts[@]}"; do mkdir -p ".bundles/c$i"; cp "${parts[$i]}" ".bundles/c$i/dali.$i"; done
   echo "${#parts[@]}" > .bundles/c0/dali.parts
@@ -183,6 +185,23 @@ start)
     step done; touch "$dest/DONE"' _ "$dest" "$minutes" "${SMK[@]}" > "$dest/driver.log" 2>&1 < /dev/null &
   echo $! > "$dest/driver.pid"
   echo "started; poll with: dev/gpu-study.sh wait $dest SECONDS" ;;
+tune)
+  # tune DEST SECONDS LOADER...: `loaderbench tune` of each loader in turn, detached, once AFTER/DONE exists when AFTER
+  # names the folder of a run started before (both measure the host: never at once); DEST/DONE when all ended
+  dest=$1; budget=$2; shift 2; mkdir -p "$dest"
+  setsid nohup bash -c '
+    dest=$1; budget=$2; shift 2
+    echo $$ > "$dest/driver.pid"  # the session leader: `stop` ends its session
+    while [ -n "${AFTER:-}" ] && [ ! -f "$AFTER/DONE" ]; do sleep 5; done
+    for loader in "$@"; do
+      echo "== $(date +%T) tune $loader" >> "$dest/steps.log"
+      # shellcheck disable=SC2086
+      python3 -m loaderbench tune --config "$C" --loader "$loader" --budget-s "$budget" ${TUNE_ARGS:-} \
+        --out "$dest/$loader" --json "$dest/$loader.json" > "$dest/$loader.log" 2>&1
+      rc=$?; echo "== $(date +%T) tune $loader rc=$rc" >> "$dest/steps.log"
+    done
+    echo "== $(date +%T) done" >> "$dest/steps.log"; touch "$dest/DONE"' _ "$dest" "$budget" "$@" > "$dest/driver.log" 2>&1 < /dev/null &
+  echo "started; poll with: dev/gpu-study.sh wait $dest SECONDS \$OUT" ;;
 sweep)
   dest=$1; shift; mkdir -p "$dest"
   setsid nohup bash -c '

@@ -60,6 +60,42 @@ def dali_output(path: Path, case, decode: str, size=224) -> torch.Tensor:
     return out["images"][0]
 
 
+def one_shard(path: Path) -> tuple[Path, Path]:
+    """`path` staged alone as a WebDataset shard (tar and DALI index), as staging writes them."""
+    from loaderbench.data.shards import stage_shards
+
+    root, folder = path.parent.parent, path.parent.parent.parent / f"shard-of-{path.stem}"
+    files = [{"path": str(path.relative_to(root)), "size": path.stat().st_size, "sha256": path.stem}]
+    listed = stage_shards(root, folder, files, size_mb=64, min_shards=1, seed=0)
+    return folder / listed["files"][0]["path"], folder / listed["files"][0]["index"]
+
+
+def wds_output(path: Path, case, size=224) -> torch.Tensor:
+    """The wds loader's decode of the shard's bytes, then the crop and flip given."""
+    import tarfile
+
+    from loaderbench.loaders.wds_loader import decode_image
+
+    tar, _ = one_shard(path)
+    with tarfile.open(tar) as t:
+        data = next(t.extractfile(m).read() for m in t.getmembers() if m.name.endswith(".jpg"))
+    return fixed_transform(size, *case)(decode_image(data))
+
+
+def dali_wds_output(path: Path, case, size=224) -> torch.Tensor:
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    from loaderbench.loaders.dali import pipeline
+
+    ctx = LoaderContext(data_root=path.parent.parent, allowed=frozenset(), batch_size=1, crop_size=size, workers=0,
+                        prefetch_factor=1, seed=0, device=torch.device("cpu"), channels_last=False)  # fmt: skip
+    pipe = pipeline(ctx, decode="mixed", batch_size=1, device_id=None, shard_id=0, num_shards=1, threads=1,
+                    fixed_crop=case, shards=[one_shard(path)])  # fmt: skip
+    out = next(iter(DALIGenericIterator([pipe], ["images", "labels"], reader_name="Reader")))[0]
+    assert int(out["labels"].item()) == 0  # the label staging wrote into the shard (class_0000)
+    return out["images"][0]
+
+
 def diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     assert a.shape == b.shape == (3, 224, 224), (a.shape, b.shape)
     d = (a.float() - b.float()).abs()
@@ -95,6 +131,8 @@ LOADERS = {
     "dali-sc": lambda p, c: dali_output(p, c, "mixed"),  # CPU-only here: mixed falls back to CPU decoding
     "dali-mc": lambda p, c: dali_output(p, c, "mixed"),
     "dali-cpu": lambda p, c: dali_output(p, c, "cpu"),
+    "wds": wds_output,  # PIL on the shard's bytes
+    "dali-wds": dali_wds_output,  # readers.webdataset with the staged index
 }
 
 

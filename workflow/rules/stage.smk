@@ -1,5 +1,14 @@
 # Stage the checked dataset onto every configured tier (mount point) and write each tier's manifest.
 
+# The shards' layout is a param only when shards are staged: a change rewrites them, and a run without shards keeps
+# the params (and so the staged tiers and measured cells) it had before shards existed.
+SHARD_PARAMS = (
+    {"shards": json.dumps({k: CFG["shards"][k] for k in ("size_mb", "min_shards", "seed")})}
+    if CFG["shards"]["stage"]
+    else {}
+)
+SHARD_OPTION = "--shards {params.shards:q}" if SHARD_PARAMS else ""
+
 
 rule stage:
     input:
@@ -11,12 +20,13 @@ rule stage:
     conda:
         HOST_ENV
     params:
+        **SHARD_PARAMS,
         tier_path=lambda w: CFG["storage"][w.tier]["path"],
         dataset=DATASET["name"],
         verify="--verify" if CFG["staging"]["verify"] else "",
     shell:
         "lb stage --check {input} --tier {wildcards.tier} --tier-path {params.tier_path:q} "
-        "--dataset {params.dataset:q} --out {output:q} {params.verify} 2> {log:q}"
+        f"--dataset {{params.dataset:q}} --out {{output:q}} {{params.verify}} {SHARD_OPTION} 2> {{log:q}}"
 
 
 # The measured read rate of each tier, read as the cells read it (an emulated tier through its mount), cold.
@@ -36,6 +46,7 @@ rule probe_tier:
         readers=" ".join(map(str, CFG["probe"]["readers"])),
         max_files=f"--max-files {CFG['probe']['max_files']}" if CFG["probe"]["max_files"] else "",
         max_seconds=CFG["probe"]["max_seconds"],
+        sequential_mb=CFG["probe"]["sequential_mb"],
     shell:
         "lb_probe probe-tier --manifest {input} --tier {params.tier:q} --readers {params.readers} {params.max_files} "
-        "--max-seconds {params.max_seconds} --out {output} 2> {log} && cat {log}"
+        "--max-seconds {params.max_seconds} --sequential-mb {params.sequential_mb} --out {output} 2> {log} && cat {log}"

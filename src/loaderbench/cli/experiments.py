@@ -62,7 +62,8 @@ def register(add) -> None:
     s = add("tune", help="search one loader's settings on this host within a time budget, against the ceiling; "
                  "the best with its interval and the config lines to paste")  # fmt: skip
     s.add_argument("--config", required=True, help="the starting settings and the staged tier")
-    s.add_argument("--loader", required=True, help="torchvision, opencv, nvjpeg, dali-cpu, dali-sc or dali-mc")
+    s.add_argument("--loader", required=True, help="a loader of the registry (torchvision, dali-cpu, wds, ...) or a "
+                   "plugin that declares loaderbench_knobs")  # fmt: skip
     s.add_argument("--tier", help="default: the config's first")
     _batch_and_precision(s)
     s.add_argument("--budget-s", type=float, default=300.0, help="time for the search's cells (default 300)")

@@ -35,6 +35,8 @@ def register(add) -> None:
     s.add_argument("--project-dir", default=".")
     s.add_argument("--verify", action="store_true",
                    help="checksum every staged file against the manifest and restage those that differ")
+    s.add_argument("--shards", default=None, metavar="JSON",
+                   help='also write WebDataset shards: {"size_mb": .., "min_shards": .., "seed": ..}; empty: none')
     s.set_defaults(func=cmd_stage)
 
     s = add("run-cell", help="measure one cell and write its record")
@@ -57,6 +59,8 @@ def register(add) -> None:
     s.add_argument("--readers", type=int, nargs="+", default=[1, 8])
     s.add_argument("--max-files", type=int)
     s.add_argument("--max-seconds", type=float, default=20.0)
+    s.add_argument("--sequential-mb", type=float, default=64.0,
+                   help="MB read front to back by one reader (a file written for it, and its shards where it has them)")
     s.add_argument("--out", required=True)
     _host_options(s)
     s.set_defaults(func=cmd_probe_tier)
@@ -125,12 +129,15 @@ def cmd_stage(a) -> int:
     from loaderbench.data.stage import stage
 
     m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir),
-              verify=a.verify)  # fmt: skip
+              verify=a.verify, shards=json.loads(a.shards) if a.shards else None)  # fmt: skip
     c = m["counts"]
     print(f"staged {c['files']} files ({c['bytes'] / 1e6:.1f} MB) on tier {a.tier} at {m['root']}: "
           f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed"
           + (f"; verified by checksum: {c['repaired']} differed and were restaged" if a.verify else "")
           + (f"; {c['foreign']} foreign file(s) in the tier ignored" if c.get("foreign") else ""), file=sys.stderr)  # fmt: skip
+    if sh := m.get("shards"):
+        print(f"shards: {sh['count']} of {sh['bytes'] / 1e6:.1f} MB in all at {Path(m['root']).parent / sh['folder']}"
+              f" ({'unchanged' if sh['kept'] else 'written'})", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -166,7 +173,7 @@ def cmd_probe_tier(a) -> int:
 
     manifest = json.loads(Path(a.manifest).read_text())
     with _measuring(a, f"probe-tier {manifest.get('tier')}", 0):
-        result = probe_tier(manifest, json.loads(a.tier), a.readers, a.max_files, a.max_seconds)
+        result = probe_tier(manifest, json.loads(a.tier), a.readers, a.max_files, a.max_seconds, a.sequential_mb)
     atomic_write_json(Path(a.out), result)
     if result.get("error"):
         print(f"tier {result['tier']}: not probed: {result['error']}", file=sys.stderr)
@@ -174,6 +181,10 @@ def cmd_probe_tier(a) -> int:
         pred = f", model predicts {run['predicted']['files_per_s']:.1f} (x{run['ratio']:.2f})" if run.get("ratio") else ""
         print(f"tier {result['tier']} ({result['kind']}, {'cold' if result['cold'] else 'warm'}): {run['readers']} "
               f"readers {run['files_per_s']:.1f} files/s, {run['mb_per_s']:.1f} MB/s{pred}", file=sys.stderr)  # fmt: skip
+    for name in ("sequential", "shards"):
+        if seq := result.get(name):
+            print(f"tier {result['tier']}: one reader front to back ({name}, {seq['bytes'] / 1e6:.0f} MB) "
+                  f"{seq['mb_per_s']:.1f} MB/s", file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -94,12 +94,18 @@ class CellSpec:
     cold_step: str | bool = _from_config("cold_step", default="auto")  # a step on a random batch in setup (train)
     # what the torchvision loader's workers hand over: float32 (ToTensor + Normalize in the workers, the seed's
     # recipe) or uint8 (the same crop and flip; normalised on the device, as opencv does)
-    torchvision_transport: str = _from_config("torchvision.transport", since_records=True, loaders=("torchvision",),
+    torchvision_transport: str = _from_config("torchvision.transport", since_records=True, loaders=("torchvision", "wds"),
                                               default="float32")  # fmt: skip
     # steps profiled after the window (torch.profiler; stepprofile): a record's metrics.profile; 0: none
     profile_steps: int = _from_config("profile_steps", since_records=True, default=0)
     # SGD's fused implementation: under amp, GradScaler's overflow check stays on the device (no host sync a step)
     optimizer_fused: bool = _from_config("optimizer.fused", since_records=True, default=False)
+    # the shard loaders: workers of wds reading at once (0: all), bytes a worker reads in one go, and the samples a
+    # loader shuffles among while reading
+    shard_readers: int = _from_config("shards.readers", since_records=True, loaders=("wds",), default=1)
+    shard_read_mb: float = _from_config("shards.read_mb", since_records=True, loaders=("wds",), default=16)
+    shuffle_buffer: int = _from_config("shards.shuffle_buffer", since_records=True, loaders=("wds", "dali-wds"),
+                                       default=1000)  # fmt: skip
     # a plugin loader's factory, 'module:factory' (docs/plugins.md); None for a built-in loader
     loader_ref: str | None = field(default=None, metadata={"since_records": True})
 

@@ -21,7 +21,7 @@ from .cells import (
     part_cells,
 )
 from .provenance import filesystem_of
-from .registry import LOADERS, PLUGIN_NAME, REFERENCE, installed_plugins, reference_name
+from .registry import LOADERS, PLUGIN_NAME, SHARD_LOADERS, REFERENCE, installed_plugins, reference_name
 from .util import stable_hash
 
 
@@ -108,9 +108,21 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
         i, c = bad[0]
         raise ConfigError(f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)")
     _resolve_parts(raw or {}, cfg, base_dir)
+    _resolve_shards(cfg)
     if check_paths:
         _check_paths(cfg, base_dir)
     return cfg
+
+
+def _resolve_shards(cfg: dict) -> None:
+    """shards.stage as true or false: `auto` stages shards when a part measures a shard loader."""
+    readers = sorted({name for part in cfg["parts"] for name in part["loaders"]} & set(SHARD_LOADERS))
+    stage = cfg["shards"]["stage"]
+    if stage == "auto":
+        cfg["shards"]["stage"] = bool(readers)
+    elif readers and not stage:
+        raise ConfigError(f"config key 'shards.stage': false, but {', '.join(readers)} read(s) shards; set it to "
+                          "true or auto, or drop those loaders")  # fmt: skip
 
 
 # Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).

@@ -17,8 +17,14 @@ LOADERS: dict[str, str] = {
     "dali-mc": "loaderbench.loaders.dali_mc",
     "dali-cpu": "loaderbench.loaders.dali_cpu",
     "nvjpeg": "loaderbench.loaders.nvjpeg",
+    "wds": "loaderbench.loaders.wds_loader",
+    "dali-wds": "loaderbench.loaders.dali_wds",
     "synthetic": "loaderbench.loaders.synthetic",
 }
+
+# Loaders that read the tier's WebDataset shards (staged when one of them is measured: config key shards.stage)
+# instead of its file tree.
+SHARD_LOADERS = ("wds", "dali-wds")
 
 # What a loader prepares ahead of the step (its start-up backlog, which the warm-up drains; loaderbench.plan.predict predicts
 # the warm-up from it without importing the loader): "workers" = DataLoader workers x prefetch_factor batches (and the
@@ -30,6 +36,8 @@ BACKLOG: dict[str, str | None] = {
     "dali-mc": "dali",
     "dali-cpu": "dali",
     "nvjpeg": "workers",
+    "wds": "workers",
+    "dali-wds": "dali",
     "synthetic": None,
 }
 

@@ -16,6 +16,7 @@ from loaderbench.core.provenance import filesystem_of
 from loaderbench.core.util import atomic_write_json, progress, sha256_file, stable_hash
 
 from .manifest import class_names, foreign_files, printable, safe_path
+from .shards import remove_shards, shard_folder, stage_shards
 
 OWNED = "loaderbench"
 MARKER = ".loaderbench-owned"
@@ -58,17 +59,19 @@ def check_tier_path(tier: str, tier_path: Path, source: Path, project_dir: Path)
 
 
 def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path, project_dir: Path = Path("."),
-          verify: bool = False) -> dict:  # fmt: skip
+          verify: bool = False, shards: dict | None = None) -> dict:  # fmt: skip
     """Copy what changed onto the tier; verify: also checksum every kept file against the manifest and restage
-    those that differ (a file corrupted in place keeps its size, so size alone never notices)."""
+    those that differ (a file corrupted in place keeps its size, so size alone never notices). shards: {size_mb,
+    min_shards, seed} to write the dataset as WebDataset shards too (`data.shards`), None to have none."""
     check = json.loads(Path(check_json).read_text())
     source = Path(check["source"])
     tier_path = check_tier_path(tier, tier_path, source, project_dir)
     root = staged_root(tier_path, dataset)
     tier_manifest = root.parent / "manifest.json"
-    previous = {}
+    previous, previous_shards = {}, None
     if tier_manifest.is_file():
-        previous = {f["path"]: f for f in json.loads(tier_manifest.read_text())["files"]}
+        old = json.loads(tier_manifest.read_text())
+        previous, previous_shards = {f["path"]: f for f in old["files"]}, old.get("shards")
     # a name that is not valid UTF-8 is staged under a safe one (the manifest keeps the original as source_name)
     wanted = [{**f, "source": f["path"], "path": safe_path(f["path"])} for f in check["files"] if f["status"] in ("ok", "odd")]
     todo, kept, repaired = [], 0, []
@@ -120,6 +123,17 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
         "sha256": stable_hash([(f["path"], f["sha256"]) for f in files]),
         "files": files,
     }
+    folder = shard_folder(tier_path, dataset)
+    if shards:
+        free = shutil.disk_usage(tier_path).free
+        if free < manifest["counts"]["bytes"] - (previous_shards or {}).get("bytes", 0):
+            raise StagingError(f"config key 'storage.{tier}': {tier_path} has {free / 1e6:.1f} MB free but the shards "
+                               f"need about {manifest['counts']['bytes'] / 1e6:.1f} MB; free space there or set "
+                               "'shards.stage: false'")  # fmt: skip
+        manifest["shards"] = stage_shards(root, folder, files, shards["size_mb"], shards["min_shards"],
+                                          shards["seed"], previous_shards)  # fmt: skip
+    else:
+        remove_shards(folder, previous_shards)
     if verify:
         manifest["verified"] = {"files": len(wanted), "repaired": repaired[:100]}
     atomic_write_json(tier_manifest, manifest)

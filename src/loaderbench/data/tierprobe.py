@@ -2,7 +2,9 @@
 
 `probe()` reads the same deterministic subset of files once per reader count (evicting the page cache first
 when cold) and reports files/s and MB/s; with a `DeviceModel` it adds what the model predicts and the ratio.
-`probe_manifest()` does the same for a staging manifest (its "root" and "files").
+`probe_manifest()` does the same for a staging manifest (its "root" and "files"). `sequential()` reads one long
+stream (a file of random bytes written for it; its shards too where it has them): the rate random image reads are
+held against.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from loaderbench.core.devices import DeviceModel, EmulatedTierError, predict
 from . import cache
 
 CHUNK = 1 << 20
+SEQUENTIAL_FILE = "sequential.bin"  # beside the staged tree: <tier>/loaderbench/<dataset>/sequential.bin
 
 
 class ProbeError(ValueError):
@@ -149,37 +152,94 @@ def probe_manifest(manifest: dict, readers: Iterable[int] = (1, 8), max_files: i
     return {"tier": manifest.get("tier"), **result}
 
 
+def sequential_file(manifest: dict, tier_path: str | Path, read_path: str | Path, mb: float) -> Path:
+    """Where the tier is read as one stream: a file of `mb` MB of random bytes (incompressible) beside the staged
+    tree, written into the tier once and kept; returned as read (an emulated tier's mount)."""
+    from loaderbench.core.layout import staged_root
+
+    target, size = staged_root(tier_path, manifest["dataset"]).parent / SEQUENTIAL_FILE, int(mb * 1e6)
+    if not (target.is_file() and target.stat().st_size == size):
+        tmp = target.with_name(f".{SEQUENTIAL_FILE}.tmp")
+        with open(tmp, "wb") as f:
+            for start in range(0, size, CHUNK):
+                f.write(os.urandom(min(CHUNK, size - start)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    return staged_root(read_path, manifest["dataset"]).parent / SEQUENTIAL_FILE
+
+
+def shard_paths(manifest: dict, read_path: str | Path, mb: float) -> list[Path]:
+    """The tier's first shards, `mb` MB of them at least (all when fewer), as read; [] without shards."""
+    from loaderbench.core.layout import staged_root
+
+    shards = manifest.get("shards")
+    if not shards:
+        return []
+    folder, paths, total = staged_root(read_path, manifest["dataset"]).parent / shards["folder"], [], 0
+    for f in shards["files"]:
+        paths.append(folder / f["path"])
+        total += f["size"]
+        if total >= mb * 1e6:
+            break
+    return paths
+
+
+def streams(manifest: dict, tier_path: str | Path, read_path: str | Path, mb: float, cold: bool) -> dict:
+    """The tier read as streams by one reader: "sequential" (one long file: the device's streaming rate, what random
+    image reads are held against) and, where it has shards, "shards" (its shards front to back, one after another)."""
+    out = {"sequential": sequential("file", [sequential_file(manifest, tier_path, read_path, mb)], cold)}
+    if paths := shard_paths(manifest, read_path, mb):
+        out["shards"] = sequential("shards", paths, cold)
+    return out
+
+
+def sequential(source: str, paths: Sequence[Path], cold: bool = True) -> dict:
+    """One reader reading `paths` front to back in 1 MiB reads: the tier's streaming rate."""
+    eviction = cache.evict([str(p) for p in paths]) if cold else None
+    run = read_files([str(p) for p in paths], readers=1, max_seconds=float("inf"))
+    return {"source": source, "files": run["files"], "bytes": run["bytes"], "seconds": run["seconds"],
+            "mb_per_s": run["mb_per_s"], "eviction": eviction}  # fmt: skip
+
+
 def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_files: int | None = None,
-               max_seconds: float = 10.0) -> dict:  # fmt: skip
+               max_seconds: float = 10.0, sequential_mb: float | None = 64) -> dict:  # fmt: skip
     """The probe job: a configured tier (config's full storage entry) read as the cells read it - an emulated
     tier through its FUSE mount (mounted for the probe and always unmounted), cold unless the tier is RAM."""
     from loaderbench.core.layout import staged_root
 
     from .emulated import mount
 
-    base = {"tier": manifest.get("tier"), "kind": tier["kind"], "cache": tier["cache"]}
+    base = {"tier": manifest.get("tier"), "kind": tier["kind"], "cache": tier["cache"],
+            "dataset_files": len(manifest["files"]), "dataset_bytes": manifest.get("counts", {}).get("bytes")}  # fmt: skip
     cold = tier["kind"] != "ram"
     if tier["kind"] != "emulated":
-        return {**base, **probe_manifest(manifest, readers, max_files, max_seconds, cold=cold)}
+        result = probe_manifest(manifest, readers, max_files, max_seconds, cold=cold)
+        if sequential_mb:
+            result.update(streams(manifest, tier["path"], tier["path"], sequential_mb, cold))
+        return {**base, **result}
     model = DeviceModel.from_dict(tier["model"])
     try:
         with mount(tier["path"], tier["mount"], model) as m:
             root = staged_root(tier["mount"], manifest["dataset"])
             result = probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
+            if sequential_mb:
+                result.update(streams(manifest, tier["path"], tier["mount"], sequential_mb, cold=True))
             result["emulated_stats"] = m.stats()
     except EmulatedTierError as e:  # no FUSE here: a result that says why (the tier's cells say it too)
         return {**base, "cold": True, "model": model.to_dict(), "runs": [], "error": str(e)}
     return {**base, **result}
 
 
-PROBE_COLUMNS = ["Tier", "Kind", "Cold", "Readers", "Files", "Mean file KB", "Files/s", "MB/s", "Model",
-                 "Predicted files/s", "Measured/predicted", "Eviction", "Error"]  # fmt: skip
+PROBE_COLUMNS = ["Tier", "Kind", "Cold", "Readers", "Files", "Mean file KB", "Files/s", "MB/s", "Sequential MB/s",
+                 "Shards MB/s", "Model", "Predicted files/s", "Measured/predicted", "Eviction", "Error"]  # fmt: skip
 
 
 def probe_rows(results: list[dict]) -> list[dict]:
     """One table row per tier and reader count."""
     rows = []
     for res in results:
+        seq, shards = res.get("sequential") or {}, res.get("shards") or {}
         if res.get("error"):
             rows.append({"Tier": res["tier"], "Kind": res["kind"], "Cold": res.get("cold"), "Readers": None,
                          "Model": (res.get("model") or {}).get("name"), "Error": res["error"]})  # fmt: skip
@@ -188,8 +248,19 @@ def probe_rows(results: list[dict]) -> list[dict]:
             rows.append({
                 "Tier": res["tier"], "Kind": res["kind"], "Cold": res["cold"], "Readers": run["readers"],
                 "Files": run["files"], "Mean file KB": run["mean_file_bytes"] / 1e3, "Files/s": run["files_per_s"],
-                "MB/s": run["mb_per_s"], "Model": (res.get("model") or {}).get("name"),
+                "MB/s": run["mb_per_s"], "Sequential MB/s": seq.get("mb_per_s"), "Shards MB/s": shards.get("mb_per_s"),
+                "Model": (res.get("model") or {}).get("name"),
                 "Predicted files/s": pred.get("files_per_s"), "Measured/predicted": run.get("ratio"),
                 "Eviction": (run.get("eviction") or {}).get("method"),
             })  # fmt: skip
     return rows
+
+
+def tier_rates(results: list[dict]) -> dict[str, dict]:
+    """tier -> its sequential MB/s and mean image bytes, from probe results (what a cell's read rate is held against)."""
+    out = {}
+    for res in results:
+        files, size = res.get("dataset_files"), res.get("dataset_bytes")
+        out[res["tier"]] = {"sequential_mb_s": (res.get("sequential") or {}).get("mb_per_s"),
+                            "mean_image_bytes": size / files if files and size else None}  # fmt: skip
+    return out

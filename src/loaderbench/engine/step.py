@@ -140,5 +140,8 @@ def loader_context(spec: CellSpec, data_root: Path, allowed: frozenset[str], dev
             "dont_use_mmap": spec.tier_kind == "emulated",
             "cpus": place.others if place else None,
             "transport": spec.torchvision_transport,
+            "shard_readers": spec.shard_readers,
+            "shard_read_mb": spec.shard_read_mb,
+            "shuffle_buffer": spec.shuffle_buffer,
         },
     )

@@ -32,10 +32,12 @@ def knobs(loader: str, spec, cpus: int) -> dict[str, list]:
     declares its own as its factory's `loaderbench_knobs`: names of these settings that it reads from the context."""
     counts = sorted({max(1, cpus // 4), max(1, cpus // 2), max(1, cpus - 1)})
     values = {"workers": counts, "prefetch_factor": [2, 4], "torchvision_transport": ["float32", "uint8"],
-              "dali_threads": counts, "dali_prefetch": [2, 3], "dali_hw_decoder_load": [0.65, 1.0]}  # fmt: skip
+              "dali_threads": counts, "dali_prefetch": [2, 3], "dali_hw_decoder_load": [0.65, 1.0],
+              "shard_readers": [1, 2, 0]}  # fmt: skip
     kind = BACKLOG.get(loader)
     if kind == "workers":
-        names = ["workers", "prefetch_factor"] + (["torchvision_transport"] if loader == "torchvision" else [])
+        names = ["workers", "prefetch_factor"] + (["torchvision_transport"] if loader in ("torchvision", "wds") else [])
+        names += ["shard_readers"] if loader == "wds" else []
     elif kind == "dali":
         names = ["dali_threads", "dali_prefetch"] + (["dali_hw_decoder_load"] if loader != "dali-cpu" else [])
     elif spec.loader_ref:

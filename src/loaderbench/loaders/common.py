@@ -93,15 +93,26 @@ class LoaderContext:
 
         return samples(self.data_root, self.allowed)
 
+    def shards(self) -> tuple[list[tuple[Path, Path]], int]:
+        """The tier's WebDataset shards as (tar, DALI index) paths where the cell reads the tier, and their samples
+        (staged beside the file tree: loaderbench.data.shards)."""
+        from loaderbench.data.shards import FOLDER, read_index
+
+        folder = self.data_root.parent / FOLDER
+        listed = read_index(folder)
+        return [(folder / f["path"], folder / f["index"]) for f in listed["files"]], listed["samples"]
+
     def dataloader(self, dataset, collate_fn=None) -> torch.utils.data.DataLoader:
-        """The DataLoader settings every worker-based loader uses: an endless shuffled stream (`PassSampler`), whole
-        batches, pinning, prefetch."""
+        """The DataLoader settings every worker-based loader uses: an endless shuffled stream (`PassSampler`, or the
+        endless IterableDataset given), whole batches, pinning, prefetch."""
         self.info.update(workers=self.workers, prefetch_batches=self.workers * self.prefetch_factor)
-        sampler = PassSampler(len(dataset), self.seed, self.rank, self.world)
-        if sampler.per_rank < self.batch_size:  # an endless stream would fill the batch with repeats instead
-            raise RuntimeError(f"the loader produced no batch: the dataset has fewer images than one batch "
-                               f"({sampler.per_rank} a rank, batch {self.batch_size})")
-        self.info.update(sampler=sampler.describe())
+        sampler = None
+        if not isinstance(dataset, torch.utils.data.IterableDataset):
+            sampler = PassSampler(len(dataset), self.seed, self.rank, self.world)
+            if sampler.per_rank < self.batch_size:  # an endless stream would fill the batch with repeats instead
+                raise RuntimeError(f"the loader produced no batch: the dataset has fewer images than one batch "
+                                   f"({sampler.per_rank} a rank, batch {self.batch_size})")
+            self.info.update(sampler=sampler.describe())
         gen = torch.Generator()
         gen.manual_seed(self.seed)  # the workers' random augmentations are seeded from it
         return torch.utils.data.DataLoader(

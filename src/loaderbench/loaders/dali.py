@@ -33,33 +33,49 @@ def _threads(ctx: LoaderContext, pipelines: int) -> int:
 
 
 def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int | None, shard_id: int,
-             num_shards: int, threads: int, fixed_crop: tuple[int, int, int, int, bool] | None = None):  # fmt: skip
+             num_shards: int, threads: int, fixed_crop: tuple[int, int, int, int, bool] | None = None,
+             shards: list[tuple[str, str]] | None = None):  # fmt: skip
     """Build one DALI pipeline. decode: 'mixed' (GPU decode) or 'cpu' (CPU decode, GPU augment when there is a GPU).
 
     fixed_crop=(top, left, height, width, mirror) replaces the random crop and flip (deterministic mode, for the
-    parity test that holds every loader against torchvision).
+    parity test that holds every loader against torchvision). shards: (tar, index) pairs to read with
+    `readers.webdataset` instead of the staged files.
     """
     from nvidia.dali import fn, pipeline_def, types
 
-    samples, _ = ctx.samples()
-    random.Random(ctx.seed).shuffle(samples)  # the first epoch in random order too, not the folders' order
+    if shards is None:
+        samples, _ = ctx.samples()
+        random.Random(ctx.seed).shuffle(samples)  # the first epoch in random order too, not the folders' order
     on_gpu = device_id is not None
     decoder_device = decode if on_gpu else "cpu"
     depth, hw_load = _settings(ctx)
     hw = {"hw_decoder_load": hw_load} if decoder_device == "mixed" else {}
 
-    @pipeline_def
-    def train():
+    def read_files():
         # A global shuffle of the whole file list every epoch, as the other loaders' samplers do, seeded by the
         # cell (one seed for every pipeline, so the shards stay disjoint). Not `random_shuffle`: it draws from a
         # buffer of `initial_fill` (1024) files that it fills before the first batch - 10 s of setup on an HDD.
-        jpegs, labels = fn.readers.file(
+        return fn.readers.file(
             files=[p for p, _ in samples], labels=[y for _, y in samples], shuffle_after_epoch=True,
             shuffle_after_epoch_seed=ctx.seed, shard_id=shard_id, num_shards=num_shards, name="Reader",
             # read() instead of mmap on an emulated tier: FUSE serves mmap from the page cache even with direct_io,
             # so after one pass DALI would read RAM while the other loaders pay the device (a real disk pays both)
             dont_use_mmap=bool(ctx.options.get("dont_use_mmap")),
         )  # fmt: skip
+
+    def read_shards():
+        # Each shard read front to back; samples are shuffled in a buffer (the shards were shuffled when written).
+        # Not shuffle_after_epoch: its global order would read the shards at random offsets, a positioning each.
+        return fn.readers.webdataset(
+            paths=[str(t) for t, _ in shards], index_paths=[str(i) for _, i in shards], ext=["jpg", "label"],
+            dtypes=[types.UINT8, types.INT32], missing_component_behavior="error", random_shuffle=fixed_crop is None,
+            initial_fill=int(ctx.options.get("shuffle_buffer", 1000)), shard_id=shard_id, num_shards=num_shards,
+            name="Reader", dont_use_mmap=bool(ctx.options.get("dont_use_mmap")),
+        )  # fmt: skip
+
+    @pipeline_def
+    def train():
+        jpegs, labels = read_files() if shards is None else read_shards()
         if fixed_crop is None:
             images = fn.decoders.image_random_crop(
                 jpegs, device=decoder_device, output_type=types.RGB, random_area=list(CROP_SCALE),
@@ -90,9 +106,9 @@ def pipeline(ctx: LoaderContext, *, decode: str, batch_size: int, device_id: int
     return pipe
 
 
-def build(ctx: LoaderContext, decode: str, per_gpu: bool):
+def build(ctx: LoaderContext, decode: str, per_gpu: bool, shards: bool = False):
     """decode: 'mixed' or 'cpu'. per_gpu: one pipeline per GPU, each on its own shard (multi card), else one pipeline
-    for the whole batch (single card).
+    for the whole batch (single card). shards: read the tier's WebDataset shards instead of its files.
 
     dp: per_gpu with several GPUs builds one pipeline per GPU and hands DataParallel one batch per GPU, already on
     its GPU (no scatter); single card builds the global batch on GPU 0 and DataParallel scatters it.
@@ -107,13 +123,13 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
     ddp = ctx.world > 1
     if ddp:
         pipes_here = 1 if (per_gpu or ctx.rank == 0) else 0
-        shard, shards = (ctx.rank, ctx.world) if per_gpu else (0, 1)
+        shard, n_shards = (ctx.rank, ctx.world) if per_gpu else (0, 1)
         batch = ctx.batch_size if per_gpu else ctx.batch_size * ctx.world
         devices = [ctx.device.index or 0] if on_gpu else [None]
         threads = _threads(ctx, ctx.world if per_gpu else 1)
     else:
         pipes_here = ctx.gpus if (per_gpu and on_gpu) else 1
-        shard, shards = 0, pipes_here
+        shard, n_shards = 0, pipes_here
         batch = ctx.batch_size // pipes_here
         devices = list(range(pipes_here)) if on_gpu else [None]
         threads = _threads(ctx, pipes_here)
@@ -127,8 +143,8 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
         hw_decoder_load=hw_load if mixed else None,
         pipelines=pipes_here if not ddp else (ctx.world if per_gpu else 1),
         pipeline_batch=batch,
-        sharding=f"shard {shard} of {shards}" if ddp and per_gpu else ("scatter from rank 0" if ddp else
-                  f"{shards} shard(s), one per GPU" if shards > 1 else "one pipeline"),  # fmt: skip
+        sharding=f"shard {shard} of {n_shards}" if ddp and per_gpu else ("scatter from rank 0" if ddp else
+                  f"{n_shards} shard(s), one per GPU" if n_shards > 1 else "one pipeline"),  # fmt: skip
         prescattered=not ddp and pipes_here > 1,
     )
 
@@ -138,11 +154,14 @@ def build(ctx: LoaderContext, decode: str, per_gpu: bool):
         # float16 comes out of DALI as asked; bfloat16 (no DALI type) is the one case cast here
         return images.to(device, ctx.dtype, non_blocking=True)
 
+    tars = ctx.shards()[0] if shards else None
+    if tars is not None:
+        ctx.info.update(shards=len(tars), shuffle_buffer=int(ctx.options.get("shuffle_buffer", 1000)))
     source = None
     if pipes_here:
         pipes = [
-            pipeline(ctx, decode=decode, batch_size=batch, device_id=dev, shard_id=shard + i, num_shards=shards,
-                     threads=threads)  # fmt: skip
+            pipeline(ctx, decode=decode, batch_size=batch, device_id=dev, shard_id=shard + i, num_shards=n_shards,
+                     threads=threads, shards=tars)  # fmt: skip
             for i, dev in enumerate(devices)
         ]
         iterator = DALIGenericIterator(pipes, ["images", "labels"], reader_name="Reader",

@@ -59,14 +59,10 @@ def load(transform):
     return lambda path: transform(default_loader(path))
 
 
-def build(ctx: LoaderContext):
-    transport = ctx.options.get("transport", "float32")
-    samples, _ = ctx.samples()
-    dataset = SampleDataset(samples, load(transform(ctx.crop_size, transport)))
-    loader = ctx.dataloader(dataset)
-    ctx.info.update(transport=transport)
+def batch_to_device(ctx: LoaderContext, transport: str):
+    """`forever`'s to_device for batches of `transform(..., transport)`'s images."""
     if transport == "uint8":
-        return forever(loader, uint8_to_device(ctx))
+        return uint8_to_device(ctx)
 
     def to_device(batch):
         images, labels = batch
@@ -74,4 +70,13 @@ def build(ctx: LoaderContext):
         images = images.to(ctx.device, non_blocking=True).to(ctx.dtype, memory_format=ctx.memory_format)
         return images, labels.to(ctx.device, non_blocking=True)
 
-    return forever(loader, to_device)
+    return to_device
+
+
+def build(ctx: LoaderContext):
+    transport = ctx.options.get("transport", "float32")
+    samples, _ = ctx.samples()
+    dataset = SampleDataset(samples, load(transform(ctx.crop_size, transport)))
+    loader = ctx.dataloader(dataset)
+    ctx.info.update(transport=transport)
+    return forever(loader, batch_to_device(ctx, transport))

@@ -278,9 +278,10 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
               probes: list[Path] = (), ledger: Path | None = None) -> pd.DataFrame:  # fmt: skip
     """cells.csv (median over repeats), repeats.csv (every record) and tier_probe.csv (each tier's read rate);
     `ledger`: respread's ledger (layout.Layout.respread_ledger), the spread of requeued configurations."""
-    from loaderbench.data.tierprobe import PROBE_COLUMNS, probe_rows
+    from loaderbench.data.tierprobe import PROBE_COLUMNS, probe_rows, tier_rates
 
-    rows = probe_rows([json.loads(Path(p).read_text()) for p in probes])
+    results = [json.loads(Path(p).read_text()) for p in probes]
+    rows = probe_rows(results)
     probe = pd.DataFrame(rows, columns=PROBE_COLUMNS)
     atomic_write_text(Path(out_dir) / "tier_probe.csv", probe.to_csv(index=False, float_format="%.4g"))
     records, _ = load_records(cell_files)  # an unreadable record is moved aside, named, and measured next run
@@ -290,6 +291,7 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
     ledger = load_ledger(Path(ledger)) if ledger else {}
     repeats = repeats_table(records)
     table = cells_table(repeats, baseline, spread_warn)
+    add_tier_rates(table, tier_rates(results))
     if ledger:  # rerun once for their spread: the spread those repeats had before
         before = {key: entry["spread"] for key, entry in ledger.items()}
         ids = repeats.groupby(KEYS, sort=False, dropna=False)["cell_id"].first().map(configuration)
@@ -298,6 +300,16 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
     atomic_write_text(out_dir / "repeats.csv", table_csv(repeats, "repeats"))
     atomic_write_text(out_dir / "cells.csv", table_csv(table, "cells", float_format="%.4g"))
     return table
+
+
+def add_tier_rates(table: pd.DataFrame, rates: dict[str, dict]) -> None:
+    """The images a cell consumed as MB/s, and its tier's sequential rate (the tier probe's), in place."""
+    if table.empty:
+        return
+    mean = table["tier"].map(lambda t: (rates.get(t) or {}).get("mean_image_bytes")).astype(float)
+    table["image_mb_s"] = table["samples_per_s"].astype(float) * mean / 1e6
+    table["tier_sequential_mb_s"] = table["tier"].map(lambda t: (rates.get(t) or {}).get("sequential_mb_s")).astype(float)
+    table.loc[table["loader"] == "synthetic", ["image_mb_s", "tier_sequential_mb_s"]] = np.nan
 
 
 def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:

@@ -52,6 +52,8 @@ CELLS = {
     "pcie_rx_mb_s": "PCIe RX MB/s",
     "disk_read_mb_s": "Disk read MB/s",
     "proc_read_mb_s": "Read MB/s",
+    "image_mb_s": "Image MB/s",  # the images the cell consumed: Samples/s x the tier's mean image size
+    "tier_sequential_mb_s": "Tier sequential MB/s",  # the tier probe: one reader streaming
     "warnings": "Warnings",
     "halfwidth": "Rel. interval (95%)",
     "halfwidth_basis": "Interval from",

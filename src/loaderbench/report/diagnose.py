@@ -2,8 +2,9 @@
 
 Attribution after DS-Analyzer, per configuration: compute = the `synthetic` cell's step; prep stall = the loader's
 step from RAM minus compute; fetch stall = this tier's step minus RAM's (else minus the fastest other tier's, a lower
-bound); data wait as measured. Labels, in order: GPU-bound (AU >= 0.9), I/O-bound, transfer-bound, CPU-prep-bound,
-GPU-prep-bound, each with its evidence. Details: docs/internals.md, "report.diagnose".
+bound); data wait as measured. Labels, in order: GPU-bound (AU >= 0.9), I/O-bound (seek-bound where a file loader takes
+its images at under half the tier's sequential rate: the device positions, it does not stream), transfer-bound,
+CPU-prep-bound, GPU-prep-bound, each with its evidence. Details: docs/internals.md, "report.diagnose".
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from loaderbench.core.registry import SHARD_LOADERS
 from loaderbench.core.uncertainty import Ratio, quotient
 from loaderbench.core.util import atomic_write_text
 from loaderbench.data.cache import COLD_SHARE
@@ -26,6 +28,7 @@ STALL_SHARE = 0.1  # a stall under 10% of the step is not the bottleneck
 WAIT_SHARE = 0.1  # data wait under 10% of the step: batches were ready
 GPU_PREP_LOADERS = {"dali-sc", "dali-mc", "nvjpeg"}  # decode and augment on the GPU
 HOST_LOADERS = {"torchvision", "opencv", "dali-cpu"}  # batches made on the host, copied to the device
+SEEK_SHARE = 0.5  # an I/O-bound cell taking its images at under half the tier's sequential rate is seek-bound
 
 
 def step_ms(t: pd.DataFrame) -> pd.Series:
@@ -116,8 +119,14 @@ def label(r: pd.Series) -> tuple[str, str]:
         io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
         ref = r.get("fetch_reference") or "RAM"
         ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
-        return "I/O-bound", (f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from "
-                             f"{ref}{io}; {facts}")  # fmt: skip
+        stall = f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from {ref}{io}; {facts}"
+        took, seq = r.get("image_mb_s", np.nan), r.get("tier_sequential_mb_s", np.nan)
+        # a shard loader reads its shards front to back: slow as it may be, it does not position per image
+        if r["loader"] not in SHARD_LOADERS and pd.notna(took) and pd.notna(seq) and seq > 0 and took < SEEK_SHARE * seq:
+            return "seek-bound", (f"the images come in at {took:.1f} MB/s, {100 * took / seq:.0f}% of the "
+                                  f"{seq:.0f} MB/s the tier streams to one reader: the device positions for each "
+                                  f"image instead of streaming; {stall}")  # fmt: skip
+        return "I/O-bound", stall
     if ready and (s - c) > STALL_SHARE * s and on_cpu:
         # no bus to cross on a CPU device: the loader's workers take cores from the training itself
         return "CPU-prep-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {s - c:.1f} ms "
@@ -140,7 +149,7 @@ def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     cols = ["loader", "tier", *CONFIG_KEYS, "tier_kind", "samples_per_s", "au", "step_ms", "compute_only_ms",
             "ram_step_ms", "fetch_reference", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms", "cpu_pct", "gpu_util_pct",
             "bottleneck", "evidence", "halfwidth", "halfwidth_basis", "repeats_ok", "contended", "converged",
-            "cache", "device_read_share"]  # fmt: skip
+            "cache", "device_read_share", "image_mb_s", "tier_sequential_mb_s"]  # fmt: skip
     return a[[c for c in cols if c in a]]
 
 
@@ -202,6 +211,7 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
     real = at_base[at_base["loader"] != "synthetic"]
 
     _loader_recs(out, real, base_loader)
+    _shard_recs(out, ok)
     _storage_recs(out, real)
     # batch size, per loader and tier, at the baseline's GPUs, precision and parallel mode
     _batch_recs(out, ok[(ok["gpus"] == base_cfg[0]) & (ok["precision"] == base_cfg[2]) & (ok["parallel"] == base_cfg[3])])
@@ -222,6 +232,31 @@ def _loader_recs(out: list[dict], real: pd.DataFrame, base_loader: str) -> None:
                 f"({ref['samples_per_s']:.0f}); its bottleneck there: {best['bottleneck']}." if differs and q.low >= 1.1
                 else f"On {tier}, the loader hardly matters: the best, {best['loader']}, is {_x(q)} {base_loader}"
                 f"{'' if differs else ', no measurable difference'}; {base_loader} there is {ref['bottleneck']}."))
+
+
+def _shard_recs(out: list[dict], ok: pd.DataFrame) -> None:
+    """Per seek-bound cell: shards on its tier, with the measured gain of the fastest shard loader in the same
+    configuration when the run has one, else what to add to measure it."""
+    for _, r in ok[ok["bottleneck"] == "seek-bound"].iterrows():
+        same = ok[(ok["tier"] == r["tier"]) & ok["loader"].isin(SHARD_LOADERS)
+                  & np.logical_and.reduce([ok[k] == r[k] for k in CONFIG_KEYS])]  # fmt: skip
+        took, seq = r["image_mb_s"], r["tier_sequential_mb_s"]
+        why = (f"{r['loader']} on {r['tier']} is seek-bound: it takes {took:.1f} MB/s of images where the tier "
+               f"streams {seq:.0f} MB/s")  # fmt: skip
+        if not len(same):
+            out.append({"topic": "shards", "verdict": "not measured", "cells": [_cell(r)],
+                        "text": f"{why}; stored as shards it would stream. Measure the gain: add "
+                                f"{' or '.join(SHARD_LOADERS)} to loaders (the shards are staged for them)."})  # fmt: skip
+            continue
+        best = same.loc[same["samples_per_s"].idxmax()]
+
+        def shard_text(q, differs, r=r, best=best, why=why):
+            share = best["image_mb_s"] / best["tier_sequential_mb_s"]
+            return (f"{why}. Stored as shards, {best['loader']} reads {best['samples_per_s']:.0f} samples/s, {_x(q)} "
+                    f"{r['loader']} ({r['samples_per_s']:.0f}), taking {100 * share:.0f}% of the sequential rate"
+                    f"{'' if differs else ': no measurable difference'}; there it is {best['bottleneck']}.")  # fmt: skip
+
+        _rec(out, "shards", [best, r], *compare(best, r), shard_text)
 
 
 def _storage_recs(out: list[dict], real: pd.DataFrame) -> None:

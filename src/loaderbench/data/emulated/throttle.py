@@ -1,5 +1,5 @@
 """The throttle of an emulated tier: `model.concurrency` heads; a read holds one head for access time (unless it
-continues that head's last read) plus bytes / bandwidth, real read included."""
+continues that head's last read, or starts a little past its end) plus bytes / bandwidth, real read included."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import time
 from collections import deque
 
 from loaderbench.core.devices import DeviceModel
+
+# A read that starts at most this far past the head's last byte needs no positioning: the bytes in between pass
+# under the head on the same track (a tar's member headers between two images), at the transfer rate.
+SKIP = 64 * 1024
 
 
 class _Head:
@@ -21,7 +25,7 @@ class _Head:
     def holds(self, key: str, offset: int) -> bool:
         """A read here needs no positioning: it continues the range just read or rereads part of it (a reader that
         opens a file twice, as OpenCV's imread does to sniff the format, finds the first bytes in the buffer)."""
-        return self.file == key and self.start <= offset <= self.next_offset
+        return self.file == key and self.start <= offset <= self.next_offset + SKIP
 
 
 class Throttle:
@@ -79,7 +83,8 @@ class Throttle:
         data, overrun = b"", False
         try:
             data = do_read()
-            fresh = len(data) if seek else max(0, offset + len(data) - max(offset, buffered_to))
+            # bytes the device delivers: all of a positioned read; past the buffered range otherwise (a skipped gap too)
+            fresh = len(data) if seek else max(0, offset + len(data) - buffered_to)
             remaining = start + self.model.service_s(fresh, seek) - time.monotonic()
             overrun = remaining < 0  # the backing read alone took longer than the model allows
             if remaining > 0:

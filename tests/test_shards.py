@@ -1,0 +1,288 @@
+"""WebDataset shards: staging writes them (every image once, its label inside, a DALI index that points at its bytes),
+both shard loaders read them, the tier probe streams them, and the diagnosis tells a seek-bound cell from one that
+streams and recommends shards with their measured gain."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from loaderbench.core.cells import ConfigError
+from loaderbench.core.config import validate_config
+from loaderbench.data.check import check_dataset
+from loaderbench.data.manifest import samples
+from loaderbench.data.shards import FOLDER, INDEX, ShardsMissing, shard_count
+from loaderbench.data.stage import stage
+from loaderbench.data.tierprobe import SEQUENTIAL_FILE, probe_tier
+from loaderbench.loaders import get_loader
+from loaderbench.loaders.common import LoaderContext
+from loaderbench.report.diagnose import diagnose, recommendations
+from tests.conftest import FUSE_PROBLEM, cell_record, needs_fuse, snakemake, tiny_config, write_config
+
+SHARDS = {"size_mb": 1, "min_shards": 4, "seed": 3}
+
+
+@pytest.fixture
+def staged(tmp_path, small_dataset) -> tuple[dict, Path]:
+    """The small dataset staged onto a tier with shards: (manifest, tier path)."""
+    check = tmp_path / "check.json"
+    check_dataset(small_dataset, check, tmp_path / "q", jobs=2)
+    tier = tmp_path / "tier"
+    tier.mkdir()
+    return stage(check, "t", tier, "ds", tmp_path / "t.json", shards=SHARDS), tier
+
+
+def read_index(path: Path) -> list[dict]:
+    """A DALI index (v1.2) as one {ext: (offset, size, name)} per sample."""
+    head, *lines = path.read_text().splitlines()
+    version, count = head.split()
+    assert version == "v1.2" and int(count) == len(lines)
+    out = []
+    for line in lines:
+        f = line.split()
+        out.append({f[i]: (int(f[i + 1]), int(f[i + 2]), f[i + 3]) for i in range(0, len(f), 4)})
+    return out
+
+
+def test_staging_writes_every_image_once_with_its_label_and_an_index_dali_can_follow(staged):
+    man, tier = staged
+    root = Path(man["root"])
+    by_digest = {hashlib.sha256((root / f["path"]).read_bytes()).hexdigest(): f["path"] for f in man["files"]}
+    labels = {Path(p).relative_to(root).as_posix(): y for p, y in samples(root, [f["path"] for f in man["files"]])[0]}
+    sh = man["shards"]
+    folder = tier / "loaderbench/ds" / FOLDER
+    # 24 images of ~85 KB: 3 shards of 1 MB, so min_shards decides
+    assert sh["count"] == shard_count(man["counts"]["bytes"], 24, 1, 4) == 4 and len(sh["files"]) == 4
+    assert json.loads((folder / INDEX).read_text())["files"] == sh["files"]
+    seen, order = [], []
+    for f in sh["files"]:
+        tar = (folder / f["path"]).read_bytes()
+        assert hashlib.sha256(tar).hexdigest() == f["sha256"] and len(tar) == f["size"]
+        with tarfile.open(folder / f["path"]) as t:
+            members = {m.name: t.extractfile(m).read() for m in t.getmembers()}
+        index = read_index(folder / f["index"])
+        assert len(index) == f["samples"]
+        for entry in index:
+            (off, size, name), (loff, lsize, _), (coff, csize, _) = entry["jpg"], entry["label"], entry["cls"]
+            image = tar[off : off + size]
+            assert image == members[name]  # the offset is where the bytes are, as DALI reads them
+            path = by_digest[hashlib.sha256(image).hexdigest()]
+            label = int.from_bytes(tar[loff : loff + lsize], "little", signed=True)
+            assert label == int(tar[coff : coff + csize]) == labels[path]  # the manifest's ImageFolder label
+            seen.append(path)
+            order.append(path)
+    assert sorted(seen) == sorted(f["path"] for f in man["files"])  # every image exactly once
+    assert order != sorted(order)  # shuffled at write time
+
+
+def test_restaging_keeps_shards_rewrites_them_for_a_new_layout_and_removes_them_when_off(tmp_path, staged):
+    man, tier = staged
+    check, out, folder = tmp_path / "check.json", tmp_path / "t.json", tier / "loaderbench/ds" / FOLDER
+    again = stage(check, "t", tier, "ds", out, shards=SHARDS)
+    assert again["shards"]["kept"] is True and again["shards"]["files"] == man["shards"]["files"]
+    bigger = stage(check, "t", tier, "ds", out, shards={**SHARDS, "min_shards": 2, "size_mb": 100})
+    assert bigger["shards"]["kept"] is False and bigger["shards"]["count"] == 2
+    assert sorted(p.name for p in folder.glob("*.tar")) == ["shard-000000.tar", "shard-000001.tar"]
+    (folder / "shard-000001.tar").write_bytes(b"truncated")  # damaged: rewritten, not kept
+    assert stage(check, "t", tier, "ds", out, shards={**SHARDS, "min_shards": 2, "size_mb": 100})["shards"]["kept"] is False
+    off = stage(check, "t", tier, "ds", out)
+    assert "shards" not in off and not folder.exists()
+
+
+def context(man: dict, workers=2, batch=4, **options) -> LoaderContext:
+    return LoaderContext(data_root=Path(man["root"]), allowed=frozenset(f["path"] for f in man["files"]),
+                         batch_size=batch, crop_size=32, workers=workers, prefetch_factor=2, seed=0,
+                         device=torch.device("cpu"), channels_last=False, options=options)  # fmt: skip
+
+
+@pytest.mark.parametrize("loader", ["wds", "dali-wds"])
+def test_shard_loaders_deliver_normalised_batches_of_every_class(staged, loader):
+    man, _ = staged
+    ctx = context(man)
+    it = get_loader(loader).build(ctx)
+    labels = []
+    for _ in range(12):  # two passes of 24 images
+        images, y = next(it)
+        assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32 and y.dtype == torch.int64
+        assert -3 < float(images.mean()) < 3
+        labels += y.tolist()
+    assert sorted(set(labels)) == [0, 1, 2] and ctx.info["shards"] == 4
+
+
+def test_wds_needs_a_shard_for_every_reader_and_says_so(staged):
+    man, _ = staged
+    with pytest.raises(RuntimeError, match="4 shards for 5 readers"):
+        get_loader("wds").build(context(man, workers=5))
+
+
+def test_a_shard_loader_on_a_tier_staged_without_shards_names_the_config_key(tmp_path, small_dataset):
+    check = tmp_path / "check.json"
+    check_dataset(small_dataset, check, tmp_path / "q", jobs=2)
+    (tmp_path / "tier").mkdir()
+    man = stage(check, "t", tmp_path / "tier", "ds", tmp_path / "t.json")
+    with pytest.raises(ShardsMissing, match="shards.stage"):
+        get_loader("wds").build(context(man))
+
+
+def test_shards_are_staged_when_a_shard_loader_is_measured_and_refused_off_with_one(tmp_path):
+    base = tiny_config(tmp_path)
+    assert validate_config(base)["shards"]["stage"] is False
+    assert validate_config({**base, "loaders": ["torchvision", "wds"]})["shards"]["stage"] is True
+    assert validate_config({**base, "shards": {"stage": True}})["shards"]["stage"] is True
+    with pytest.raises(ConfigError, match="'shards.stage'.*dali-wds"):
+        validate_config({**base, "loaders": ["dali-wds"], "shards": {"stage": False}})
+
+
+def test_the_probe_streams_a_file_it_writes_or_the_tiers_shards(tmp_path, staged):
+    man, tier = staged
+    entry = {"kind": "path", "path": str(tier), "cache": "cold", "mount": None}
+    with_shards = probe_tier(man, entry, readers=[1], max_seconds=2, sequential_mb=0.1)
+    seq, shards = with_shards["sequential"], with_shards["shards"]
+    assert seq["source"] == "file" and seq["bytes"] == 100_000 and seq["mb_per_s"] > 0
+    assert (tier / "loaderbench/ds" / SEQUENTIAL_FILE).stat().st_size == 100_000
+    assert shards["files"] == 1 and shards["bytes"] == man["shards"]["files"][0]["size"]  # the first shard: >= 0.1 MB
+    assert with_shards["dataset_bytes"] == man["counts"]["bytes"]
+    plain = probe_tier({k: v for k, v in man.items() if k != "shards"}, entry, readers=[1], max_seconds=2,
+                       sequential_mb=2)  # fmt: skip
+    assert "shards" not in plain and plain["sequential"]["bytes"] == 2_000_000
+    assert (tier / "loaderbench/ds" / SEQUENTIAL_FILE).stat().st_size == 2_000_000
+
+
+@pytest.fixture(scope="module")
+def big_shards(tmp_path_factory) -> tuple[dict, Path]:
+    """72 images (~6 MB) staged as 2 shards of ~3 MB: several 1 MiB requests each through a FUSE mount."""
+    from loaderbench.data.dataset import DatasetParams, make_dataset
+
+    tmp = tmp_path_factory.mktemp("big")
+    make_dataset(DatasetParams(images=72, classes=3, seed=5), tmp / "src", jobs=2)
+    check_dataset(tmp / "src/train", tmp / "check.json", tmp / "q", jobs=2)
+    (tmp / "tier").mkdir()
+    shards = {"size_mb": 100, "min_shards": 2, "seed": 0}
+    return stage(tmp / "check.json", "t", tmp / "tier", "ds", tmp / "t.json", shards=shards), tmp
+
+
+@needs_fuse
+def test_wds_workers_read_in_turn_so_a_one_head_disk_streams(big_shards):
+    """Two workers reading their ~3 MB shards one at a time (`shards.readers: 1`, 16 MB a read): each shard costs one
+    positioning, its 1 MiB requests following each other. (All at once, `0`, their requests interleave when the two
+    read together and pay up to one positioning each: 4-13 for these 13 requests, depending on timing.)"""
+    at_once = 1
+    from loaderbench.data.emulated import DeviceModel, mount
+
+    man, tmp = big_shards
+    model = DeviceModel("test-hdd", access_ms=5, bandwidth_mb_s=200, concurrency=1)
+    mnt = tmp / f"mnt-{at_once}"
+    with mount(tmp / "tier", mnt, model) as m:
+        read_man = {**man, "root": str(mnt / "loaderbench/ds/train")}
+        it = get_loader("wds").build(context(read_man, workers=2, shuffle_buffer=4, shard_readers=at_once))
+        for _ in range(30):  # 120 images: more than a pass
+            next(it)
+        stats = m.stats()
+        del it
+    assert stats["opens"] - 1 >= 4  # both shards read twice (shards.json is opened once too)
+    assert stats["seeks"] <= stats["opens"] and stats["requests"] >= 2 * stats["seeks"], stats
+
+
+def table(rows):
+    t = pd.DataFrame(rows)
+    synth = t[t["loader"] == "synthetic"].set_index(["gpus", "batch_size", "precision", "parallel"])["samples_per_s"]
+    t["au"] = [r["samples_per_s"] / synth.get((r["gpus"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
+               for _, r in t.iterrows()]  # fmt: skip
+    return t
+
+
+def cell(loader, tier, step_ms, kind="path", wait_ms=0.0, seq=160.0, image_kb=110.0, batch=128):
+    rate = 1000 * batch / step_ms
+    return {"loader": loader, "tier": tier, "gpus": 1, "batch_size": batch, "precision": "fp32", "parallel": "dp",
+            "tier_kind": kind, "time_s": step_ms / 10, "steps": 100, "samples_per_s": rate, "data_wait_ms": wait_ms,
+            "device": "cuda", "status": "ok", "halfwidth": 0.03, "repeats_ok": 3, "contended": False,
+            "converged": True, "image_mb_s": rate * image_kb / 1e3, "tier_sequential_mb_s": seq}  # fmt: skip
+
+
+HDD = [
+    cell("synthetic", "ram", 50.0, kind="ram"),
+    cell("torchvision", "ram", 60.0, kind="ram", wait_ms=10.0),
+    cell("torchvision", "hdd", 1280.0, wait_ms=1230.0),  # 100 images/s, 11 MB/s of 160: seek-bound
+    cell("wds", "ram", 60.0, kind="ram", wait_ms=10.0),
+    cell("wds", "hdd", 110.0, wait_ms=50.0),  # 1164 images/s, 128 MB/s of 160: streams, I/O-bound
+]
+
+
+def test_a_cell_far_under_the_tiers_sequential_rate_is_seek_bound_one_near_it_io_bound():
+    d = diagnose(table(HDD)).set_index(["loader", "tier"])
+    assert d.loc[("torchvision", "hdd"), "bottleneck"] == "seek-bound"
+    assert "11.0 MB/s, 7% of the 160 MB/s" in d.loc[("torchvision", "hdd"), "evidence"]
+    assert d.loc[("wds", "hdd"), "bottleneck"] == "I/O-bound"
+    # a shard loader reads front to back: however slowly, it does not position per image
+    slow = diagnose(table([*HDD[:3], cell("wds", "ram", 60.0, kind="ram"), cell("wds", "hdd", 1000.0, wait_ms=900.0)]))
+    assert slow.set_index(["loader", "tier"]).loc[("wds", "hdd"), "bottleneck"] == "I/O-bound"
+    # without a sequential rate (an older table), I/O-bound as before
+    old = diagnose(table([{**c, "tier_sequential_mb_s": np.nan} for c in HDD])).set_index(["loader", "tier"])
+    assert old.loc[("torchvision", "hdd"), "bottleneck"] == "I/O-bound"
+
+
+def test_the_shard_recommendation_quotes_the_measured_gain_or_says_how_to_measure_it():
+    baseline = {"loader": "torchvision", "gpus": 1, "batch_size": 128, "precision": "fp32", "parallel": "dp"}
+    recs = [r for r in recommendations(diagnose(table(HDD)), baseline) if r["topic"] == "shards"]
+    assert len(recs) == 1 and recs[0]["verdict"] == "measured"
+    assert recs[0]["interval"]["value"] == pytest.approx(1280 / 110, rel=1e-6)
+    assert "wds reads 1164 samples/s, 11.64x" in recs[0]["text"] and "80% of the sequential rate" in recs[0]["text"]
+    without = [c for c in HDD if c["loader"] != "wds"]
+    recs = [r for r in recommendations(diagnose(table(without)), baseline) if r["topic"] == "shards"]
+    assert len(recs) == 1 and recs[0]["verdict"] == "not measured" and "add wds or dali-wds" in recs[0]["text"]
+
+
+@pytest.fixture(scope="module")
+def shard_run(tmp_path_factory) -> Path:
+    """A real run with both shard loaders beside torchvision on a plain tier and an emulated HDD (one head, 40 ms a
+    positioning: a file loader pays one per image, a shard loader one per 1 MiB read)."""
+    work = tmp_path_factory.mktemp("shard-run")
+    hdd = {"kind": "emulated", "path": str(work / "hdd"), "mount": str(work / "mnt"),
+           "model": {"name": "slow-hdd", "access_ms": 40, "bandwidth_mb_s": 100, "concurrency": 1}}  # fmt: skip
+    if FUSE_PROBLEM:
+        hdd = str(work / "hdd")
+    cfg = tiny_config(work, loaders=["torchvision", "wds", "dali-wds", "synthetic"], precisions=["fp32"],
+                      storage={"disk": str(work / "disk"), "hdd": hdd}, shards={"min_shards": 2},
+                      probe={"sequential_mb": 8, "max_seconds": 2},
+                      baseline={"loader": "torchvision", "tier": "disk", "gpus": 1, "batch_size": 4,
+                                "precision": "fp32"})  # fmt: skip
+    snakemake(work, "--configfile", str(write_config(work, cfg)))
+    return work
+
+
+@pytest.mark.e2e
+def test_a_run_stages_shards_on_every_tier_and_measures_both_shard_loaders(shard_run):
+    for tier in ("disk", "hdd"):
+        man = json.loads((shard_run / f"results/staging/{tier}.json").read_text())
+        assert man["shards"]["count"] == 2 and man["shards"]["samples"] == 32
+        for loader in ("wds", "dali-wds"):
+            rec = cell_record(shard_run, f"{loader}_{tier}_g1_b4_fp32_dp_r0")
+            assert rec["status"] == "ok" and rec["metrics"]["loader_info"]["shards"] == 2, rec.get("reason")
+    probe = pd.read_csv(shard_run / "results/tables/tier_probe.csv")
+    assert (probe["Sequential MB/s"] > 0).all() and (probe["Shards MB/s"] > 0).all()
+
+
+@pytest.mark.e2e
+@needs_fuse
+def test_on_the_emulated_hdd_files_are_seek_bound_and_the_shards_recommended(shard_run):
+    probe = pd.read_csv(shard_run / "results/tables/tier_probe.csv")
+    seq = probe[probe["Tier"] == "hdd"]["Sequential MB/s"].iloc[0]
+    assert 40 < seq <= 101  # 8 MB at 100 MB/s after one positioning of 40 ms: 67 MB/s
+    d = pd.read_csv(shard_run / "results/tables/diagnosis.csv")
+    tv = d[(d["Dataloader"] == "torchvision") & (d["Disk"] == "hdd")].iloc[0]
+    assert tv["Bottleneck"] == "seek-bound", tv["Evidence"]
+    recs = json.loads((shard_run / "results/tables/recommendations.json").read_text())
+    shards = [r for r in recs if r["topic"] == "shards"]
+    assert shards and any(c.startswith(("wds/hdd", "dali-wds/hdd")) for c in shards[0]["cells"])
+    cells = pd.read_csv(shard_run / "results/tables/cells.csv").set_index(["Dataloader", "Disk"])
+    # torchvision positions for every image (<= 24 images/s); wds reads 16 images per 1.4 MB shard
+    assert cells.loc[("wds", "hdd"), "Samples/s"] > 2 * cells.loc[("torchvision", "hdd"), "Samples/s"]
+    assert d[(d["Dataloader"] == "wds") & (d["Disk"] == "hdd")].iloc[0]["Bottleneck"] != "seek-bound"
+
