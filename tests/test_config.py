@@ -165,7 +165,7 @@ def test_shipped_configs_are_valid_and_the_seed_grid_has_its_cells():
     quick = load_config(REPO / "config/quickstart.yaml", base_dir=REPO)
     seed = load_config(REPO / "config/config.yaml", base_dir=REPO)
     # loaders x tiers x gpus x batch x precision, the tierless synthetic loader on the first tier only
-    assert len(cell_ids(quick)) == 6 * 3 * 1 * 2 * 1 + 1 * 1 * 1 * 2 * 1
+    assert len(cell_ids(quick)) == 8 * 3 * 1 * 2 * 1 + 1 * 1 * 1 * 2 * 1  # 8 loaders that read (2 of shards), synthetic once
     assert {c for c in cell_ids(quick) if c.startswith("synthetic")} == {"synthetic_local_g1_b16_fp32_dp_r0",
                                                                           "synthetic_local_g1_b64_fp32_dp_r0"}
     assert [quick["storage"][t]["kind"] for t in ("local", "ram", "hdd")] == ["path", "ram", "emulated"]

@@ -114,6 +114,8 @@ def test_shard_loaders_deliver_normalised_batches_of_every_class(staged, loader)
         assert -3 < float(images.mean()) < 3
         labels += y.tolist()
     assert sorted(set(labels)) == [0, 1, 2] and ctx.info["shards"] == 4
+    if loader == "wds":  # the loader's buffer, shared out among its 2 workers
+        assert ctx.info["shuffle_buffer_per_reader"] == 500
 
 
 def test_wds_needs_a_shard_for_every_reader_and_says_so(staged):

@@ -257,10 +257,12 @@ def probe_rows(results: list[dict]) -> list[dict]:
 
 
 def tier_rates(results: list[dict]) -> dict[str, dict]:
-    """tier -> its sequential MB/s and mean image bytes, from probe results (what a cell's read rate is held against)."""
+    """tier -> its sequential MB/s, its random whole-file reads a second (the most any reader count got) and the mean
+    image bytes, from probe results: what a cell's read rate is held against."""
     out = {}
     for res in results:
         files, size = res.get("dataset_files"), res.get("dataset_bytes")
         out[res["tier"]] = {"sequential_mb_s": (res.get("sequential") or {}).get("mb_per_s"),
+                            "files_s": max((run["files_per_s"] for run in res.get("runs", [])), default=None),
                             "mean_image_bytes": size / files if files and size else None}  # fmt: skip
     return out

@@ -1,5 +1,6 @@
 """`wds`: the tier's WebDataset shards read with `webdataset` in DataLoader workers, each image decoded by PIL and
-augmented by the torchvision loader's transform, shuffled in a buffer per worker.
+augmented by the torchvision loader's transform, shuffled in a buffer per worker (`shards.shuffle_buffer` shared
+out among the workers).
 
 Each worker streams whole shards, its share of every pass (the shard order reshuffled per pass, the same on every
 rank; a ddp rank's workers take their own share). `shards.readers` workers read at a time, `shards.read_mb` at a go:
@@ -96,10 +97,13 @@ def build(ctx: LoaderContext):
     at_once = int(ctx.options.get("shard_readers", 1))
     gate = multiprocessing.get_context().BoundedSemaphore(at_once) if at_once and at_once < ctx.workers else None
     read_bytes = int(float(ctx.options.get("shard_read_mb", 16)) * (1 << 20))
-    buffer = int(ctx.options.get("shuffle_buffer", 1000))
+    # the buffer is the loader's, shared out among its readers: a worker fills its share before it yields at full
+    # pace (two samples read per one yielded), so 15 workers with 1000 each would read 15000 images ahead - more than
+    # a pass of a benchmark-sized dataset, and 2.5x what an H200 cell on an HDD consumed in its window
+    buffer = max(1, int(ctx.options.get("shuffle_buffer", 1000)) // readers)
     dataset = ShardStream([s for s, _ in shards], ctx.seed, ctx.rank, ctx.world,
                           transform(ctx.crop_size, transport), buffer, gate, read_bytes)  # fmt: skip
     loader = ctx.dataloader(dataset)
     ctx.info.update(transport=transport, shards=len(shards), readers_at_once=at_once if gate else ctx.workers,
-                    read_mb=read_bytes / (1 << 20), shuffle_buffer=buffer)  # fmt: skip
+                    read_mb=read_bytes / (1 << 20), shuffle_buffer_per_reader=buffer)  # fmt: skip
     return forever(loader, batch_to_device(ctx, transport))

@@ -303,13 +303,17 @@ def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_di
 
 
 def add_tier_rates(table: pd.DataFrame, rates: dict[str, dict]) -> None:
-    """The images a cell consumed as MB/s, and its tier's sequential rate (the tier probe's), in place."""
+    """The images a cell consumed as MB/s, and its tier's rates as the tier probe measured them, in place."""
     if table.empty:
         return
-    mean = table["tier"].map(lambda t: (rates.get(t) or {}).get("mean_image_bytes")).astype(float)
-    table["image_mb_s"] = table["samples_per_s"].astype(float) * mean / 1e6
-    table["tier_sequential_mb_s"] = table["tier"].map(lambda t: (rates.get(t) or {}).get("sequential_mb_s")).astype(float)
-    table.loc[table["loader"] == "synthetic", ["image_mb_s", "tier_sequential_mb_s"]] = np.nan
+
+    def rate(key: str) -> pd.Series:
+        return table["tier"].map(lambda t: (rates.get(t) or {}).get(key)).astype(float)
+
+    table["image_mb_s"] = table["samples_per_s"].astype(float) * rate("mean_image_bytes") / 1e6
+    table["tier_sequential_mb_s"] = rate("sequential_mb_s")
+    table["tier_files_s"] = rate("files_s")
+    table.loc[table["loader"] == "synthetic", ["image_mb_s", "tier_sequential_mb_s", "tier_files_s"]] = np.nan
 
 
 def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:

@@ -54,6 +54,7 @@ CELLS = {
     "proc_read_mb_s": "Read MB/s",
     "image_mb_s": "Image MB/s",  # the images the cell consumed: Samples/s x the tier's mean image size
     "tier_sequential_mb_s": "Tier sequential MB/s",  # the tier probe: one reader streaming
+    "tier_files_s": "Tier files/s",  # the tier probe: random whole-file reads, the most any reader count got
     "warnings": "Warnings",
     "halfwidth": "Rel. interval (95%)",
     "halfwidth_basis": "Interval from",

@@ -2,8 +2,9 @@
 
 Attribution after DS-Analyzer, per configuration: compute = the `synthetic` cell's step; prep stall = the loader's
 step from RAM minus compute; fetch stall = this tier's step minus RAM's (else minus the fastest other tier's, a lower
-bound); data wait as measured. Labels, in order: GPU-bound (AU >= 0.9), I/O-bound (seek-bound where a file loader takes
-its images at under half the tier's sequential rate: the device positions, it does not stream), transfer-bound,
+bound); data wait as measured. Labels, in order: GPU-bound (AU >= 0.9), I/O-bound (from the fetch stall, or, with no
+reference tier, a waiting cell that reads at half the rate the tier probe got or more; seek-bound where a file loader
+takes its images at under half the tier's sequential rate: the device positions, it does not stream), transfer-bound,
 CPU-prep-bound, GPU-prep-bound, each with its evidence. Details: docs/internals.md, "report.diagnose".
 """
 
@@ -29,6 +30,7 @@ WAIT_SHARE = 0.1  # data wait under 10% of the step: batches were ready
 GPU_PREP_LOADERS = {"dali-sc", "dali-mc", "nvjpeg"}  # decode and augment on the GPU
 HOST_LOADERS = {"torchvision", "opencv", "dali-cpu"}  # batches made on the host, copied to the device
 SEEK_SHARE = 0.5  # an I/O-bound cell taking its images at under half the tier's sequential rate is seek-bound
+DEVICE_SHARE = 0.5  # a waiting cell that takes half of what its tier's probe read is limited by the tier
 
 
 def step_ms(t: pd.DataFrame) -> pd.Series:
@@ -114,12 +116,17 @@ def label(r: pd.Series) -> tuple[str, str]:
     no_ram = not np.isfinite(fetch)
     stall_note = " (no RAM tier to separate fetch from prep)" if no_ram else ""
     ready = np.isfinite(wait) and wait < WAIT_SHARE * s  # batches were there when the step asked: not I/O
-    if not no_ram and fetch >= prep and fetch > STALL_SHARE * s and not ready:
+    at_device = None if ready else _at_device(r)
+    if (not no_ram and fetch >= prep and fetch > STALL_SHARE * s and not ready) or at_device:
         read = r.get("disk_read_mb_s", np.nan)
         io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
-        ref = r.get("fetch_reference") or "RAM"
-        ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
-        stall = f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from {ref}{io}; {facts}"
+        if not no_ram and fetch >= prep and fetch > STALL_SHARE * s:
+            ref = r.get("fetch_reference") or "RAM"
+            ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
+            stall = f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from {ref}{io}"
+        else:
+            stall = f"data wait {wait:.1f} ms/step; {at_device}{io}"
+        stall += f"; {facts}"
         took, seq = r.get("image_mb_s", np.nan), r.get("tier_sequential_mb_s", np.nan)
         # a shard loader reads its shards front to back: slow as it may be, it does not position per image
         if r["loader"] not in SHARD_LOADERS and pd.notna(took) and pd.notna(seq) and seq > 0 and took < SEEK_SHARE * seq:
@@ -141,6 +148,21 @@ def label(r: pd.Series) -> tuple[str, str]:
                                    f"/step; {facts}")  # fmt: skip
 
 
+def _at_device(r: pd.Series) -> str | None:
+    """Why a cell reads as fast as its tier lets it, from the tier probe (a fact with no reference tier needed), or
+    None: a file loader takes at least DEVICE_SHARE of the whole files a second the probe read at random, a shard
+    loader at least that share of the tier's sequential MB/s. Never for RAM (nothing to wait for there)."""
+    if r.get("tier_kind") == "ram":
+        return None
+    if r["loader"] in SHARD_LOADERS:
+        got, limit, what = r.get("image_mb_s", np.nan), r.get("tier_sequential_mb_s", np.nan), "MB/s it streams"
+    else:
+        got, limit, what = r.get("samples_per_s", np.nan), r.get("tier_files_s", np.nan), "files/s it reads at random"
+    if pd.notna(got) and pd.notna(limit) and limit > 0 and got >= DEVICE_SHARE * limit:
+        return f"{got:.0f} is {100 * got / limit:.0f}% of the {limit:.0f} {what} (tier probe)"
+    return None
+
+
 def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     a = attribute(t)
     labels = [label(r) for _, r in a.iterrows()]
@@ -149,7 +171,7 @@ def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     cols = ["loader", "tier", *CONFIG_KEYS, "tier_kind", "samples_per_s", "au", "step_ms", "compute_only_ms",
             "ram_step_ms", "fetch_reference", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms", "cpu_pct", "gpu_util_pct",
             "bottleneck", "evidence", "halfwidth", "halfwidth_basis", "repeats_ok", "contended", "converged",
-            "cache", "device_read_share", "image_mb_s", "tier_sequential_mb_s"]  # fmt: skip
+            "cache", "device_read_share", "image_mb_s", "tier_sequential_mb_s", "tier_files_s"]  # fmt: skip
     return a[[c for c in cols if c in a]]
 
 
