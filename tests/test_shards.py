@@ -200,12 +200,13 @@ def table(rows):
     return t
 
 
-def cell(loader, tier, step_ms, kind="path", wait_ms=0.0, seq=160.0, image_kb=110.0, batch=128):
+def cell(loader, tier, step_ms, kind="path", wait_ms=0.0, seq=160.0, image_kb=110.0, batch=128, files_s=110.0):
     rate = 1000 * batch / step_ms
     return {"loader": loader, "tier": tier, "gpus": 1, "batch_size": batch, "precision": "fp32", "parallel": "dp",
             "tier_kind": kind, "time_s": step_ms / 10, "steps": 100, "samples_per_s": rate, "data_wait_ms": wait_ms,
             "device": "cuda", "status": "ok", "halfwidth": 0.03, "repeats_ok": 3, "contended": False,
-            "converged": True, "image_mb_s": rate * image_kb / 1e3, "tier_sequential_mb_s": seq}  # fmt: skip
+            "converged": True, "image_mb_s": rate * image_kb / 1e3, "tier_sequential_mb_s": seq,
+            "tier_files_s": files_s}  # fmt: skip
 
 
 HDD = [
@@ -220,7 +221,8 @@ HDD = [
 def test_a_cell_far_under_the_tiers_sequential_rate_is_seek_bound_one_near_it_io_bound():
     d = diagnose(table(HDD)).set_index(["loader", "tier"])
     assert d.loc[("torchvision", "hdd"), "bottleneck"] == "seek-bound"
-    assert "11.0 MB/s, 7% of the 160 MB/s" in d.loc[("torchvision", "hdd"), "evidence"]
+    evidence = d.loc[("torchvision", "hdd"), "evidence"]
+    assert "11.0 MB/s, 7% of the 160 MB/s" in evidence and "100 is 91% of the 110 files/s" in evidence
     assert d.loc[("wds", "hdd"), "bottleneck"] == "I/O-bound"
     # a shard loader reads front to back: however slowly, it does not position per image
     slow = diagnose(table([*HDD[:3], cell("wds", "ram", 60.0, kind="ram"), cell("wds", "hdd", 1000.0, wait_ms=900.0)]))
@@ -228,6 +230,10 @@ def test_a_cell_far_under_the_tiers_sequential_rate_is_seek_bound_one_near_it_io
     # without a sequential rate (an older table), I/O-bound as before
     old = diagnose(table([{**c, "tier_sequential_mb_s": np.nan} for c in HDD])).set_index(["loader", "tier"])
     assert old.loc[("torchvision", "hdd"), "bottleneck"] == "I/O-bound"
+    # a file loader far under the rate its tier serves random files is slowed by something else than positioning
+    # (a fetch stall against RAM, say, on a fast disk): I/O-bound, not seek-bound
+    fast = diagnose(table([{**c, "tier_files_s": 7000.0} for c in HDD])).set_index(["loader", "tier"])
+    assert fast.loc[("torchvision", "hdd"), "bottleneck"] == "I/O-bound"
 
 
 def test_the_shard_recommendation_quotes_the_measured_gain_or_says_how_to_measure_it():

@@ -125,11 +125,13 @@ def label(r: pd.Series) -> tuple[str, str]:
             ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
             stall = f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from {ref}{io}"
         else:
-            stall = f"data wait {wait:.1f} ms/step; {at_device}{io}"
-        stall += f"; {facts}"
+            stall = f"data wait {wait:.1f} ms/step{io}"
+        stall += (f"; {at_device}" if at_device else "") + f"; {facts}"
         took, seq = r.get("image_mb_s", np.nan), r.get("tier_sequential_mb_s", np.nan)
-        # a shard loader reads its shards front to back: slow as it may be, it does not position per image
-        if r["loader"] not in SHARD_LOADERS and pd.notna(took) and pd.notna(seq) and seq > 0 and took < SEEK_SHARE * seq:
+        # seek-bound: at the rate the tier serves random whole files, far under the rate it streams (a shard loader
+        # reads its shards front to back: slow as it may be, it does not position per image)
+        if (r["loader"] not in SHARD_LOADERS and at_device and pd.notna(took) and pd.notna(seq) and seq > 0
+                and took < SEEK_SHARE * seq):  # fmt: skip
             return "seek-bound", (f"the images come in at {took:.1f} MB/s, {100 * took / seq:.0f}% of the "
                                   f"{seq:.0f} MB/s the tier streams to one reader: the device positions for each "
                                   f"image instead of streaming; {stall}")  # fmt: skip
