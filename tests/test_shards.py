@@ -96,6 +96,36 @@ def test_restaging_keeps_shards_rewrites_them_for_a_new_layout_and_removes_them_
     assert "shards" not in off and not folder.exists()
 
 
+def test_shards_instead_of_files_leave_no_file_on_the_tier_and_read_alike(tmp_path, staged):
+    man, tier = staged
+    check, out = tmp_path / "check.json", tmp_path / "t.json"
+    root = Path(man["root"])
+    only = stage(check, "t", tier, "ds", out, shards={**SHARDS, "files": False})
+    assert only["files_staged"] is False and only["counts"]["removed"] == 24 and not list(root.rglob("*.JPEG"))
+    assert only["shards"]["kept"] is True  # the shards were there already
+    (tmp_path / "tier2").mkdir()
+    fresh = stage(check, "t2", tmp_path / "tier2", "ds", tmp_path / "t2.json", shards={**SHARDS, "files": False})
+    assert not (tmp_path / "tier2/loaderbench/ds/train").exists() and fresh["shards"]["kept"] is False
+    # made from the source's bytes, byte for byte the shards made from a staged tree
+    assert [f["sha256"] for f in fresh["shards"]["files"]] == [f["sha256"] for f in man["shards"]["files"]]
+    it = get_loader("wds").build(context(only))
+    assert next(it)[0].shape == (4, 3, 32, 32)
+    entry = {"kind": "path", "path": str(tier), "cache": "cold", "mount": None}
+    probed = probe_tier(only, entry, readers=[1], max_seconds=1, sequential_mb=0.1)
+    assert probed["runs"] == [] and probed["shards"]["bytes"] > 0 and "only shards" in probed["note"]
+    back = stage(check, "t", tier, "ds", out, shards=SHARDS)  # and the files again
+    assert back["files_staged"] is True and back["counts"]["copied"] == 24 and len(list(root.rglob("*.JPEG"))) == 24
+
+
+def test_shards_instead_of_files_refuse_a_loader_that_reads_files(tmp_path):
+    base = tiny_config(tmp_path, loaders=["wds", "dali-wds", "synthetic"], shards={"files": False})
+    assert validate_config(base)["shards"]["stage"] is True
+    with pytest.raises(ConfigError, match="'shards.files'.*opencv, torchvision"):
+        validate_config({**base, "loaders": ["torchvision", "opencv", "wds"]})
+    with pytest.raises(ConfigError, match="'shards.files'.*nothing would be staged"):
+        validate_config({**base, "shards": {"files": False, "stage": False}, "loaders": ["synthetic"]})
+
+
 def context(man: dict, workers=2, batch=4, **options) -> LoaderContext:
     return LoaderContext(data_root=Path(man["root"]), allowed=frozenset(f["path"] for f in man["files"]),
                          batch_size=batch, crop_size=32, workers=workers, prefetch_factor=2, seed=0,

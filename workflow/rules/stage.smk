@@ -3,7 +3,7 @@
 # The shards' layout is a param only when shards are staged: a change rewrites them, and a run without shards keeps
 # the params (and so the staged tiers and measured cells) it had before shards existed.
 SHARD_PARAMS = (
-    {"shards": json.dumps({k: CFG["shards"][k] for k in ("size_mb", "min_shards", "seed")})}
+    {"shards": json.dumps({k: CFG["shards"][k] for k in ("size_mb", "min_shards", "seed", "files")})}
     if CFG["shards"]["stage"]
     else {}
 )

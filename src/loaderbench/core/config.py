@@ -19,6 +19,7 @@ from .cells import (
     loader_settings,
     parse_cell_id,
     part_cells,
+    TIERLESS,
 )
 from .provenance import filesystem_of
 from .registry import LOADERS, PLUGIN_NAME, SHARD_LOADERS, REFERENCE, installed_plugins, reference_name
@@ -115,14 +116,23 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
 
 
 def _resolve_shards(cfg: dict) -> None:
-    """shards.stage as true or false: `auto` stages shards when a part measures a shard loader."""
-    readers = sorted({name for part in cfg["parts"] for name in part["loaders"]} & set(SHARD_LOADERS))
-    stage = cfg["shards"]["stage"]
-    if stage == "auto":
-        cfg["shards"]["stage"] = bool(readers)
-    elif readers and not stage:
+    """shards.stage as true or false: `auto` stages shards when a part measures a shard loader; with shards.files
+    false (shards instead of the file tree) no part may measure a loader that reads files."""
+    loaders = {name for part in cfg["parts"] for name in part["loaders"]}
+    readers = sorted(loaders & set(SHARD_LOADERS))
+    sh = cfg["shards"]
+    if sh["stage"] == "auto":
+        sh["stage"] = bool(readers) or not sh["files"]
+    elif readers and not sh["stage"]:
         raise ConfigError(f"config key 'shards.stage': false, but {', '.join(readers)} read(s) shards; set it to "
                           "true or auto, or drop those loaders")  # fmt: skip
+    if not sh["files"]:
+        if not sh["stage"]:
+            raise ConfigError("config key 'shards.files': false stages the shards instead of the files, but "
+                              "shards.stage is false: nothing would be staged")  # fmt: skip
+        if file_readers := sorted(loaders - set(SHARD_LOADERS) - set(TIERLESS)):
+            raise ConfigError(f"config key 'shards.files': false stages only shards, but {', '.join(file_readers)} "
+                              "read(s) the files; set it to true or measure only wds and dali-wds")  # fmt: skip
 
 
 # Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).

@@ -82,11 +82,14 @@ def _intact(folder: Path, listed: dict) -> bool:
 
 
 def stage_shards(root: Path, folder: Path, files: list[dict], size_mb: float, min_shards: int, seed: int,
-                 previous: dict | None = None) -> dict:  # fmt: skip
-    """Write the shards of `files` (manifest entries under the staged `root`) into `folder`, unless `previous` (the
-    last manifest's "shards") has the same content and settings and its files are intact; remove shard files the new
-    set does not list. Returns what the manifest records."""
+                 previous: dict | None = None, sources: dict[str, Path] | None = None) -> dict:  # fmt: skip
+    """Write the shards of `files` (manifest entries under the staged `root`; read from `sources`, path -> file,
+    when the tier holds no copy of them) into `folder`, unless `previous` (the last manifest's "shards") has the same
+    content and settings and its files are intact; remove shard files the new set does not list. Returns what the
+    manifest records."""
     pairs, classes = samples(root, [f["path"] for f in files])
+    if sources is not None:
+        pairs = [(str(sources[os.path.relpath(p, root)]), label) for p, label in pairs]
     key = stable_hash([FORMAT, size_mb, min_shards, seed, sorted((f["path"], f["sha256"]) for f in files)])
     if previous and previous.get("key") == key and _intact(folder, previous):
         return {**previous, "kept": True}

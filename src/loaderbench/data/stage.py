@@ -62,7 +62,8 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
           verify: bool = False, shards: dict | None = None) -> dict:  # fmt: skip
     """Copy what changed onto the tier; verify: also checksum every kept file against the manifest and restage
     those that differ (a file corrupted in place keeps its size, so size alone never notices). shards: {size_mb,
-    min_shards, seed} to write the dataset as WebDataset shards too (`data.shards`), None to have none."""
+    min_shards, seed, files} to write the dataset as WebDataset shards too (`data.shards`; files false: instead of
+    the file tree, whose staged files are removed), None to have none."""
     check = json.loads(Path(check_json).read_text())
     source = Path(check["source"])
     tier_path = check_tier_path(tier, tier_path, source, project_dir)
@@ -74,8 +75,9 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
         previous, previous_shards = {f["path"]: f for f in old["files"]}, old.get("shards")
     # a name that is not valid UTF-8 is staged under a safe one (the manifest keeps the original as source_name)
     wanted = [{**f, "source": f["path"], "path": safe_path(f["path"])} for f in check["files"] if f["status"] in ("ok", "odd")]
+    with_files = not shards or shards.get("files", True)  # the file tree, or only the shards made from the source
     todo, kept, repaired = [], 0, []
-    for f in progress(wanted, total=len(wanted), label=f"verify {tier}") if verify else wanted:
+    for f in (progress(wanted, total=len(wanted), label=f"verify {tier}") if verify else wanted) if with_files else []:
         dst = root / f["path"]
         old = previous.get(f["path"])
         if old and old["sha256"] == f["sha256"] and dst.is_file() and dst.stat().st_size == f["size"]:
@@ -88,7 +90,7 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
     for f in progress(todo, total=len(todo), label=f"stage {tier}"):
         _copy(tier, source / f["source"], root / f["path"])
     copied = len(todo)
-    wanted_paths = {f["path"] for f in wanted}
+    wanted_paths = {f["path"] for f in wanted} if with_files else set()
     removed = 0
     for rel in previous:
         if rel not in wanted_paths and (root / rel).is_file():
@@ -122,6 +124,7 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
         "foreign_files": foreign[:20],
         "sha256": stable_hash([(f["path"], f["sha256"]) for f in files]),
         "files": files,
+        "files_staged": with_files,  # false: the files are listed (labels, sizes) but only the shards are on the tier
     }
     folder = shard_folder(tier_path, dataset)
     if shards:
@@ -130,8 +133,9 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
             raise StagingError(f"config key 'storage.{tier}': {tier_path} has {free / 1e6:.1f} MB free but the shards "
                                f"need about {manifest['counts']['bytes'] / 1e6:.1f} MB; free space there or set "
                                "'shards.stage: false'")  # fmt: skip
+        sources = None if with_files else {f["path"]: source / f["source"] for f in wanted}
         manifest["shards"] = stage_shards(root, folder, files, shards["size_mb"], shards["min_shards"],
-                                          shards["seed"], previous_shards)  # fmt: skip
+                                          shards["seed"], previous_shards, sources)  # fmt: skip
     else:
         remove_shards(folder, previous_shards)
     if verify:

@@ -213,8 +213,10 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
     base = {"tier": manifest.get("tier"), "kind": tier["kind"], "cache": tier["cache"],
             "dataset_files": len(manifest["files"]), "dataset_bytes": manifest.get("counts", {}).get("bytes")}  # fmt: skip
     cold = tier["kind"] != "ram"
+    files = manifest.get("files_staged", True)  # false: only shards on the tier, no files to read at random
+    no_files = {"root": manifest.get("root"), "cold": cold, "runs": [], "note": "only shards staged: no files"}
     if tier["kind"] != "emulated":
-        result = probe_manifest(manifest, readers, max_files, max_seconds, cold=cold)
+        result = probe_manifest(manifest, readers, max_files, max_seconds, cold=cold) if files else no_files
         if sequential_mb:
             result.update(streams(manifest, tier["path"], tier["path"], sequential_mb, cold))
         return {**base, **result}
@@ -222,7 +224,8 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
     try:
         with mount(tier["path"], tier["mount"], model) as m:
             root = staged_root(tier["mount"], manifest["dataset"])
-            result = probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
+            result = (probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
+                      if files else {**no_files, "model": model.to_dict()})  # fmt: skip
             if sequential_mb:
                 result.update(streams(manifest, tier["path"], tier["mount"], sequential_mb, cold=True))
             result["emulated_stats"] = m.stats()

@@ -34,7 +34,7 @@ def prepare(spec: CellSpec, manifest: dict, tier: dict):
 def staged_files(spec: CellSpec, manifest: dict) -> list[Path]:
     """The tier's real copies of the manifest's files and shards (an emulated tier's backing files)."""
     root = staged_root(spec.tier_path, spec.dataset)
-    files = [root / f["path"] for f in manifest["files"]]
+    files = [root / f["path"] for f in manifest["files"]] if manifest.get("files_staged", True) else []
     if shards := manifest.get("shards"):
         folder = root.parent / shards["folder"]
         files += [folder / name for f in shards["files"] for name in (f["path"], f["index"])]
