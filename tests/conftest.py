@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -152,6 +153,15 @@ def start_snakemake(workdir: Path, *args: str, env: dict | None = None) -> subpr
 def cell_record(work: Path, cell_id: str) -> dict:
     """The record of one cell of the run in `work`."""
     return json.loads((work / "results/cells" / f"{cell_id}.json").read_text())
+
+
+def cells_with_au(rows: list[dict]) -> pd.DataFrame:
+    """Made-up rows of the cells table with their AU against the synthetic row of the same configuration."""
+    t = pd.DataFrame(rows)
+    synth = t[t["loader"] == "synthetic"].set_index(["gpus", "batch_size", "precision", "parallel"])["samples_per_s"]
+    t["au"] = [r["samples_per_s"] / synth.get((r["gpus"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
+               for _, r in t.iterrows()]  # fmt: skip
+    return t
 
 
 def cells_table(work: Path) -> pd.DataFrame:

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from loaderbench.report.diagnose import attribute, diagnose, recommendations, render_markdown
+from tests.conftest import cells_with_au as table
 
 
 def cell(loader, disk, step_ms, kind="path", gpus=1, batch=128, precision="fp32", parallel="dp", wait_ms=None,
@@ -20,14 +21,6 @@ def cell(loader, disk, step_ms, kind="path", gpus=1, batch=128, precision="fp32"
         "device": device, "cpu_pct": 50.0, "gpu_util_pct": np.nan, "disk_read_mb_s": 120.0, "pcie_rx_mb_s": np.nan,
         "status": "ok", "halfwidth": halfwidth, "repeats_ok": repeats, "contended": contended, "converged": converged,
     }  # fmt: skip
-
-
-def table(rows):
-    t = pd.DataFrame(rows)
-    synth = t[t["loader"] == "synthetic"].set_index(["gpus", "batch_size", "precision", "parallel"])["samples_per_s"]
-    t["au"] = [r["samples_per_s"] / synth.get((r["gpus"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
-               for _, r in t.iterrows()]  # fmt: skip
-    return t
 
 
 GRID = table([

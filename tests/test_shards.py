@@ -25,6 +25,7 @@ from loaderbench.loaders import get_loader
 from loaderbench.loaders.common import LoaderContext
 from loaderbench.report.diagnose import diagnose, recommendations
 from tests.conftest import FUSE_PROBLEM, cell_record, needs_fuse, snakemake, tiny_config, write_config
+from tests.conftest import cells_with_au as table
 
 SHARDS = {"size_mb": 1, "min_shards": 4, "seed": 3}
 
@@ -220,14 +221,6 @@ def test_wds_workers_read_in_turn_so_a_one_head_disk_streams(big_shards):
         del it
     assert stats["opens"] - 1 >= 4  # both shards read twice (shards.json is opened once too)
     assert stats["seeks"] <= stats["opens"] and stats["requests"] >= 2 * stats["seeks"], stats
-
-
-def table(rows):
-    t = pd.DataFrame(rows)
-    synth = t[t["loader"] == "synthetic"].set_index(["gpus", "batch_size", "precision", "parallel"])["samples_per_s"]
-    t["au"] = [r["samples_per_s"] / synth.get((r["gpus"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
-               for _, r in t.iterrows()]  # fmt: skip
-    return t
 
 
 def cell(loader, tier, step_ms, kind="path", wait_ms=0.0, seq=160.0, image_kb=110.0, batch=128, files_s=110.0):

@@ -76,8 +76,9 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
     # a name that is not valid UTF-8 is staged under a safe one (the manifest keeps the original as source_name)
     wanted = [{**f, "source": f["path"], "path": safe_path(f["path"])} for f in check["files"] if f["status"] in ("ok", "odd")]
     with_files = not shards or shards.get("files", True)  # the file tree, or only the shards made from the source
+    to_stage = wanted if with_files else []
     todo, kept, repaired = [], 0, []
-    for f in (progress(wanted, total=len(wanted), label=f"verify {tier}") if verify else wanted) if with_files else []:
+    for f in progress(to_stage, total=len(to_stage), label=f"verify {tier}") if verify else to_stage:
         dst = root / f["path"]
         old = previous.get(f["path"])
         if old and old["sha256"] == f["sha256"] and dst.is_file() and dst.stat().st_size == f["size"]:

@@ -116,11 +116,12 @@ def label(r: pd.Series) -> tuple[str, str]:
     no_ram = not np.isfinite(fetch)
     stall_note = " (no RAM tier to separate fetch from prep)" if no_ram else ""
     ready = np.isfinite(wait) and wait < WAIT_SHARE * s  # batches were there when the step asked: not I/O
+    fetched = not no_ram and fetch >= prep and fetch > STALL_SHARE * s  # the larger stall is reading the tier
     at_device = None if ready else _at_device(r)
-    if (not no_ram and fetch >= prep and fetch > STALL_SHARE * s and not ready) or at_device:
+    if (fetched and not ready) or at_device:
         read = r.get("disk_read_mb_s", np.nan)
         io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
-        if not no_ram and fetch >= prep and fetch > STALL_SHARE * s:
+        if fetched:
             ref = r.get("fetch_reference") or "RAM"
             ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
             stall = f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from {ref}{io}"
