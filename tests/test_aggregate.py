@@ -8,6 +8,7 @@ import math
 import pandas as pd
 import pytest
 
+from loaderbench.core.uncertainty import DEFAULT_BETWEEN_NOISE
 from loaderbench.report.aggregate import cells_table
 from loaderbench.report.columns import SEED_COLUMNS, read_table, table_csv
 
@@ -150,8 +151,9 @@ def test_a_cells_interval_comes_from_its_repeats_else_its_window_widened_by_the_
     assert tv["halfwidth"] == pytest.approx(math.hypot(0.01, 1.96 * 0.02)) and "noise between processes (2.0%)" in \
         tv["halfwidth_basis"]  # fmt: skip
     assert bool(tv["contended"]) and bool(tv["converged"]) and not bool(op["contended"])
-    alone = table([one])  # no repeated cell: the window's interval, said to be only that
-    assert alone.iloc[0]["halfwidth"] == pytest.approx(0.01) and "window only" in alone.iloc[0]["halfwidth_basis"]
+    alone = table([one])  # no repeated cell: the window's interval widened by the default noise, said so
+    assert alone.iloc[0]["halfwidth"] == pytest.approx(math.hypot(0.01, 1.96 * DEFAULT_BETWEEN_NOISE))
+    assert "default noise between processes (2.4%: no cell of this run was repeated" in alone.iloc[0]["halfwidth_basis"]
 
 
 def test_speed_efficiency_and_au_divide_only_within_one_run():
@@ -176,3 +178,37 @@ def test_speed_efficiency_and_au_divide_only_within_one_run():
     assert mixed["samples_per_s"] == pytest.approx(510.0) and mixed["run"].startswith("several: ")
     assert all(math.isnan(mixed[c]) for c in ("speed", "gpu_efficiency", "au"))
     assert mixed["not_divided"] == "its repeats come from several runs"
+
+
+def test_an_au_above_one_is_implausible_only_beyond_its_interval():
+    """The ceiling and two loaders, each with 3 repeats: dali-sc at 1.03 of the ceiling with tight repeats lies above 1
+    beyond its interval; opencv at 1.08 with repeats 10% apart does not, though it is over 1.05."""
+    t = table([
+        *[row("synthetic", "ssd", 1, v, repeat=i) for i, v in enumerate([999.0, 1000.0, 1001.0])],
+        *[row("dali-sc", "ssd", 1, v, repeat=i) for i, v in enumerate([1020.0, 1030.0, 1040.0])],
+        *[row("opencv", "ssd", 1, v, repeat=i) for i, v in enumerate([1030.0, 1080.0, 1130.0])],
+    ])  # fmt: skip
+    tight, wide = t.loc[("dali-sc", "ssd", 1, 128, "fp32")], t.loc[("opencv", "ssd", 1, 128, "fp32")]
+    assert tight["au"] == pytest.approx(1.03) and wide["au"] == pytest.approx(1.08)
+    assert "implausible: AU 1.03 [1.01, 1.05] lies above 1 beyond its interval: the loader delivers more than the " \
+        "compute ceiling; check its batches and the ceiling cell" in tight["warnings"]  # fmt: skip
+    assert "implausible" not in str(wide["warnings"])
+
+
+def test_the_loaders_workers_and_threads_come_from_its_records():
+    from loaderbench.report.aggregate import repeats_table
+
+    def rec(loader, metrics):
+        return {"cell_id": f"{loader}_ssd_g1_b128_fp32_dp_r0", "status": "ok",
+                "spec": {"loader": loader, "tier": "ssd", "gpus": 1, "batch_size": 128, "precision": "fp32",
+                         "parallel": "dp", "repeat": 0},
+                "metrics": {"samples_per_s": 10.0, "time_s": 1.0, "steps": 1, **metrics}}  # fmt: skip
+
+    t = cells_table(repeats_table([
+        rec("torchvision", {"workers": 3, "loader_info": {"workers": 3, "prefetch_batches": 6}}),
+        rec("dali-cpu", {"workers": None, "loader_info": {"threads": 15, "prefetch_batches": 2}}),
+        rec("fast-io", {"workers": None, "loader_info": {"plugin": "fast_io:build", "prefetch_batches": 0}}),
+    ]), BASELINE).set_index("loader")  # fmt: skip
+    assert t.loc["torchvision", "workers"] == 3 and math.isnan(t.loc["torchvision", "loader_threads"])
+    assert math.isnan(t.loc["dali-cpu", "workers"]) and t.loc["dali-cpu", "loader_threads"] == 15
+    assert math.isnan(t.loc["fast-io", "workers"]) and math.isnan(t.loc["fast-io", "loader_threads"])

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loaderbench.report.diagnose import attribute, diagnose, recommendations, render_markdown
+from loaderbench.report.diagnose import attribute, compare, diagnose, recommendations, render_markdown
 from tests.conftest import cells_with_au as table
 
 
@@ -219,3 +219,115 @@ def test_a_skipped_cell_on_another_tier_is_no_reference_and_breaks_nothing():
     assert d.loc["disk-a", "fetch_reference"] == "" and np.isnan(d.loc["disk-a", "fetch_stall_ms"])
     assert d.loc["disk-a", "bottleneck"] != "unknown"
     assert d.loc["hdd", "bottleneck"] == "unknown" and "skipped" in d.loc["hdd", "evidence"]
+
+
+def test_an_au_above_one_beyond_its_interval_is_implausible_and_given_no_cause():
+    """A loader at 2.74x its ceiling (a plugin that timed smaller images than the ceiling's) cannot be explained: it is
+    labelled implausible, with its AU's interval and what to check, never CPU-prep-bound or within 10% of the
+    ceiling; no recommendation rests on it. An AU of 1.03 known to +-10% is within its interval of 1."""
+    d = diagnose(table([
+        cell("synthetic", "ram", 100.0, kind="ram", device="cpu"),
+        cell("fast-io", "ram", 36.5, kind="ram", device="cpu", wait_ms=1.0),
+        cell("torchvision", "ram", 97.0, kind="ram", device="cpu", wait_ms=1.0, halfwidth=0.1),
+        cell("opencv", "ram", 250.0, kind="ram", device="cpu", wait_ms=150.0),
+    ]))  # fmt: skip
+    odd = row(d, "fast-io", "ram")
+    assert odd["bottleneck"] == "implausible"
+    assert odd["evidence"].startswith("AU 2.74 [2.66, 2.82] lies above 1 beyond its interval: the loader delivers "
+                                      "more than the compute ceiling; check its batches and the ceiling cell "
+                                      "(synthetic/g1/b128/fp32/dp: is it the same work?)")  # fmt: skip
+    assert "workers" not in odd["evidence"] and "within 10%" not in odd["evidence"]
+    assert row(d, "torchvision", "ram")["bottleneck"] == "compute-bound"
+    recs = recommendations(d, BASE)
+    loader = next(r for r in recs if r["topic"] == "loader")
+    assert loader["verdict"] == "left out" and "fast-io/ram/g1/b128/fp32/dp delivered more than its compute ceiling " \
+        "(AU 2.74, implausible)" in loader["text"]  # fmt: skip
+
+
+def test_ready_batches_on_the_cpu_blame_workers_only_for_a_loader_that_has_them():
+    """Batches ready, the step 30% slower than compute on a CPU: the loader's workers or threads took the cores -
+    said with their number where the records give it, by the loader's kind in a table without it - and a loader
+    with neither (a plugin that makes its batches in the training's thread, or 0 workers) is left unexplained."""
+    rows = [cell("synthetic", "ram", 100.0, kind="ram", device="cpu"),
+            dict(cell("torchvision", "ram", 130.0, kind="ram", device="cpu", wait_ms=1.0), workers=2),
+            dict(cell("dali-cpu", "ram", 130.0, kind="ram", device="cpu", wait_ms=1.0), loader_threads=4),
+            cell("fast-io", "ram", 130.0, kind="ram", device="cpu", wait_ms=1.0),
+            dict(cell("opencv", "ram", 130.0, kind="ram", device="cpu", wait_ms=1.0), workers=0),
+            dict(cell("threaded", "ram", 130.0, kind="ram", device="cpu", wait_ms=1.0), loader_threads=8)]  # fmt: skip
+    d = diagnose(table(rows))
+    assert row(d, "torchvision", "ram")["bottleneck"] == "CPU-prep-bound"
+    assert "the loader's 2 worker processes share the CPU with the training" in row(d, "torchvision", "ram")["evidence"]
+    assert "the loader's 4 threads share the CPU" in row(d, "dali-cpu", "ram")["evidence"]
+    assert "the loader's 8 threads share the CPU" in row(d, "threaded", "ram")["evidence"]
+    for loader in ("fast-io", "opencv"):
+        r = row(d, loader, "ram")
+        assert r["bottleneck"] == "unexplained" and "share the CPU" not in r["evidence"], r["evidence"]
+        assert "the loader has no workers or threads beside the training" in r["evidence"]
+    older = diagnose(table([rows[0], cell("torchvision", "ram", 130.0, kind="ram", device="cpu", wait_ms=1.0),
+                            cell("dali-cpu", "ram", 130.0, kind="ram", device="cpu", wait_ms=1.0)]))  # fmt: skip
+    assert "the loader's worker processes share" in row(older, "torchvision", "ram")["evidence"]
+    assert "the loader's DALI threads share" in row(older, "dali-cpu", "ram")["evidence"]
+
+
+PROBE = {"ram": (29770.0, 4369.0), "local": (7371.0, 1662.0), "hdd": (104.0, 138.0)}  # files/s, sequential MB/s
+
+
+def probed(r: dict) -> dict:
+    """A row with its tier's rates from the tier probe."""
+    files_s, mb_s = PROBE[r["tier"]]
+    return {**r, "tier_files_s": files_s, "tier_sequential_mb_s": mb_s}
+
+
+def test_no_storage_advice_moves_to_a_slower_tier_or_away_from_a_compute_bound_cell():
+    """dali-wds measured faster on the HDD than from RAM (both at AU about 1, tight intervals): the probe reads the
+    HDD 30x slower, so the tier does not set its pace - no advice to move there. opencv is compute-bound on the local
+    disk: no other tier is advised for it. torchvision, seek-bound on the HDD, is advised RAM."""
+    d = diagnose(table([probed(r) for r in [
+        cell("synthetic", "ram", 94.6, kind="ram", device="cpu"),
+        cell("dali-wds", "hdd", 95.3, device="cpu"), cell("dali-wds", "ram", 107.3, kind="ram", device="cpu"),
+        cell("opencv", "local", 96.0, device="cpu"), cell("opencv", "ram", 95.0, kind="ram", device="cpu"),
+        cell("torchvision", "hdd", 245.6, device="cpu", wait_ms=120.0),
+        cell("torchvision", "ram", 96.0, kind="ram", device="cpu"),
+    ]]))  # fmt: skip
+    storage = {r["cells"][0].split("/")[0]: r for r in recommendations(d, BASE) if r["topic"] == "storage"}
+    wds = storage["dali-wds"]
+    assert wds["verdict"] == "left out" and "interval" not in wds
+    assert wds["text"] == ("left out: dali-wds ran faster on hdd (1343 samples/s) than on ram (1193), though the tier "
+                           "probe reads hdd slower (138 against 4369 MB/s streamed): the tier does not set its pace, "
+                           "so no move to hdd is advised")  # fmt: skip
+    assert storage["opencv"]["verdict"] == "left out"
+    assert storage["opencv"]["text"] == ("left out: on local opencv is compute-bound (AU 0.99): the tier does not "
+                                         "limit it, so no other tier is advised")  # fmt: skip
+    assert storage["torchvision"]["verdict"] == "measured"
+    assert storage["torchvision"]["text"].startswith("torchvision: ram instead of hdd gives 2.56x")
+
+
+def test_two_single_windows_differ_only_beyond_the_noise_between_processes():
+    """opencv 6% faster than torchvision, each one window of +-2%: the windows alone would call it measured. Widened
+    by the noise between processes - the default where the run repeated no cell (a table that left them unwidened
+    too), the run's own where it repeated one - it is no measurable difference, or, with a run that measured
+    0.5% between its processes, a measured one."""
+    from loaderbench.report.aggregate import cells_table
+
+    def record(loader, sps, repeat=0, window=0.02):
+        return {"cell_id": f"{loader}_ram_g1_b128_fp32_dp_r{repeat}", "loader": loader, "tier": "ram", "gpus": 1,
+                "batch_size": 128, "precision": "fp32", "parallel": "dp", "repeat": repeat, "status": "ok",
+                "time_s": 60.0, "steps": sps * 60 / 128, "samples_per_s": sps, "data_wait_ms": 1.0,
+                "compute_ms": 2.0, "device": "cpu", "tier_kind": "ram", "window_halfwidth": window,
+                "converged": True, "contended": False, "warnings": "", "reason": None, "half_ratio": 1.0,
+                "data_wait_fraction": 0.01}  # fmt: skip
+
+    singles = [record("synthetic", 1100.0), record("torchvision", 1000.0), record("opencv", 1060.0)]
+
+    def opencv_rec(repeats):
+        d = diagnose(cells_table(pd.DataFrame(singles + repeats), BASE))
+        return next(r for r in recommendations(d, BASE) if r["topic"] == "loader")
+
+    alone = opencv_rec([])
+    assert alone["verdict"] == "no measurable difference" and alone["interval"]["low"] < 1 < alone["interval"]["high"]
+    quiet = opencv_rec([record("dali-cpu", v, repeat=i) for i, v in enumerate([995.0, 1000.0, 1005.0])])
+    assert quiet["verdict"] == "measured" and 1.02 < quiet["interval"]["low"] < 1.06
+    # a table written with the windows' intervals alone ('window only') is widened when compared
+    q, _ = compare(dict(cell("opencv", "ram", 120.75, halfwidth=0.02, repeats=1), halfwidth_basis="window only"),
+                   dict(cell("torchvision", "ram", 128.0, halfwidth=0.02, repeats=1), halfwidth_basis="window only"))
+    assert q.value == pytest.approx(1.06, abs=1e-3) and not q.differs_from(1.0)

@@ -25,7 +25,8 @@ def test_the_best_fix_is_measured_against_the_baseline_loader_with_its_interval(
     assert ref["au"] == 0.4 and ref["data_wait_ms"] == 150.0
     assert fix["verdict"] == "measured" and fix["what"] == "dali-cpu b128 fp32"
     assert fix["interval"]["value"] == 2.0 and fix["interval"]["low"] > 1.9 and "2.00x [" in fix["text"]
-    assert v["trust"] == {"cells": 3, "repeats": [3, 3], "halfwidth_median": 0.02, "converged": [3, 3], "contended": 0}
+    assert v["trust"] == {"cells": 3, "repeats": [3, 3], "halfwidth_median": 0.02, "converged": [3, 3], "contended": 0,
+                          "implausible": 0}
     lines = render_text([v])
     assert len(lines) == 3 and "CPU-prep-bound (AU 0.40, waits for data 60% of a step)" in lines[1]
     assert "fix: dali-cpu b128 fp32: 2.00x" in lines[2] and "3/3 windows converged" in lines[2]
@@ -67,3 +68,26 @@ def test_the_fix_is_the_fastest_cell_that_can_carry_a_verdict_and_an_unusable_re
     rows[1] = cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0, repeats=1, contended=True)
     (v,) = verdicts(diagnose(table(rows)), BASELINE)
     assert v["fix"]["verdict"] == "left out" and v["fix"]["text"].startswith("left out: the reference")
+
+
+def test_a_reference_above_its_ceiling_is_implausible_and_no_implausible_cell_is_the_fix():
+    """torchvision at 2.5x its ceiling on ram: its verdict names it implausible, with no limit made up for it, and no
+    fix against it; on hdd a faster implausible cell is passed over for the fastest plausible one."""
+    d = diagnose(table([
+        cell("synthetic", "ram", 100.0, kind="ram", device="cpu"),
+        cell("torchvision", "ram", 40.0, kind="ram", device="cpu", wait_ms=1.0),
+        cell("opencv", "ram", 35.0, kind="ram", device="cpu", wait_ms=1.0),
+        cell("torchvision", "hdd", 650.0, device="cpu", wait_ms=550.0),
+        cell("fast-io", "hdd", 30.0, device="cpu", wait_ms=1.0),
+        cell("dali-cpu", "hdd", 300.0, device="cpu", wait_ms=150.0),
+    ]))  # fmt: skip
+    ram, hdd = verdicts(d, BASELINE)
+    assert ram["reference"]["bottleneck"] == "implausible" and ram["reference"]["implausible"] is True
+    assert ram["fix"]["verdict"] == "left out" and ram["fix"]["text"].startswith(
+        "left out: the reference torchvision/ram/g1/b128/fp32/dp delivered more than its compute ceiling (AU 2.50")
+    assert ram["trust"]["implausible"] == 2
+    lines = render_text([ram, hdd])
+    assert "torchvision b128 fp32 is implausible (AU 2.50: above the compute ceiling; check its batches" in lines[1]
+    assert "2 implausible (above the compute ceiling)" in lines[2] and "CPU-prep-bound" not in lines[1]
+    assert hdd["fix"]["what"] == "dali-cpu b128 fp32" and hdd["fix"]["verdict"] == "measured"
+    assert hdd["trust"]["implausible"] == 1

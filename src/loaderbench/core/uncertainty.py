@@ -2,7 +2,8 @@
 
 A cell's interval comes from its repeats in separate processes where it has two or more; else from its window's own
 95% interval, widened by the noise between processes that the run measured on its repeated cells (the median
-relative standard deviation of their repeats). A ratio's interval adds its two sides' on the log scale.
+relative standard deviation of their repeats), or by `DEFAULT_BETWEEN_NOISE` where the run repeated no cell. A
+ratio's interval adds its two sides' on the log scale.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ def repeats_halfwidth(values: list[float]) -> float:
     return T_95.get(n - 1, Z_95) * statistics.stdev(values) / math.sqrt(n) / mean
 
 
+# The noise between processes a run that repeated no cell is taken to have: the larger of the two this project
+# measured (the median relative standard deviation of a run's repeated cells: 2.4% in the seed's 1-GPU table on an
+# H200, docs/results/2026-12-02-h200/seed-1gpu; 1.7% in docs/results/2026-12-03-h200/shards). A window's own interval
+# holds none of it, so two single windows' ratio without it reads that noise as a difference.
+DEFAULT_BETWEEN_NOISE = 0.024
+
+
 def between_noise(groups: list[list[float]]) -> float | None:
     """The run's noise between processes: the median relative standard deviation of the repeats of each
     configuration that has two or more; None without one."""
@@ -31,8 +39,9 @@ def between_noise(groups: list[list[float]]) -> float | None:
 
 
 def widened(window_halfwidth: float, noise: float | None) -> float:
-    """A single process's window interval widened by the run's noise between processes."""
-    return math.hypot(window_halfwidth, Z_95 * noise) if noise is not None else window_halfwidth
+    """A single process's window interval widened by the run's noise between processes (None: the run measured none,
+    `DEFAULT_BETWEEN_NOISE`)."""
+    return math.hypot(window_halfwidth, Z_95 * (DEFAULT_BETWEEN_NOISE if noise is None else noise))
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ class CellRun:
         import torch
 
         from loaderbench.loaders import get_loader
+        from loaderbench.loaders.common import SameForm
 
         self.spec, self.dist, self.kind, self.heartbeat, self.marks = spec, dist, kind, heartbeat, marks
         self.device = dist.device
@@ -45,7 +46,9 @@ class CellRun:
         self.gpu_ids = ([self.device.index] if self.ddp else list(range(spec.gpus))) if kind == "cuda" else []
         self.ctx = loader_context(spec, data_root, allowed, self.device, self.place, dist.rank,
                                   dist.world if self.ddp else 1)  # fmt: skip
-        self.batches = get_loader(spec.loader, spec.loader_ref).build(self.ctx)
+        who = f"plugin loader {spec.loader_ref!r}" if spec.loader_ref else f"loader {spec.loader!r}"
+        # every batch the cell takes (warm-up, window, profile) keeps the first one's shape, dtype and device
+        self.batches = SameForm(get_loader(spec.loader, spec.loader_ref).build(self.ctx), who)
         self.global_batch = spec.batch_size * spec.gpus
         self.classes = len(class_names(allowed))  # from the manifest, as the loaders' labels
         prescattered = bool(self.ctx.info.get("prescattered"))

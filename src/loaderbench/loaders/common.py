@@ -1,4 +1,5 @@
-"""What every loader shares: the context it is built from, the sample list, and the epoch loop."""
+"""What every loader shares: the context it is built from, the sample list, the epoch loop, and the check that every
+batch keeps the first one's form."""
 
 from __future__ import annotations
 
@@ -183,3 +184,66 @@ def uint8_to_device(ctx: LoaderContext) -> Callable:
         return normalize_uint8_nhwc(images, ctx.channels_last, ctx.dtype), labels.to(ctx.device, non_blocking=True)
 
     return to_device
+
+
+class BatchChanged(RuntimeError):
+    """A loader delivered a batch whose form differs from its first; the message names the batch and the change."""
+
+
+def batch_form(batch) -> tuple:
+    """Each tensor of an (images, labels) batch as (name, shape, dtype, device), a pre-scattered batch's parts each
+    named by its index: attributes only, so it neither synchronises a GPU nor reads the data."""
+    out = []
+    parts = batch if isinstance(batch, (tuple, list)) else (batch,)
+    for i, part in enumerate(parts):
+        name = ("images", "labels")[i] if len(parts) == 2 else f"part {i}"
+        for j, t in enumerate(part) if isinstance(part, (tuple, list)) else ((None, part),):
+            where = name if j is None else f"{name}[{j}]"
+            is_tensor = isinstance(t, torch.Tensor)
+            out.append((where, t.shape, t.dtype, t.device) if is_tensor else (where, type(t).__name__))
+    return tuple(out)
+
+
+def _changes(first: tuple, now: tuple) -> str:
+    """What differs between two `batch_form`s, in words."""
+    if [f[0] for f in first] != [n[0] for n in now]:
+        return f"its parts are {[n[0] for n in now]}, were {[f[0] for f in first]}"
+    kind = lambda form: form[1] if len(form) == 2 else "a tensor"  # noqa: E731
+    out = []
+    for f, n in zip(first, now):
+        if f == n:
+            continue
+        if len(f) == 2 or len(n) == 2:  # not a tensor on one side
+            out.append(f"{n[0]} is {kind(n)}, was {kind(f)}")
+            continue
+        for what, was, is_ in zip(("shape", "dtype", "device"), f[1:], n[1:]):
+            if was != is_:
+                show = tuple if what == "shape" else str
+                out.append(f"{n[0]} {what} {show(is_)}, was {show(was)}")
+    return "; ".join(out)
+
+
+class SameForm:
+    """A cell's batches, each checked against the first's form (`batch_form`: shape, dtype and device of images and
+    labels); a batch that differs raises BatchChanged with its number (1 = the first the cell took) and the change.
+
+    A loader whose later batches shrink would otherwise be timed on less work than the one it was checked on."""
+
+    def __init__(self, batches: Iterator, who: str):
+        self.batches, self.who = batches, who
+        self.first: tuple | None = None
+        self.taken = 0
+
+    def __iter__(self) -> SameForm:
+        return self
+
+    def __next__(self):
+        batch = next(self.batches)
+        self.taken += 1
+        form = batch_form(batch)
+        if self.first is None:
+            self.first = form
+        elif form != self.first:
+            raise BatchChanged(f"{self.who}: batch {self.taken} differs from batch 1: {_changes(self.first, form)}; "
+                               "every batch of a cell must keep the first one's shape, dtype and device")  # fmt: skip
+        return batch

@@ -2,7 +2,9 @@
 
 The factory takes the cell's LoaderContext and returns an iterable of (images, labels) batches on `ctx.device`:
 images float NCHW (`ctx.batch_size`, 3, `ctx.crop_size`, `ctx.crop_size`), labels int64 (`ctx.batch_size`,).
-A factory that cannot be imported, takes other arguments or yields other shapes fails its cell with that reason.
+A factory that cannot be imported, takes other arguments or yields other shapes fails its cell with that reason: its
+first batch is held to the contract here, and every later one to the first's shape, dtype and device by the cell
+(`common.SameForm`), so a plugin cannot pass its first batch and time smaller ones.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def check_batch(batch, ctx: LoaderContext, reference: str) -> None:
 
 
 def build(ctx: LoaderContext, reference: str) -> Iterator:
-    """The plugin's batches for one cell: its first batch checked, a pass that ends started again (an endless
-    stream is what a cell measures), `prefetch_batches` 0 unless the plugin says (its DataLoader says for it)."""
+    """The plugin's batches for one cell: its first batch checked against the contract (the later ones against the
+    first by the cell: `common.SameForm`), a pass that ends started again (an endless stream is what a cell
+    measures), `prefetch_batches` 0 unless the plugin says (its DataLoader says for it)."""
     batches = factory(reference)(ctx)
     if isinstance(batches, Iterator):  # one pass only: it cannot be started again
         batches = _OnePass(batches, reference)

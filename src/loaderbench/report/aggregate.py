@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from loaderbench.core.records import load_records, warning_lines, warnings_of
-from loaderbench.core.uncertainty import between_noise, repeats_halfwidth, widened
+from loaderbench.core.uncertainty import (DEFAULT_BETWEEN_NOISE, Ratio, between_noise, quotient, repeats_halfwidth,
+                                          widened)
 from loaderbench.core.util import atomic_write_text
 
 from .columns import KEYS, SEED_COLUMNS, table_csv, to_labels
@@ -63,7 +64,8 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "input_dtype": (m.get("input") or {}).get("dtype"),
                 "compiled": s.get("compile", False),
                 "device": (m.get("device") or {}).get("type"),
-                "workers": m.get("workers"),
+                "workers": m.get("workers"),  # DataLoader workers (None: the loader has none)
+                "loader_threads": (m.get("loader_info") or {}).get("threads"),  # DALI's, or a plugin's as it says
                 "warnings": "; ".join(warning_lines(m)),
                 "window_halfwidth": (m.get("window") or {}).get("ci95_rel_halfwidth"),
                 "converged": (m.get("window") or {}).get("converged"),
@@ -134,6 +136,8 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
             "peak_gpu_mem_main_mb": _max(ok, "peak_gpu_mem_main_mb"),
             "peak_gpu_mem_others_mb": _max(ok, "peak_gpu_mem_others_mb"),
             "device": ",".join(sorted({d for d in ok["device"] if isinstance(d, str)})),
+            "workers": _max_number(ok, "workers"),
+            "loader_threads": _max_number(ok, "loader_threads"),
             "tier_kind": g["tier_kind"].iloc[0] if "tier_kind" in g else None,
             "cache": g["cache"].iloc[0] if "cache" in g else None,
             "device_read_share": _min(ok, "device_read_share"),
@@ -167,6 +171,11 @@ def _min(rows: pd.DataFrame, col: str) -> float:
     return float(vals.min()) if vals.notna().any() else np.nan
 
 
+def _max_number(rows: pd.DataFrame, col: str) -> float:
+    vals = pd.to_numeric(rows[col], errors="coerce") if col in rows else pd.Series(dtype=float)
+    return float(vals.max()) if vals.notna().any() else np.nan
+
+
 def _max(rows: pd.DataFrame, col: str) -> float:
     return float(rows[col].max()) if col in rows and rows[col].notna().any() else np.nan
 
@@ -180,14 +189,17 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
         for key, g in repeats.groupby(KEYS, sort=False, dropna=False)
     ]
     t = pd.DataFrame(rows)
-    # a cell of one process: its window's interval widened by the noise between this run's repeated processes
+    # a cell of one process: its window's interval widened by the noise between this run's repeated processes, or by
+    # the default where the run repeated no cell (a window's own interval holds none of that noise)
     ok = repeats[repeats["status"] == "ok"]
     noise = between_noise([[float(x) for x in g["samples_per_s"]] for _, g in ok.groupby(KEYS, sort=False)])
     single = t["halfwidth_basis"] == "window"
     t.loc[single, "halfwidth"] = [widened(h, noise) if pd.notna(h) else h for h in t.loc[single, "halfwidth"]]
     t.loc[single, "halfwidth_basis"] = (f"window, widened by the run's noise between processes ({100 * noise:.1f}%)"
                                         if noise is not None else
-                                        "window only (no repeated cell in this run to measure the noise between processes)")  # fmt: skip
+                                        f"window, widened by the default noise between processes "
+                                        f"({100 * DEFAULT_BETWEEN_NOISE:.1f}%: no cell of this run was repeated to "
+                                        "measure it)")  # fmt: skip
     base = t[
         (t["loader"] == baseline["loader"])
         & (t["tier"] == baseline["tier"])
@@ -200,17 +212,52 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     t["gpu_efficiency"] = gpu_efficiency(t)
     t["au"] = accelerator_utilisation(t)
     _within_one_run(t, base["run"].iloc[0] if len(base) else None)
-    implausible = t["au"] > AU_IMPLAUSIBLE
+    aus = au_interval(t)
+    implausible = pd.Series([au_implausible(au, q) for au, q in zip(t["au"], aus)], index=t.index, dtype=bool)
     t.loc[implausible, "warnings"] = [
-        "; ".join(filter(None, [str(w) if isinstance(w, str) else "",
-                                f"implausible: AU {au:.2f} > {AU_IMPLAUSIBLE} (ceiling or cell disturbed)"]))
-        for w, au in zip(t.loc[implausible, "warnings"], t.loc[implausible, "au"])
+        "; ".join(filter(None, [str(w) if isinstance(w, str) else "", f"implausible: {au_implausible_text(au, q)}"]))
+        for w, au, q in zip(t.loc[implausible, "warnings"], t.loc[implausible, "au"], aus[implausible])
     ]  # fmt: skip
     return t[SEED_COLUMNS + [c for c in t.columns if c not in SEED_COLUMNS]]
 
 
-# A loader faster than the synthetic ceiling of its configuration: the ceiling was measured low or the cell high.
+# A loader faster than the synthetic ceiling of its configuration: the ceiling was measured low or the cell high, or
+# the loader's batches were not the work the ceiling's were. With the AU's interval known, above 1 beyond it counts;
+# without one, above this.
 AU_IMPLAUSIBLE = 1.05
+AU_BY = ["gpus", "batch_size", "precision", "parallel"]  # a ceiling's configuration
+
+
+def au_interval(t: pd.DataFrame) -> pd.Series:
+    """Each row's AU with its 95% interval (`uncertainty.quotient` of its rate and its ceiling's, each known to its
+    `halfwidth`), the ceiling being the fastest synthetic row of its configuration; None where the AU or either
+    interval is unknown."""
+    if not {"samples_per_s", "halfwidth", "au"} <= set(t.columns):
+        return pd.Series(None, index=t.index, dtype=object)
+    rate = pd.to_numeric(t["samples_per_s"], errors="coerce")
+    synth = t[(t["loader"] == "synthetic") & rate.notna()]
+    ceiling_hw = {key: g.loc[rate[g.index].idxmax()].get("halfwidth") for key, g in synth.groupby(AU_BY)}
+    out = []
+    for _, r in t.iterrows():
+        au, hw, hw_ceiling = r.get("au"), r.get("halfwidth"), ceiling_hw.get(tuple(r[k] for k in AU_BY))
+        known = all(pd.notna(x) for x in (au, hw, hw_ceiling))
+        out.append(quotient(float(au), float(hw), 1.0, float(hw_ceiling)) if known else None)
+    return pd.Series(out, index=t.index, dtype=object)
+
+
+def au_implausible(au, q: Ratio | None) -> bool:
+    """Whether a cell delivers more than its compute ceiling: its AU's interval `q` lies above 1 (without one: the AU
+    is above AU_IMPLAUSIBLE)."""
+    if q is not None:
+        return q.low > 1.0
+    return bool(pd.notna(au) and au > AU_IMPLAUSIBLE)
+
+
+def au_implausible_text(au, q: Ratio | None) -> str:
+    if q is None:
+        return f"AU {au:.2f} > {AU_IMPLAUSIBLE} (ceiling or cell disturbed)"
+    return (f"AU {q.value:.2f} [{q.low:.2f}, {q.high:.2f}] lies above 1 beyond its interval: the loader delivers more "
+            "than the compute ceiling; check its batches and the ceiling cell")  # fmt: skip
 
 
 def _one_run(run) -> bool:

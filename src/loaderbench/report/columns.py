@@ -44,6 +44,8 @@ CELLS = {
     "peak_gpu_mem_main_mb": "Peak GPU mem main card (MB)",
     "peak_gpu_mem_others_mb": "Peak GPU mem other cards (MB)",
     "device": "Device",
+    "workers": "Workers",  # DataLoader worker processes, from the records
+    "loader_threads": "Loader threads",  # DALI's threads, or a plugin's as its ctx.info says
     "tier_kind": "Tier kind",
     "cache": "Cache",
     "device_read_share": "Device reads",

@@ -2,10 +2,13 @@
 
 Attribution after DS-Analyzer, per configuration: compute = the `synthetic` cell's step; prep stall = the loader's
 step from RAM minus compute; fetch stall = this tier's step minus RAM's (else minus the fastest other tier's, a lower
-bound); data wait as measured. Labels, in order: GPU-bound (AU >= 0.9), I/O-bound (from the fetch stall, or, with no
-reference tier, a waiting cell that reads at half the rate the tier probe got or more; seek-bound where a file loader
-takes its images at under half the tier's sequential rate: the device positions, it does not stream), transfer-bound,
-CPU-prep-bound, GPU-prep-bound, each with its evidence. Details: docs/internals.md, "report.diagnose".
+bound); data wait as measured. Labels, in order: implausible (AU above 1 beyond its interval: the loader delivered
+more than the ceiling, so nothing is explained from it), GPU-bound (AU >= 0.9), I/O-bound (from the fetch stall, or,
+with no reference tier, a waiting cell that reads at half the rate the tier probe got or more; seek-bound where a file
+loader takes its images at under half the tier's sequential rate: the device positions, it does not stream),
+transfer-bound, CPU-prep-bound, GPU-prep-bound, each with its evidence; a CPU cell whose batches were ready yet whose
+step is slower than compute is CPU-prep-bound only for a loader with workers or threads beside the training, else
+unexplained. Details: docs/internals.md, "report.diagnose".
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from loaderbench.core.registry import SHARD_LOADERS
-from loaderbench.core.uncertainty import Ratio, quotient
+from loaderbench.core.registry import BACKLOG, SHARD_LOADERS
+from loaderbench.core.uncertainty import DEFAULT_BETWEEN_NOISE, Ratio, quotient, widened
 from loaderbench.core.util import atomic_write_text
 from loaderbench.data.cache import COLD_SHARE
 
 from . import columns
+from .aggregate import au_implausible, au_implausible_text, au_interval
 
 CONFIG_KEYS = ["gpus", "batch_size", "precision", "parallel"]
 GPU_BOUND_AU = 0.9  # within 10% of the synthetic ceiling
@@ -31,6 +35,7 @@ GPU_PREP_LOADERS = {"dali-sc", "dali-mc", "nvjpeg"}  # decode and augment on the
 HOST_LOADERS = {"torchvision", "opencv", "dali-cpu"}  # batches made on the host, copied to the device
 SEEK_SHARE = 0.5  # an I/O-bound cell taking its images at under half the tier's sequential rate is seek-bound
 DEVICE_SHARE = 0.5  # a waiting cell that takes half of what its tier's probe read is limited by the tier
+COMPUTE_LABELS = ("GPU-bound", "compute-bound")
 
 
 def step_ms(t: pd.DataFrame) -> pd.Series:
@@ -68,6 +73,7 @@ def attribute(t: pd.DataFrame) -> pd.DataFrame:
     t["fetch_reference"] = ref_tier
     t["prep_stall_ms"] = prep
     t["fetch_stall_ms"] = fetch
+    t["au_interval"] = au_interval(t)  # for `label`; not a column of the diagnosis
     return t
 
 
@@ -111,6 +117,12 @@ def label(r: pd.Series) -> tuple[str, str]:
         return "unknown", f"no result ({r.get('status', '')})"
     if not np.isfinite(c):
         return "unknown", "no synthetic cell at these GPUs/batch/precision/parallel: add `synthetic` to loaders"
+    q = r.get("au_interval")
+    q = q if isinstance(q, Ratio) else None
+    if au_implausible(au, q):
+        ceiling = f"synthetic/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}"
+        return "implausible", (f"{au_implausible_text(au, q)} ({ceiling}: is it the same work?); no bottleneck is "
+                               f"named from it; {facts}")  # fmt: skip
     if np.isfinite(au) and au >= GPU_BOUND_AU:
         return compute_label, f"within {100 * (1 - GPU_BOUND_AU):.0f}% of the ceiling: {facts}"
     no_ram = not np.isfinite(fetch)
@@ -138,9 +150,16 @@ def label(r: pd.Series) -> tuple[str, str]:
                                   f"image instead of streaming; {stall}")  # fmt: skip
         return "I/O-bound", stall
     if ready and (s - c) > STALL_SHARE * s and on_cpu:
-        # no bus to cross on a CPU device: the loader's workers take cores from the training itself
-        return "CPU-prep-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {s - c:.1f} ms "
-                                  f"more than compute: the loader's workers share the CPU with the training; {facts}")  # fmt: skip
+        # no bus to cross on a CPU device: the loader's workers or threads take cores from the training itself
+        beside = _beside(r)
+        ready_yet = (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {s - c:.1f} ms more than "
+                     "compute")  # fmt: skip
+        if beside:
+            return "CPU-prep-bound", f"{ready_yet}: the loader's {beside} share the CPU with the training; {facts}"
+        # a loader with nothing beside the training makes its batches inside the wait: not what slowed the step
+        return "unexplained", (f"{ready_yet}, and the loader has no workers or threads beside the training to take the "
+                               "CPU from it: its batches may cost the step more than the ceiling's (their dtype and "
+                               f"layout: the records' `input`), or other work shared the host; {facts}")  # fmt: skip
     if ready and (s - c) > STALL_SHARE * s:
         pcie = r.get("pcie_rx_mb_s", np.nan)
         bus = f", PCIe to GPU {pcie:.0f} MB/s" if np.isfinite(pcie) else ""
@@ -149,6 +168,28 @@ def label(r: pd.Series) -> tuple[str, str]:
     where = "GPU" if r["loader"] in GPU_PREP_LOADERS and not on_cpu else "CPU"  # without a GPU all decode on CPU
     return f"{where}-prep-bound", (f"prep stall {_fmt(prep, ' ms')}/step{stall_note}, data wait {_fmt(wait, ' ms')}"
                                    f"/step; {facts}")  # fmt: skip
+
+
+def _number(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if np.isfinite(v) else None
+
+
+def _beside(r: pd.Series) -> str | None:
+    """What of the loader runs on the host beside the training, in words: its DataLoader worker processes or its
+    threads as its records say (`workers`, `loader_threads`), else as its kind has them (`registry.BACKLOG`: a table
+    from before those columns); None for a loader recorded with neither, or a plugin that says none."""
+    workers, threads = _number(r.get("workers")), _number(r.get("loader_threads"))
+    if workers:
+        return f"{workers:.0f} worker processes"
+    if threads:
+        return f"{threads:.0f} threads"
+    if workers is not None or threads is not None:  # recorded, as 0
+        return None
+    return {"workers": "worker processes", "dali": "DALI threads"}.get(BACKLOG.get(r["loader"]))
 
 
 def _at_device(r: pd.Series) -> str | None:
@@ -185,8 +226,11 @@ def _cell(r: pd.Series) -> str:
 def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
     """a's rate over b's with its interval (`uncertainty`), or None and why the pair carries no recommendation: a
     cell measured once that was contended or did not converge never does on its own, nor a cold-tier cell whose
-    reads were warm."""
+    reads were warm, nor a cell that delivered more than its compute ceiling."""
     for r in (a, b):
+        if r.get("bottleneck") == "implausible":
+            return None, (f"{_cell(r)} delivered more than its compute ceiling (AU {_fmt(r.get('au', np.nan), '', 2)}, "
+                          "implausible): check its batches and the ceiling cell")  # fmt: skip
         alone = not (pd.notna(r.get("repeats_ok")) and r.get("repeats_ok") >= 2)
         if alone and _flag(r.get("contended")) is True:
             return None, f"{_cell(r)} was contended (other processes used the host in its window); rerun it"
@@ -198,7 +242,16 @@ def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
         if r.get("cache") == "cold" and pd.notna(share) and share < COLD_SHARE:
             return None, (f"{_cell(r)} read only {100 * share:.0f}% of its bytes from the device: a warm cell on a "
                           "cold tier")  # fmt: skip
-    return quotient(a["samples_per_s"], a["halfwidth"], b["samples_per_s"], b["halfwidth"]), None
+    return quotient(a["samples_per_s"], _halfwidth(a), b["samples_per_s"], _halfwidth(b)), None
+
+
+def _halfwidth(r: pd.Series) -> float:
+    """The row's relative 95% half-width; a single window's that a table left unwidened ('window only': the run
+    repeated no cell) is widened here by the default noise between processes, as `aggregate` does now."""
+    basis = r.get("halfwidth_basis")
+    if isinstance(basis, str) and basis.startswith("window only"):
+        return widened(float(r["halfwidth"]), DEFAULT_BETWEEN_NOISE)
+    return float(r["halfwidth"])
 
 
 def _flag(value) -> bool | None:
@@ -284,12 +337,35 @@ def _shard_recs(out: list[dict], ok: pd.DataFrame) -> None:
         _rec(out, "shards", [best, r], *compare(best, r), shard_text)
 
 
+def _tier_rate(r: pd.Series) -> tuple[float | None, str]:
+    """The tier probe's rate of the row's tier for the way its loader reads (a shard loader streams, a file loader
+    reads whole files at random; as `_at_device`), and its unit."""
+    if r["loader"] in SHARD_LOADERS:
+        return _number(r.get("tier_sequential_mb_s")), "MB/s streamed"
+    return _number(r.get("tier_files_s")), "files/s at random"
+
+
 def _storage_recs(out: list[dict], real: pd.DataFrame) -> None:
-    """Per loader: its fastest tier against its slowest, at the baseline's configuration."""
+    """Per loader: its fastest tier against its slowest, at the baseline's configuration - never a move to a tier the
+    tier probe reads slower, nor away from a tier on which the loader is compute-bound: the tier set neither pace."""
     for loader, g in real.groupby("loader", sort=False):
         if g["tier"].nunique() < 2:
             continue
         fast, slow = g.loc[g["samples_per_s"].idxmax()], g.loc[g["samples_per_s"].idxmin()]
+        (fast_rate, unit), (slow_rate, _) = _tier_rate(fast), _tier_rate(slow)
+        held = None
+        if fast_rate is not None and slow_rate is not None and fast_rate < slow_rate:
+            held = (f"{loader} ran faster on {fast['tier']} ({fast['samples_per_s']:.0f} samples/s) than on "
+                    f"{slow['tier']} ({slow['samples_per_s']:.0f}), though the tier probe reads {fast['tier']} slower "
+                    f"({fast_rate:.0f} against {slow_rate:.0f} {unit}): the tier does not set its pace, so no move to "
+                    f"{fast['tier']} is advised")  # fmt: skip
+        elif slow["bottleneck"] in COMPUTE_LABELS:
+            held = (f"on {slow['tier']} {loader} is {slow['bottleneck']} (AU {_fmt(slow.get('au', np.nan), '', 2)}): "
+                    "the tier does not limit it, so no other tier is advised")  # fmt: skip
+        if held:
+            out.append({"topic": "storage", "verdict": "left out", "text": f"left out: {held}",
+                        "cells": [_cell(fast), _cell(slow)]})  # fmt: skip
+            continue
         _rec(out, "storage", [fast, slow], *compare(fast, slow), lambda q, differs: (
             f"{loader}: {fast['tier']} instead of {slow['tier']} gives {_x(q)} ({slow['samples_per_s']:.0f} -> "
             f"{fast['samples_per_s']:.0f} samples/s), "

@@ -3,9 +3,11 @@
 For each (GPUs, tier) the reference is the baseline loader's cell there (at the baseline's batch and precision where
 measured; without the baseline loader, the slowest cell): its bottleneck, AU and data wait say what limits it. The best
 measured fix is the fastest cell of the same GPUs, tier and parallel mode (any loader, batch or precision) that can
-carry a verdict (`diagnose.compare`: a contended or unconverged cell measured once cannot), against the reference with
-its 95% interval.
-How far to trust the group: its repeats, its cells' spread, its converged windows and its contended cells.
+carry a verdict (`diagnose.compare`: a contended or unconverged cell measured once cannot, nor one that delivered more
+than its compute ceiling), against the reference with its 95% interval. A reference above its ceiling is named
+implausible, with no limit made up for it.
+How far to trust the group: its repeats, its cells' spread, its converged windows, its contended and its implausible
+cells.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
         others = g[(g["parallel"] == ref["parallel"]) & (g.index != ref.name)]
         faster = others[others["samples_per_s"].astype(float) > float(ref["samples_per_s"])]
         # the fastest of the cells that can carry a verdict against the reference (a contended or unconverged cell
-        # measured once cannot), not merely the fastest: that one is the likeliest to be a lucky window
+        # measured once cannot, nor an implausible one), not merely the fastest: that one is the likeliest to be a
+        # lucky window
         usable = [(r, q) for r, q in ((r, compare(r, ref)[0]) for _, r in faster.iterrows()) if q is not None]
         _, ref_why = compare(ref, ref)
         if ref_why is not None:
@@ -69,12 +72,14 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
             "gpus": int(gpus), "tier": str(tier),
             "reference": {"cell": _cell(ref), "what": _describe(ref), "samples_per_s": float(ref["samples_per_s"]),
                           "bottleneck": ref["bottleneck"], "au": _num(ref.get("au")),
+                          "implausible": ref["bottleneck"] == "implausible",
                           "data_wait_ms": _num(ref.get("data_wait_ms")), "step_ms": _num(ref.get("step_ms"))},
             "fix": fix,
             "trust": {"cells": len(g), "repeats": [min(reps), max(reps)] if reps else None,
                       "halfwidth_median": float(np.median(hw)) if hw else None,
                       "converged": [sum(judged), len(judged)],
-                      "contended": int(sum(_flag(x) is True for x in g.get("contended", [])))},
+                      "contended": int(sum(_flag(x) is True for x in g.get("contended", []))),
+                      "implausible": int((g["bottleneck"] == "implausible").sum())},
         })  # fmt: skip
     return out
 
@@ -90,11 +95,15 @@ def _trust_text(t: dict) -> str:
         parts.append(f"{c}/{n} windows converged")
     if t["contended"]:
         parts.append(f"{t['contended']} contended")
+    if t.get("implausible"):
+        parts.append(f"{t['implausible']} implausible (above the compute ceiling)")
     return ", ".join(parts)
 
 
 def _limit_text(ref: dict) -> str:
     au = f"AU {ref['au']:.2f}" if ref["au"] is not None else "AU -"
+    if ref.get("implausible"):
+        return f"{ref['what']} is implausible ({au}: above the compute ceiling; check its batches and the ceiling cell)"
     wait = ""
     if ref["data_wait_ms"] is not None and ref["step_ms"]:
         wait = f", waits for data {100 * ref['data_wait_ms'] / ref['step_ms']:.0f}% of a step"
