@@ -199,7 +199,8 @@ def test_cells_on_the_same_devices_in_the_same_mode_follow_one_another():
     # a kept process (host.reuse_processes) serves the next dp cell on its devices: a ddp cell or a cell on other
     # GPUs in between ends it, so the order groups by (repeat, parallel mode, GPUs) before loader, tier and batch
     cfg = validate_config({"storage": {"ram": "/dev/shm"}, "loaders": ["opencv", "dali-cpu"], "gpus": [1, 2],
-                           "batch_sizes": [128, 256], "parallel": ["dp", "ddp"], "repeats": 2})  # fmt: skip
+                           "batch_sizes": [128, 256], "parallel": ["dp", "ddp"], "repeats": 2,
+                           "dataset": {"images": 512}})  # fmt: skip
     ids = cell_ids(cfg)
     envs = [(parse_cell_id(c)["repeat"], parse_cell_id(c)["parallel"], parse_cell_id(c)["gpus"]) for c in ids]
     assert [e for i, e in enumerate(envs) if i == 0 or e != envs[i - 1]] == [
@@ -253,3 +254,49 @@ def test_bad_parts_name_the_part_and_the_key(parts, words):
         _study(parts=parts, tiers=["ram"])
     for w in words:
         assert w in str(e.value)
+
+
+def test_a_batch_larger_than_a_generated_dataset_is_refused_naming_batch_sizes(tmp_path, capsys):
+    from loaderbench.cli import main as cli
+    from tests.conftest import write_config
+
+    small = {"dataset": {"images": 32, "classes": 2}, "storage": {"ram": "/dev/shm"}}
+    with pytest.raises(ConfigError) as e:
+        validate_config({**small, "batch_sizes": [4, 64]})
+    assert str(e.value) == ("config key 'batch_sizes': batch 64 takes 64 images a step, but dataset.images is 32; use "
+                            "batch sizes up to 4, or give the dataset more images")  # fmt: skip
+    # a step takes batch x GPUs images, under dp (one process) and ddp (a share each) alike
+    for parallel in ("dp", "ddp"):
+        with pytest.raises(ConfigError) as e:
+            validate_config({**small, "batch_sizes": [16, 32], "gpus": [1, 2], "parallel": [parallel]})
+        assert str(e.value).startswith("config key 'batch_sizes': batch 32 on 2 GPUs takes 64 images a step, but "
+                                       "dataset.images is 32; use batch sizes up to 16 or use fewer GPUs")  # fmt: skip
+    assert cell_ids(validate_config({**small, "batch_sizes": [16], "gpus": [2]})) == [
+        "torchvision_ram_g2_b16_fp32_dp_r0", "opencv_ram_g2_b16_fp32_dp_r0"]  # 32 images: exactly enough
+    assert validate_config({**small, "batch_sizes": [256], "loaders": ["synthetic"]})  # reads no image
+    with pytest.raises(ConfigError) as e:
+        validate_config({**small, "parts": [{"name": "ok", "batch_sizes": [8]},
+                                            {"name": "big", "batch_sizes": [8, 128]}]})  # fmt: skip
+    assert str(e.value).startswith("config key 'parts[1]' (big): config key 'batch_sizes': batch 128 takes 128 images")
+    path = write_config(tmp_path, {**small, "batch_sizes": [64]})
+    assert cli(["validate-config", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "config key 'batch_sizes': batch 64 takes 64 images a step, but dataset.images is 32" in err
+
+
+def test_a_batch_larger_than_a_path_sources_images_is_refused_when_paths_are_checked(tmp_path, small_dataset, capsys):
+    """The source's class folders hold 24 images: batch 32 is refused where the paths are checked (validate-config,
+    the workflow), counted only up to the images needed; a config for another machine (--skip-paths) is not."""
+    from loaderbench.cli import main as cli
+    from tests.conftest import write_config
+
+    (tmp_path / "tier").mkdir()
+    raw = {"dataset": {"source": "path", "path": str(small_dataset)}, "storage": {"disk": str(tmp_path / "tier")},
+           "loaders": ["torchvision"]}  # fmt: skip
+    path = write_config(tmp_path, {**raw, "batch_sizes": [8, 32]})
+    assert cli(["validate-config", "--config", str(path)]) == 2
+    assert (f"config key 'batch_sizes': batch 32 takes 32 images a step, but dataset.path {small_dataset} holds 24 "
+            "image files in its class folders; use batch sizes up to 8") in capsys.readouterr().err  # fmt: skip
+    assert cli(["validate-config", "--config", str(path), "--skip-paths"]) == 0
+    assert "valid (2 cells)" in capsys.readouterr().out
+    assert validate_config({**raw, "batch_sizes": [24]}, check_paths=True)["batch_sizes"] == [24]  # exactly enough

@@ -41,7 +41,8 @@ def test_gpu_host_prep_stages_into_each_tiers_path(tmp_path):
     ram.mkdir()
     disk.mkdir()
     cfg = {"dataset": {"images": 6, "classes": 2}, "storage": {"ram": {"kind": "ram", "path": str(ram)}, "disk": str(disk)},
-           "baseline": {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 128, "precision": "fp32"}}  # fmt: skip
+           "batch_sizes": [4],
+           "baseline": {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 4, "precision": "fp32"}}  # fmt: skip
     (checkout / "c.yaml").write_text(yaml.safe_dump(cfg))
     env = _with_python3(tmp_path)
     proc = subprocess.run(["bash", "dev/gpu-host-prep.sh", "c.yaml"], cwd=checkout, env=env, capture_output=True,
@@ -50,7 +51,7 @@ def test_gpu_host_prep_stages_into_each_tiers_path(tmp_path):
     for tier, path in (("ram", ram), ("disk", disk)):
         manifest = json.loads((checkout / f"results/staging/{tier}.json").read_text())
         assert manifest["tier_path"] == str(path) and manifest["counts"]["files"] == 6
-        assert len(list((path / "loaderbench").glob("*/train/*/*.JPEG"))) == 6
+        assert len(list((path / "loaderbench").glob("*/*/train/*/*.JPEG"))) == 6  # <project>/<dataset>/train
     assert not [p for p in checkout.iterdir() if p.name.startswith("{")], sorted(os.listdir(checkout))
 
 

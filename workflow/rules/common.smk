@@ -37,7 +37,8 @@ if not workflow.configfiles:
     config.clear()
     config.update(_raw)
 
-# Paths are checked here too (a missing dataset, a tier path that is a file), so `snakemake -n` reports them.
+# What lies on this machine is checked here too (a missing dataset, a tier path that is a file, a plugin whose
+# module cannot be found, a batch larger than a path source's images), so `snakemake -n` reports it.
 CFG = validate_config(config, base_dir=Path.cwd(), check_paths=True)
 CELLS = cell_ids(CFG)
 # With budget_minutes the cells are the plan's kept ones (`loaderbench plan` prints the same plan); a study over its
@@ -207,6 +208,8 @@ def get_cell_manifest(wildcards):
 
 
 def get_cell_spec(wildcards):
+    """The cell's spec as its job's param: a changed one re-measures the cell. A plugin cell's spec carries the
+    plugin's version and source hash (read without importing it), so an edited plugin is measured again."""
     return json.dumps(cell_spec(CFG, wildcards.cell).to_dict())
 
 

@@ -22,7 +22,8 @@ def register(add) -> None:
     s.add_argument("--config", required=True)
     s.add_argument("--show", action="store_true", help="print the config with defaults filled in")
     s.add_argument("--skip-paths", action="store_true",
-                   help="do not check the dataset and tier paths here (a config for another machine)")
+                   help="do not check what lies on this machine: the dataset and tier paths, a path source's image "
+                   "count and the plugin loaders' modules (a config for another machine)")
     s.set_defaults(func=cmd_validate)
 
     s = add("fuse-check", help="say whether the config's emulated tiers can be mounted here (FUSE)")

@@ -2,9 +2,10 @@
 measurement can be trusted. Imports nothing heavier than PyYAML and jsonschema.
 
 Modules: `config` (loading and validation), `cells` (cell specs, ids, the grid and its parts), `registry` (the
-built-in loaders by name), `devices` (models of emulated storage devices), `layout` (the results and staging
-layout), `records` (the cell record), `provenance` (host, code and run ids), `uncertainty` (intervals and whether two
-cells differ), `util` (atomic writes, hashing, process trees). The names below are imported on first use.
+built-in loaders by name), `pluginsource` (a plugin's code, identified without importing it), `devices` (models of
+emulated storage devices), `layout` (the results and staging layout), `records` (the cell record), `provenance`
+(host, code and run ids), `uncertainty` (intervals and whether two cells differ), `util` (atomic writes, hashing,
+process trees). The names below are imported on first use.
 """
 
 from .util import lazy_exports

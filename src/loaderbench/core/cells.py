@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from .layout import staged_root, tier_read_path
+from .pluginsource import plugin_identity
 
 PRECISIONS = ("fp32", "amp")
 
@@ -108,6 +109,10 @@ class CellSpec:
                                        default=1000)  # fmt: skip
     # a plugin loader's factory, 'module:factory' (docs/plugins.md); None for a built-in loader
     loader_ref: str | None = field(default=None, metadata={"since_records": True})
+    # the plugin's code as the spec was made (pluginsource.plugin_identity: its distribution's version and a hash of its
+    # source), so that an edited or upgraded plugin re-measures its cells; None for a built-in loader, or a plugin
+    # whose module cannot be found (its cells fail, and are measured again once it is found)
+    loader_identity: dict | None = field(default=None, metadata={"since_records": True, "fixed": True})
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
@@ -223,10 +228,11 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     tier = cfg["storage"][d["tier"]]
     settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
+    ref = cfg.get("plugins", {}).get(d["loader"])
     return CellSpec(**d, **loader_settings(settings, d["loader"]), tier_path=tier["path"],
                     dataset=cfg["dataset"]["name"], seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
-                    read_path=tier_read_path(tier), device_model=tier["model"],
-                    loader_ref=cfg.get("plugins", {}).get(d["loader"]))  # fmt: skip
+                    read_path=tier_read_path(tier), device_model=tier["model"], loader_ref=ref,
+                    loader_identity=plugin_identity(ref) if ref else None)  # fmt: skip
 
 
 def config_value(cfg: dict, key: str):

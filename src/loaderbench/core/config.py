@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import re
 from importlib import resources
@@ -23,6 +24,7 @@ from .cells import (
 )
 from .provenance import filesystem_of
 from .registry import LOADERS, PLUGIN_NAME, SHARD_LOADERS, REFERENCE, installed_plugins, reference_name
+from .pluginsource import find_module
 from .util import stable_hash
 
 
@@ -54,10 +56,13 @@ def _key(path) -> str:
     return out or "(top level)"
 
 
-def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths: bool = False) -> dict:
+def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths: bool = False,
+                    find_plugins: bool | None = None) -> dict:  # fmt: skip
     """Validate against the schema, fill defaults, check cross-key rules; return a new dict.
 
-    check_paths: also check the dataset and tier paths on this machine (when the workflow loads; see _check_paths)."""
+    check_paths: also check what lies on this machine - the dataset and tier paths (see _check_paths), the number of
+    images of a path source (_check_batches) and, unless find_plugins says otherwise, that the plugin loaders'
+    modules can be found (what the workflow does when it loads)."""
     cfg = copy.deepcopy(raw) if raw else {}
     if not isinstance(cfg, dict):
         raise ConfigError("config must be a mapping of keys to values")
@@ -71,7 +76,8 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
                 lines.append(f"config key '{_key(e.absolute_path)}': {e.message}")
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
 
-    _resolve_loaders(cfg)
+    find_plugins = check_paths if find_plugins is None else find_plugins
+    _resolve_loaders(cfg, find=find_plugins)
     if cfg["tiers"] is None:
         cfg["tiers"] = list(cfg["storage"])
     missing = [t for t in cfg["tiers"] if t not in cfg["storage"]]
@@ -108,11 +114,59 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
     if bad:
         i, c = bad[0]
         raise ConfigError(f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)")
-    _resolve_parts(raw or {}, cfg, base_dir)
+    _resolve_parts(raw or {}, cfg, base_dir, find_plugins)
     _resolve_shards(cfg)
     if check_paths:
         _check_paths(cfg, base_dir)
+    _check_batches(cfg, raw or {}, count_files=check_paths)
     return cfg
+
+
+def _check_batches(cfg: dict, raw: dict, count_files: bool) -> None:
+    """A step takes batch x GPUs distinct images (dp: one process takes the global batch; ddp: each of the GPUs'
+    ranks reads its own equal share of the images and takes a batch of it), so a dataset with fewer would fail every
+    cell of that batch. Checked where the count is known here: a generated dataset's `dataset.images`, and with
+    count_files a path source's files in its class folders (counted only up to the number needed, so ImageNet costs
+    no full scan); the dataset check may still quarantine some, and a cell left with too few fails naming its batch
+    and the images it has."""
+    steps = []  # (part index, part, batch, gpus) of each part's largest step of a loader that reads the files
+    for i, part in enumerate(cfg["parts"]):
+        if any(lo not in TIERLESS for lo in part["loaders"]):
+            b, g = max(itertools.product(part["batch_sizes"], part["gpus"]), key=lambda bg: (bg[0] * bg[1], bg[0]))
+            steps.append((i, part, b, g))
+    ds = cfg["dataset"]
+    if not steps or (ds["source"] == "path" and not count_files):
+        return
+    if ds["source"] == "generated":
+        have, what = ds["images"], f"dataset.images is {ds['images']}"
+    else:
+        have = _count_images(Path(ds["path"]), max(b * g for _, _, b, g in steps))
+        what = f"dataset.path {ds['path']} holds {have} image files in its class folders"
+    for i, part, b, g in steps:
+        if b * g <= have:
+            continue
+        where = f"config key 'parts[{i}]' ({part['name']}): " if raw.get("parts") else ""
+        fits = sorted(x for x in part["batch_sizes"] if x * g <= have)
+        step = f"batch {b} on {g} GPUs takes {b * g} images a step" if g > 1 else f"batch {b} takes {b} images a step"
+        raise ConfigError(f"{where}config key 'batch_sizes': {step}, but {what}; "
+                          + (f"use batch sizes up to {fits[-1]}" if fits else "lower the batch size")
+                          + (" or use fewer GPUs (config key 'gpus')" if g > 1 else "")
+                          + ", or give the dataset more images")  # fmt: skip
+
+
+def _count_images(source: Path, enough: int) -> int:
+    """The files in `source`'s class folders (as the dataset check lists them), counted up to `enough`."""
+    n = 0
+    try:
+        classes = [e.path for e in os.scandir(source) if e.is_dir() and not e.name.startswith(".")]
+    except OSError:
+        return 0
+    for folder in classes:
+        for _, _, filenames in os.walk(folder):
+            n += len(filenames)
+            if n >= enough:
+                return n
+    return n
 
 
 def _resolve_shards(cfg: dict) -> None:
@@ -149,10 +203,13 @@ def resolve_loaders(cfg: dict, entries: list[str], key: str) -> list[str]:
     return probe["loaders"]
 
 
-def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'") -> None:
+def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'", find: bool = False) -> None:
     """cfg["loaders"] as the names cells carry, and cfg["plugins"] (name -> `module:factory`) for the plugin loaders:
     a `loaders` entry is a built-in name, a name under `plugins`, a `module:factory` reference (named by
-    `reference_name`) or an installed package's plugin (entry-point group `loaderbench.loaders`)."""
+    `reference_name`) or an installed package's plugin (entry-point group `loaderbench.loaders`).
+
+    find: refuse a plugin whose module cannot be found here, without importing it (pluginsource.find_module), naming
+    where the config names it; otherwise its cells would each fail on the import."""
     declared = dict(cfg.get("plugins") or {})
     for name, ref in declared.items():
         if not PLUGIN_NAME.match(name) or name in LOADERS:
@@ -166,9 +223,9 @@ def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'") -> None:
             names.append(entry)
             continue
         if entry in declared:
-            name, ref = entry, declared[entry]
+            name, ref, where = entry, declared[entry], f"config key 'plugins.{entry}'"
         elif REFERENCE.match(entry):
-            name, ref = reference_name(entry), entry
+            name, ref, where = reference_name(entry), entry, f"{key}: plugin {entry!r}"
         else:
             installed = installed_plugins() if installed is None else installed
             if entry not in installed:
@@ -176,6 +233,11 @@ def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'") -> None:
                 raise ConfigError(f"{key}: unknown loader {entry!r}; known: {known}; or name a plugin's "
                                   "factory as 'module:factory' (docs/plugins.md)")  # fmt: skip
             name, ref = entry, installed[entry]
+            where = f"{key}: plugin {entry!r} (an installed package's entry point, {ref!r})"
+        if find and find_module(module := ref.partition(":")[0]) is None:
+            raise ConfigError(f"{where}: module {module!r} cannot be found here (not installed, not on PYTHONPATH, "
+                              "or a package above it fails to import); install its package, or put the folder that "
+                              "holds it on PYTHONPATH before starting snakemake (docs/plugins.md)")  # fmt: skip
         if name in LOADERS or not PLUGIN_NAME.match(name):
             raise ConfigError(f"{key}: plugin {entry!r} would be named {name!r}, which is a built-in "
                               "loader's or not a name; name it under 'plugins'")  # fmt: skip
@@ -195,7 +257,7 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _resolve_parts(raw: dict, cfg: dict, base_dir: Path) -> None:
+def _resolve_parts(raw: dict, cfg: dict, base_dir: Path, find_plugins: bool = False) -> None:
     """cfg["parts"]: the study's sub-grids, each with its axes and the settings of its cells' specs. A config without
     `parts` is one part, `grid`. A part takes what it does not set from the top level; the top-level `tiers` become
     the parts' tiers (those staged and probed) and an auto cell_timeout_s the longest the parts need."""
@@ -217,7 +279,8 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path) -> None:
             raise ConfigError(f"{where}: {', '.join(map(repr, bad))} cannot differ between parts; a part sets "
                               f"{', '.join(sorted(settable - {'name', 'note'}))}")  # fmt: skip
         try:
-            pc = validate_config(_merge(base, {k: v for k, v in p.items() if k not in ("name", "note")}), base_dir)
+            pc = validate_config(_merge(base, {k: v for k, v in p.items() if k not in ("name", "note")}), base_dir,
+                                 find_plugins=find_plugins)  # fmt: skip
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
         cfg["plugins"].update(pc["plugins"])

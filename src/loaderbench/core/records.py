@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from .cells import CellSpec
+from .pluginsource import plugin_source
 from .util import stable_hash
 
 SCHEMA_VERSION = 1
@@ -15,8 +16,13 @@ STATUSES = ("ok", "skipped", "failed")
 def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason: str | None = None,
                 detail: str | None = None, **parts) -> dict:  # fmt: skip
     """The cell record, built here only (the cell runner calls it once, with everything it collected: `parts` are
-    started_at, wall_s, tier, telemetry, contention, provenance, phases_s, process_start, stacks, manifest_sha256)."""
+    started_at, wall_s, tier, telemetry, contention, provenance, phases_s, process_start, stacks, manifest_sha256).
+
+    A plugin cell's provenance gains `plugin`: the plugin's code as the cell ended (pluginsource.plugin_source: where it
+    lies, whether installed editable, its identity), beside the identity its spec was made with."""
     assert status in STATUSES
+    if spec.loader_ref and isinstance(parts.get("provenance"), dict):
+        parts["provenance"] = {**parts["provenance"], "plugin": _plugin(spec.loader_ref)}
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": spec.cell_id,
@@ -29,6 +35,14 @@ def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason
         "finished_at": time.time(),
         **parts,
     }
+
+
+def _plugin(reference: str) -> dict:
+    """A plugin cell's provenance.plugin; what kept it from being read, rather than no record at all."""
+    try:
+        return {"reference": reference, **(plugin_source(reference) or {})}
+    except Exception as e:  # noqa: BLE001 - the record must still be written
+        return {"reference": reference, "error": f"{type(e).__name__}: {e}"}
 
 
 def spec_hash(spec: CellSpec) -> str:
