@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from loaderbench.cli import main as cli
+from loaderbench.core.layout import project_key, read_root
 from loaderbench.core.util import sha256_file
 from loaderbench.data.check import DatasetError, check_dataset
 from loaderbench.data.stage import MARKER, StagingError, stage
@@ -56,7 +57,8 @@ def test_check_classifies_every_bad_file_class(tmp_path, messy_source):
     assert by["truncated.JPEG"]["status"] == "bad" and by["truncated.JPEG"]["issues"] == ["undecodable"]
     assert by["corrupt.JPEG"]["status"] == "bad"
     assert by["notes.JPEG"]["status"] == "bad" and by["notes.JPEG"]["issues"] == ["not_an_image"]
-    assert result["counts"] == {"files": 31, "ok": 24, "odd": 4, "bad": 3, "rechecked": 31, "stray": 0}
+    assert result["counts"] == {"files": 31, "ok": 24, "odd": 4, "bad": 3, "rechecked": 31, "stray": 0,
+                                "empty_classes": 0}  # fmt: skip
     # bad files are quarantined (copied aside) and listed in the report; the source is left untouched
     quarantined = sorted(p.name for p in (tmp_path / "quarantine").rglob("*") if p.is_file())
     assert quarantined == ["corrupt.JPEG", "notes.JPEG", "truncated.JPEG"]
@@ -138,7 +140,7 @@ def test_manifest_and_incremental_restage(tmp_path, small_dataset):
     check_dataset(src, check, tmp_path / "q", jobs=2)
     man = stage(check, "t", tier, "ds", out)
     root = Path(man["root"])
-    assert root == tier / "loaderbench/ds/train" and (tier / "loaderbench" / MARKER).exists()
+    assert root == tier / "loaderbench" / project_key() / "ds/train" and (tier / "loaderbench" / MARKER).exists()
     assert man["counts"]["files"] == 24 and man["counts"]["copied"] == 24
     for f in man["files"]:
         assert sha256_file(root / f["path"]) == f["sha256"] and (root / f["path"]).stat().st_size == f["size"]
@@ -208,18 +210,20 @@ def test_check_report_is_the_same_on_every_run_and_names_the_file(tmp_path, mess
 
 
 @pytest.mark.parametrize("loader", ["torchvision", "opencv", "nvjpeg", "dali-cpu"])
-def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(tmp_path, small_dataset, loader):
+def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(tmp_path, small_dataset, loader,
+                                                                             monkeypatch):
     """A stray folder in a staged tree (staging keeps foreign files) made every cell fail with 'Target 3 is out of
     bounds': labels came from a directory scan, the class count from the manifest."""
     from loaderbench.core.cells import cell_spec
     from loaderbench.core.config import validate_config
     from loaderbench.engine.runcell import run_cell
 
+    monkeypatch.chdir(tmp_path)  # the project's folder, where the workflow runs its jobs
     src = tmp_path / "src"
     shutil.copytree(small_dataset, src)
     check_dataset(src, tmp_path / "check.json", tmp_path / "q", jobs=2)
-    stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
-    root = tmp_path / "tier/loaderbench/ds/train"
+    man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
+    root = Path(man["root"])
     (root / "aaa_stray").mkdir()  # sorts before every class: a scan would shift every label by one
     shutil.copy(next((src / "class_0000").iterdir()), root / "aaa_stray/foreign.JPEG")
     (root / "class_0001/notes.txt").write_text("foreign\n")
@@ -310,7 +314,8 @@ def test_verify_restages_a_file_corrupted_in_place(tmp_path, small_dataset, caps
     again = stage(tmp_path / "check.json", "disk", tmp_path / "tier", *args, project_dir=tmp_path)
     assert again["counts"]["copied"] == 0 and sha256_file(victim) != man["files"][5]["sha256"]  # size alone: unnoticed
     rc = cli(["stage", "--check", str(tmp_path / "check.json"), "--tier", "disk", "--tier-path", str(tmp_path / "tier"),
-              "--dataset", "ds", "--out", str(tmp_path / "m.json"), "--verify"])  # fmt: skip
+              "--dataset", "ds", "--out", str(tmp_path / "m.json"), "--project-dir", str(tmp_path),
+              "--verify"])  # fmt: skip
     assert rc == 0 and "verified by checksum: 1 differed and were restaged" in capsys.readouterr().err
     verified = json.loads((tmp_path / "m.json").read_text())
     assert verified["counts"]["repaired"] == 1 and verified["verified"]["repaired"] == [man["files"][5]["path"]]
@@ -340,12 +345,13 @@ def test_tiers_on_the_same_or_nested_paths_are_refused_at_validation(tmp_path, s
     assert str(err.value).startswith(f"config key 'storage.x.path': {a} {words} ") and f"(config key '{key_b}')" in str(err.value)
 
 
-def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_path, small_dataset):
+def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_path, small_dataset, monkeypatch):
     """It passed check and stage, then dali-cpu failed: 'Unsupported argument type with name files'."""
     from loaderbench.core.cells import cell_spec
     from loaderbench.core.config import validate_config
     from loaderbench.engine.runcell import run_cell
 
+    monkeypatch.chdir(tmp_path)  # the project's folder, where the workflow runs its jobs
     src = tmp_path / "src"
     shutil.copytree(small_dataset, src)
     raw_name = os.path.join(os.fsencode(src / "class_0001"), b"b\xffd.JPEG")
@@ -368,3 +374,100 @@ def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_pat
     record = run_cell(cell_spec(cfg, "dali-cpu_disk_g1_b5_fp32_dp_r0"), tmp_path / "m.json", tmp_path / "cells/x.json")
     assert record["status"] == "ok", (record["reason"], record.get("detail"))
     assert record["metrics"]["steps"] == 6  # 30 images: more than one pass over the 25 files, the renamed one read
+
+
+def test_two_projects_staging_into_one_shared_tier_keep_their_own_trees_and_manifests(tmp_path, small_dataset,
+                                                                                     monkeypatch):
+    """Two clones on one host with the quickstart's `ram: /dev/shm` shared one staged copy: the second restaged it
+    and rewrote the first's manifest. Each project now stages into its own folder of the tier, and its cells read
+    there; the tier path in their specs stays the configured one."""
+    from loaderbench.core.cells import cell_spec
+    from loaderbench.core.config import validate_config
+
+    shared = tmp_path / "shm"  # a tier outside both projects, as /dev/shm is
+    shared.mkdir()
+    a, b = tmp_path / "clone-a", tmp_path / "clone-b"
+    for project in (a, b):
+        (project / "results/staging").mkdir(parents=True)
+    check = tmp_path / "check.json"
+    check_dataset(small_dataset, check, tmp_path / "q", jobs=2)
+    shards = {"size_mb": 1, "min_shards": 2, "seed": 0}
+    man_a = stage(check, "ram", shared, "ds", a / "results/staging/ram.json", project_dir=a, shards=shards)
+    man_b = stage(check, "ram", shared, "ds", b / "results/staging/ram.json", project_dir=b, shards=shards)
+    root_a, root_b = Path(man_a["root"]), Path(man_b["root"])
+    assert root_a.parent.parent.parent == root_b.parent.parent.parent == shared.resolve() / "loaderbench"
+    assert root_a.parent.name == root_b.parent.name == "ds" and root_a.parent.parent != root_b.parent.parent
+    assert root_a.parent.parent.name.startswith("clone-a-") and root_b.parent.parent.name.startswith("clone-b-")
+    assert man_b["counts"]["copied"] == 24  # its own copy, not the first project's files counted as kept
+    for man, root in ((man_a, root_a), (man_b, root_b)):
+        assert sorted(str(p.relative_to(root)) for p in root.rglob("*.JPEG")) == sorted(f["path"] for f in man["files"])
+        assert all(sha256_file(root / f["path"]) == f["sha256"] for f in man["files"])
+        shard_dir = root.parent / man["shards"]["folder"]
+        assert sorted(p.name for p in shard_dir.glob("*.tar")) == sorted(f["path"] for f in man["shards"]["files"])
+
+    # the first project's dataset changes and it restages: the second's tree and manifest stay as they were
+    b_manifest = (root_b.parent / "manifest.json").read_bytes()
+    src_a = tmp_path / "src-a"
+    shutil.copytree(small_dataset, src_a)
+    gone = sorted((src_a / "class_0001").iterdir())[0]
+    gone.unlink()
+    check_dataset(src_a, tmp_path / "check-a.json", tmp_path / "q-a", jobs=2)
+    again = stage(tmp_path / "check-a.json", "ram", shared, "ds", a / "results/staging/ram.json", project_dir=a)
+    assert again["counts"]["files"] == 23 and again["counts"]["removed"] == 1
+    assert (root_b.parent / "manifest.json").read_bytes() == b_manifest
+    assert (root_b / gone.relative_to(src_a)).is_file() and len(list(root_b.rglob("*.JPEG"))) == 24
+
+    # each project's cells read its own copy, through the configured tier path, or an emulated tier's mount
+    cfg = validate_config({"storage": {"ram": str(shared)}, "loaders": ["torchvision"], "batch_sizes": [4],
+                           "dataset": {"name": "ds"},
+                           "baseline": {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 4,
+                                        "precision": "fp32"}}, base_dir=tmp_path)  # fmt: skip
+    for project, root in ((a, root_a), (b, root_b)):
+        monkeypatch.chdir(project)
+        spec = cell_spec(cfg, "torchvision_ram_g1_b4_fp32_dp_r0")
+        assert spec.tier_path == str(shared) and spec.data_root == root
+        assert read_root(json.loads((project / "results/staging/ram.json").read_text()), shared) == root
+    mount = tmp_path / "mnt"
+    assert read_root(man_b, mount) == mount / root_b.relative_to(shared.resolve())
+
+
+def test_an_empty_class_folder_is_named_in_the_check_report_as_left_out_once(tmp_path, small_dataset, capsys):
+    """An empty class folder vanished without a word: staging lists classes from files, so the staged dataset (and
+    the model's class count) silently had one class fewer than the source's folders."""
+    src = tmp_path / "src"
+    shutil.copytree(small_dataset, src)
+    (src / "class_0003_empty").mkdir()
+    (src / "class_0004_empty" / "nested").mkdir(parents=True)  # folders, but not one file
+    (src / "class_0005_broken").mkdir()
+    (src / "class_0005_broken" / "a.JPEG").write_bytes(b"not a jpeg")
+    result = check_dataset(src, tmp_path / "dataset/check.json", tmp_path / "q", jobs=2)
+    assert result["empty_classes"] == ["class_0003_empty", "class_0004_empty"]
+    assert result["all_bad_classes"] == ["class_0005_broken"] and result["counts"]["empty_classes"] == 2
+    report = (tmp_path / "dataset/check.txt").read_text()
+    assert ("class folders left out (no files; not classes of the staged dataset): class_0003_empty, "
+            "class_0004_empty\n") in report  # fmt: skip
+    assert ("class folders left out (every file undecodable; not classes of the staged dataset): "
+            "class_0005_broken\n") in report  # fmt: skip
+    man = stage(tmp_path / "dataset/check.json", "t", tmp_path / "tier", "ds", tmp_path / "m.json",
+                project_dir=tmp_path)
+    assert man["classes"] == ["class_0000", "class_0001", "class_0002"]
+    capsys.readouterr()
+    assert cli(["check", "--source", str(src), "--out", str(tmp_path / "again.json"), "--quarantine",
+                str(tmp_path / "q2"), "--jobs", "2"]) == 0  # fmt: skip
+    out = capsys.readouterr()
+    assert (out.out + out.err).count("class_0003_empty") == 1
+
+
+@pytest.mark.e2e
+def test_the_runs_output_names_an_empty_class_folder_once(tmp_path, small_dataset):
+    """The check job's report went only to its log: a run said nothing of the class it left out."""
+    from tests.conftest import snakemake, tiny_config, write_config
+
+    src = tmp_path / "src"
+    shutil.copytree(small_dataset, src)
+    (src / "class_0009").mkdir()
+    cfg = tiny_config(tmp_path, dataset={"source": "path", "path": str(src), "name": "mine"})
+    out = snakemake(tmp_path, "--configfile", str(write_config(tmp_path, cfg)), "--until", "check_dataset")
+    text = out.stdout + out.stderr
+    assert text.count("class folders left out (no files; not classes of the staged dataset): class_0009") == 1, text
+    assert "24 files: 24 ok" in text and "  odd" not in text

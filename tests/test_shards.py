@@ -16,6 +16,7 @@ import torch
 
 from loaderbench.core.cells import ConfigError
 from loaderbench.core.config import validate_config
+from loaderbench.core.layout import read_root
 from loaderbench.data.check import check_dataset
 from loaderbench.data.manifest import samples
 from loaderbench.data.shards import FOLDER, INDEX, ShardsMissing, shard_count
@@ -58,7 +59,7 @@ def test_staging_writes_every_image_once_with_its_label_and_an_index_dali_can_fo
     by_digest = {hashlib.sha256((root / f["path"]).read_bytes()).hexdigest(): f["path"] for f in man["files"]}
     labels = {Path(p).relative_to(root).as_posix(): y for p, y in samples(root, [f["path"] for f in man["files"]])[0]}
     sh = man["shards"]
-    folder = tier / "loaderbench/ds" / FOLDER
+    folder = root.parent / FOLDER
     # 24 images of ~85 KB: 3 shards of 1 MB, so min_shards decides
     assert sh["count"] == shard_count(man["counts"]["bytes"], 24, 1, 4) == 4 and len(sh["files"]) == 4
     assert json.loads((folder / INDEX).read_text())["files"] == sh["files"]
@@ -85,7 +86,7 @@ def test_staging_writes_every_image_once_with_its_label_and_an_index_dali_can_fo
 
 def test_restaging_keeps_shards_rewrites_them_for_a_new_layout_and_removes_them_when_off(tmp_path, staged):
     man, tier = staged
-    check, out, folder = tmp_path / "check.json", tmp_path / "t.json", tier / "loaderbench/ds" / FOLDER
+    check, out, folder = tmp_path / "check.json", tmp_path / "t.json", Path(man["root"]).parent / FOLDER
     again = stage(check, "t", tier, "ds", out, shards=SHARDS)
     assert again["shards"]["kept"] is True and again["shards"]["files"] == man["shards"]["files"]
     bigger = stage(check, "t", tier, "ds", out, shards={**SHARDS, "min_shards": 2, "size_mb": 100})
@@ -106,7 +107,7 @@ def test_shards_instead_of_files_leave_no_file_on_the_tier_and_read_alike(tmp_pa
     assert only["shards"]["kept"] is True  # the shards were there already
     (tmp_path / "tier2").mkdir()
     fresh = stage(check, "t2", tmp_path / "tier2", "ds", tmp_path / "t2.json", shards={**SHARDS, "files": False})
-    assert not (tmp_path / "tier2/loaderbench/ds/train").exists() and fresh["shards"]["kept"] is False
+    assert not Path(fresh["root"]).exists() and fresh["shards"]["kept"] is False
     # made from the source's bytes, byte for byte the shards made from a staged tree
     assert [f["sha256"] for f in fresh["shards"]["files"]] == [f["sha256"] for f in man["shards"]["files"]]
     it = get_loader("wds").build(context(only))
@@ -179,13 +180,13 @@ def test_the_probe_streams_a_file_it_writes_or_the_tiers_shards(tmp_path, staged
     with_shards = probe_tier(man, entry, readers=[1], max_seconds=2, sequential_mb=0.1)
     seq, shards = with_shards["sequential"], with_shards["shards"]
     assert seq["source"] == "file" and seq["bytes"] == 100_000 and seq["mb_per_s"] > 0
-    assert (tier / "loaderbench/ds" / SEQUENTIAL_FILE).stat().st_size == 100_000
+    assert (Path(man["root"]).parent / SEQUENTIAL_FILE).stat().st_size == 100_000
     assert shards["files"] == 1 and shards["bytes"] == man["shards"]["files"][0]["size"]  # the first shard: >= 0.1 MB
     assert with_shards["dataset_bytes"] == man["counts"]["bytes"]
     plain = probe_tier({k: v for k, v in man.items() if k != "shards"}, entry, readers=[1], max_seconds=2,
                        sequential_mb=2)  # fmt: skip
     assert "shards" not in plain and plain["sequential"]["bytes"] == 2_000_000
-    assert (tier / "loaderbench/ds" / SEQUENTIAL_FILE).stat().st_size == 2_000_000
+    assert (Path(man["root"]).parent / SEQUENTIAL_FILE).stat().st_size == 2_000_000
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +214,7 @@ def test_wds_workers_read_in_turn_so_a_one_head_disk_streams(big_shards):
     model = DeviceModel("test-hdd", access_ms=5, bandwidth_mb_s=200, concurrency=1)
     mnt = tmp / f"mnt-{at_once}"
     with mount(tmp / "tier", mnt, model) as m:
-        read_man = {**man, "root": str(mnt / "loaderbench/ds/train")}
+        read_man = {**man, "root": str(read_root(man, mnt))}
         it = get_loader("wds").build(context(read_man, workers=2, shuffle_buffer=4, shard_readers=at_once))
         for _ in range(30):  # 120 images: more than a pass
             next(it)

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from loaderbench.core.config import ConfigError
+from loaderbench.core.util import WriteError
 from loaderbench.data.check import DatasetError
 from loaderbench.data.stage import StagingError
 from loaderbench.engine.hostlock import HostBusy
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         return a.func(a)
-    except (ConfigError, DatasetError, StagingError, HostBusy) as e:
+    except (ConfigError, DatasetError, StagingError, HostBusy, WriteError) as e:
         print(f"loaderbench {a.command}: error: {e}", file=sys.stderr)
         return 2
 

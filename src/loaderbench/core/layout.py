@@ -2,10 +2,14 @@
 the aggregation (the respread ledger) and the Makefile (`loaderbench where`) read it from here.
 
 Paths are relative to the run's working directory (Snakemake's --directory). A method given a wildcard such as
-"{tier}" returns the rule's pattern: `RESULTS.manifest("{tier}")` is "results/staging/{tier}.json"."""
+"{tier}" returns the rule's pattern: `RESULTS.manifest("{tier}")` is "results/staging/{tier}.json". The staged copy on
+a tier lies in a folder of the run's own (`staged_root`), found again through the tier's manifest (`read_root`)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +85,25 @@ def tier_read_path(tier: dict) -> str:
     return tier["mount"] if tier["kind"] == "emulated" else tier["path"]
 
 
-def staged_root(tier_path: str | Path, dataset: str) -> Path:
-    """ImageFolder root of the staged copy: staging owns only `<tier>/loaderbench/`."""
-    return Path(tier_path) / "loaderbench" / dataset / "train"
+def project_key(project_dir: str | Path | None = None) -> str:
+    """The folder a project (a run's working directory, by default this process's) stages into on every tier: its
+    name and a short hash of its resolved path, so that two clones on one host never share a staged copy."""
+    path = Path(os.path.realpath(project_dir or "."))
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", path.name)[:32].strip("._") or "project"
+    return f"{name}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+
+
+def staged_root(tier_path: str | Path, dataset: str, project_dir: str | Path | None = None) -> Path:
+    """ImageFolder root of the staged copy: staging owns only `<tier>/loaderbench/`, and in it each project its own
+    `<project_key>/` (a tier such as /dev/shm is shared by every project on the host). An emulated tier's mount
+    shows its backing path's tree, so the same call on the mount gives the path the cells read."""
+    return Path(tier_path) / "loaderbench" / project_key(project_dir) / dataset / "train"
+
+
+def read_root(manifest: dict, read_path: str | Path | None = None) -> Path:
+    """Where the staged tree a tier manifest describes is read: its root, or the same place under `read_path` (an
+    emulated tier's mount, which shows the backing tier path's tree)."""
+    root = Path(manifest["root"])
+    if read_path is None:
+        return root
+    return Path(read_path) / root.relative_to(manifest["tier_path"])

@@ -1,15 +1,19 @@
-"""Small shared helpers: atomic writes, hashing, progress lines, process trees, a package's lazy exports."""
+"""Small shared helpers: atomic writes (and the one-line error of a failed write), hashing, progress lines, process
+trees, a package's lazy exports."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
 import json
 import os
+import secrets
+import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,21 +32,90 @@ def lazy_exports(package: str, names: dict[str, str]):
     return __getattr__
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder and rename: readers never see a partial file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+class WriteError(OSError):
+    """A file could not be written: the message names the file, the cause and, when the disk is full, its free space."""
+
+    def __init__(self, path: str | Path, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+        self.message = f"cannot write {path}: {cause.strerror or cause}{_space_note(Path(path), cause.errno)}"
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):  # through a process pool: rebuilt from what the constructor takes
+        return type(self), (self.filename, OSError(self.errno, self.strerror))
+
+
+def _space_note(path: Path, errno_: int | None) -> str:
+    """' (12 KB free on /mnt/x)' for a full disk or quota, naming the filesystem the file was to be on; else ''."""
+    if errno_ not in (errno.ENOSPC, errno.EDQUOT):
+        return ""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        free, mount = free_space(path)
+    except OSError:
+        return ""
+    return f" ({human_bytes(free)} free on {mount})"
+
+
+def free_space(path: str | Path) -> tuple[int, Path]:
+    """(bytes free, mount point) of the filesystem `path` is (or would be, once created) on."""
+    place = Path(os.path.abspath(path))
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    free = shutil.disk_usage(place).free
+    while not os.path.ismount(place) and place != place.parent:
+        place = place.parent
+    return free, place
+
+
+def human_bytes(n: float) -> str:
+    """'512 B', '12 KB', '3.4 MB' (decimal units, as the rest of the messages)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" or n >= 10 else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+@contextmanager
+def writing(path: str | Path):
+    """Turn an OSError raised while writing `path` (a file or a folder of them) into a WriteError that names it."""
+    try:
+        yield
+    except WriteError:
         raise
+    except OSError as e:
+        raise WriteError(path, e) from e
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same folder and rename: readers never see a partial file. The file gets the mode
+    a plain open() gives (0666 less the umask), and a failed write leaves no temp file (WriteError names the path)."""
+    path = Path(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _create_temp(path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new file beside `path`, opened for writing. Not tempfile.mkstemp: it creates files 0600, and the rename
+    would give tables and records that mode."""
+    for _ in range(100):
+        tmp = str(path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp"))
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 def atomic_write_text(path: Path, text: str) -> None:

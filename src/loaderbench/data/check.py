@@ -99,8 +99,9 @@ def _check_file(args: tuple[str, str]) -> dict:
     return {"sha256": sha256_bytes(data), **info}
 
 
-def list_source(source: Path) -> tuple[list[str], list[str]]:
-    """(files inside class folders, files outside them) relative to `source`; validates the layout."""
+def list_source(source: Path) -> tuple[list[str], list[str], list[str]]:
+    """(files inside class folders, files outside them, class folders without a file) relative to `source`;
+    validates the layout."""
     if not source.exists():
         raise DatasetError(f"dataset path {source} does not exist (config key dataset.path)")
     if not source.is_dir():
@@ -113,21 +114,24 @@ def list_source(source: Path) -> tuple[list[str], list[str]]:
             f"dataset path {source} {what}: expected ImageFolder layout <root>/<class>/<image> "
             "(e.g. ImageNet's train/ folder; config key dataset.path)"
         )
-    files = []
+    files, empty = [], []
     for c in classes:
+        before = len(files)
         for dirpath, dirnames, filenames in os.walk(source / c):
             dirnames.sort()
             for f in sorted(filenames):
                 files.append(os.path.relpath(os.path.join(dirpath, f), source))
+        if len(files) == before:
+            empty.append(c)
     if not files:
         raise DatasetError(f"dataset path {source} has class folders but no files in them (config key dataset.path)")
-    return files, stray
+    return files, stray, empty
 
 
 def check_dataset(source: Path, out: Path, quarantine: Path, strict: bool = False, jobs: int | None = None) -> dict:
     """Check every file of `source`; write the check result to `out` and bad files to `quarantine`."""
     source = Path(source).resolve()
-    files, stray = list_source(source)
+    files, stray, empty = list_source(source)
     previous = {}
     if Path(out).is_file():
         try:
@@ -151,7 +155,8 @@ def check_dataset(source: Path, out: Path, quarantine: Path, strict: bool = Fals
         for rel, res in progress(zip(todo, results), total=len(todo), label="check images"):
             entries[rel].update(res)
     ordered = [entries[r] for r in files]
-    counts = {"files": len(ordered), "ok": 0, "odd": 0, "bad": 0, "rechecked": len(todo), "stray": len(stray)}
+    counts = {"files": len(ordered), "ok": 0, "odd": 0, "bad": 0, "rechecked": len(todo), "stray": len(stray),
+              "empty_classes": len(empty)}  # fmt: skip
     issues: dict[str, int] = {}
     for e in ordered:
         counts[e["status"]] += 1
@@ -162,6 +167,10 @@ def check_dataset(source: Path, out: Path, quarantine: Path, strict: bool = Fals
         "counts": counts,
         "issues": issues,
         "stray_files": stray,
+        # class folders left out of every staged copy: a class is a folder with a file to stage, so the loaders'
+        # labels (and the model's class count) are the classes that have one
+        "empty_classes": [printable(c) for c in empty],
+        "all_bad_classes": _all_bad_classes(ordered),
         "files": ordered,
         "fingerprint": stable_hash([(e["path"], e["sha256"]) for e in ordered]),
     }
@@ -185,6 +194,14 @@ def check_dataset(source: Path, out: Path, quarantine: Path, strict: bool = Fals
     return result
 
 
+def _all_bad_classes(files: list[dict]) -> list[str]:
+    """Class folders whose every file is undecodable (quarantined): like an empty one, left out."""
+    status: dict[str, set[str]] = {}
+    for e in files:
+        status.setdefault(e["path"].split("/", 1)[0], set()).add(e["status"])
+    return sorted(printable(c) for c, seen in status.items() if seen == {"bad"})
+
+
 def render_report(result: dict) -> str:
     c = result["counts"]
     lines = [
@@ -195,6 +212,11 @@ def render_report(result: dict) -> str:
         lines.append("issues: " + ", ".join(f"{k}={v}" for k, v in sorted(result["issues"].items())))
     if result["stray_files"]:
         lines.append(f"ignored (outside class folders): {', '.join(map(printable, result['stray_files'][:20]))}")
+    for key, why in (("empty_classes", "no files"), ("all_bad_classes", "every file undecodable")):
+        if names := result.get(key):
+            more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+            lines.append(f"class folders left out ({why}; not classes of the staged dataset): "
+                         f"{', '.join(names[:20])}{more}")  # fmt: skip
     for e in result["files"]:
         if e["status"] != "ok":
             detail = f" ({e['error']})" if e.get("error") else ""

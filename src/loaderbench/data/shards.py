@@ -29,9 +29,9 @@ FORMAT = 1  # bump when the layout inside a shard changes: staged shards are rew
 HEADER = 512  # a ustar header; names here are short, so every member has exactly one
 
 
-def shard_folder(tier_path: str | Path, dataset: str) -> Path:
-    """Where a tier's shards lie: beside the ImageFolder root (`<tier>/loaderbench/<dataset>/shards`)."""
-    return staged_root(tier_path, dataset).parent / FOLDER
+def shard_folder(tier_path: str | Path, dataset: str, project_dir: str | Path | None = None) -> Path:
+    """Where a tier's shards lie: beside the ImageFolder root (`<tier>/loaderbench/<project>/<dataset>/shards`)."""
+    return staged_root(tier_path, dataset, project_dir).parent / FOLDER
 
 
 def shard_count(total_bytes: int, files: int, size_mb: float, min_shards: int) -> int:

@@ -1,7 +1,8 @@
 """Stage the checked dataset onto one storage tier and write that tier's manifest.
 
-Staging writes only inside `<tier>/loaderbench/`, a folder it creates and marks as its own; it deletes only
-files its own previous manifest lists, and copies only files whose checksum changed.
+Staging writes only inside `<tier>/loaderbench/`, a folder it creates and marks as its own, and there only into the
+project's folder (`layout.staged_root`: two projects staging onto one tier keep apart); it deletes only files its own
+previous manifest lists, and copies only files whose checksum changed.
 """
 
 from __future__ import annotations
@@ -63,11 +64,12 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
     """Copy what changed onto the tier; verify: also checksum every kept file against the manifest and restage
     those that differ (a file corrupted in place keeps its size, so size alone never notices). shards: {size_mb,
     min_shards, seed, files} to write the dataset as WebDataset shards too (`data.shards`; files false: instead of
-    the file tree, whose staged files are removed), None to have none."""
+    the file tree, whose staged files are removed), None to have none. project_dir: the run's folder, whose own
+    folder on the tier the copy goes into."""
     check = json.loads(Path(check_json).read_text())
     source = Path(check["source"])
     tier_path = check_tier_path(tier, tier_path, source, project_dir)
-    root = staged_root(tier_path, dataset)
+    root = staged_root(tier_path, dataset, project_dir)
     tier_manifest = root.parent / "manifest.json"
     previous, previous_shards = {}, None
     if tier_manifest.is_file():
@@ -127,7 +129,7 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
         "files": files,
         "files_staged": with_files,  # false: the files are listed (labels, sizes) but only the shards are on the tier
     }
-    folder = shard_folder(tier_path, dataset)
+    folder = shard_folder(tier_path, dataset, project_dir)
     if shards:
         free = shutil.disk_usage(tier_path).free
         if free < manifest["counts"]["bytes"] - (previous_shards or {}).get("bytes", 0):

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from loaderbench.core.devices import DeviceModel, EmulatedTierError, predict
+from loaderbench.core.layout import read_root
+from loaderbench.core.util import writing
 
 from . import cache
 
@@ -152,31 +154,32 @@ def probe_manifest(manifest: dict, readers: Iterable[int] = (1, 8), max_files: i
     return {"tier": manifest.get("tier"), **result}
 
 
-def sequential_file(manifest: dict, tier_path: str | Path, read_path: str | Path, mb: float) -> Path:
+def sequential_file(manifest: dict, read_path: str | Path, mb: float) -> Path:
     """Where the tier is read as one stream: a file of `mb` MB of random bytes (incompressible) beside the staged
     tree, written into the tier once and kept; returned as read (an emulated tier's mount)."""
-    from loaderbench.core.layout import staged_root
-
-    target, size = staged_root(tier_path, manifest["dataset"]).parent / SEQUENTIAL_FILE, int(mb * 1e6)
+    target, size = read_root(manifest).parent / SEQUENTIAL_FILE, int(mb * 1e6)
     if not (target.is_file() and target.stat().st_size == size):
         tmp = target.with_name(f".{SEQUENTIAL_FILE}.tmp")
-        with open(tmp, "wb") as f:
-            for start in range(0, size, CHUNK):
-                f.write(os.urandom(min(CHUNK, size - start)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    return staged_root(read_path, manifest["dataset"]).parent / SEQUENTIAL_FILE
+        with writing(target):
+            try:
+                with open(tmp, "wb") as f:
+                    for start in range(0, size, CHUNK):
+                        f.write(os.urandom(min(CHUNK, size - start)))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+    return read_root(manifest, read_path).parent / SEQUENTIAL_FILE
 
 
 def shard_paths(manifest: dict, read_path: str | Path, mb: float) -> list[Path]:
     """The tier's first shards, `mb` MB of them at least (all when fewer), as read; [] without shards."""
-    from loaderbench.core.layout import staged_root
-
     shards = manifest.get("shards")
     if not shards:
         return []
-    folder, paths, total = staged_root(read_path, manifest["dataset"]).parent / shards["folder"], [], 0
+    folder, paths, total = read_root(manifest, read_path).parent / shards["folder"], [], 0
     for f in shards["files"]:
         paths.append(folder / f["path"])
         total += f["size"]
@@ -185,10 +188,10 @@ def shard_paths(manifest: dict, read_path: str | Path, mb: float) -> list[Path]:
     return paths
 
 
-def streams(manifest: dict, tier_path: str | Path, read_path: str | Path, mb: float, cold: bool) -> dict:
+def streams(manifest: dict, read_path: str | Path, mb: float, cold: bool) -> dict:
     """The tier read as streams by one reader: "sequential" (one long file: the device's streaming rate, what random
     image reads are held against) and, where it has shards, "shards" (its shards front to back, one after another)."""
-    out = {"sequential": sequential("file", [sequential_file(manifest, tier_path, read_path, mb)], cold)}
+    out = {"sequential": sequential("file", [sequential_file(manifest, read_path, mb)], cold)}
     if paths := shard_paths(manifest, read_path, mb):
         out["shards"] = sequential("shards", paths, cold)
     return out
@@ -206,8 +209,6 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
                max_seconds: float = 10.0, sequential_mb: float | None = 64) -> dict:  # fmt: skip
     """The probe job: a configured tier (config's full storage entry) read as the cells read it - an emulated
     tier through its FUSE mount (mounted for the probe and always unmounted), cold unless the tier is RAM."""
-    from loaderbench.core.layout import staged_root
-
     from .emulated import mount
 
     base = {"tier": manifest.get("tier"), "kind": tier["kind"], "cache": tier["cache"],
@@ -218,16 +219,16 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
     if tier["kind"] != "emulated":
         result = probe_manifest(manifest, readers, max_files, max_seconds, cold=cold) if files else no_files
         if sequential_mb:
-            result.update(streams(manifest, tier["path"], tier["path"], sequential_mb, cold))
+            result.update(streams(manifest, tier["path"], sequential_mb, cold))
         return {**base, **result}
     model = DeviceModel.from_dict(tier["model"])
     try:
         with mount(tier["path"], tier["mount"], model) as m:
-            root = staged_root(tier["mount"], manifest["dataset"])
+            root = read_root(manifest, tier["mount"])
             result = (probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
                       if files else {**no_files, "model": model.to_dict()})  # fmt: skip
             if sequential_mb:
-                result.update(streams(manifest, tier["path"], tier["mount"], sequential_mb, cold=True))
+                result.update(streams(manifest, tier["mount"], sequential_mb, cold=True))
             result["emulated_stats"] = m.stats()
     except EmulatedTierError as e:  # no FUSE here: a result that says why (the tier's cells say it too)
         return {**base, "cold": True, "model": model.to_dict(), "runs": [], "error": str(e)}

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from loaderbench.core.util import writing
+
 DEFAULT_DIR = "/tmp/loaderbench-locks"
 DEFAULT_WAIT_S = 1800.0
 DEFAULT_CPU_CORES = 0.5
@@ -127,12 +129,13 @@ def _take(path: Path, holder: str, start: float, wait_s: float, report_s: float,
         if key in _held:
             _held[key][1] += 1
             return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.chmod(path.parent, 0o1777)  # shared by every user's runs, like /tmp (best effort: it may be another's)
-    except OSError:
-        pass
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.chmod(path.parent, 0o1777)  # shared by every user's runs, like /tmp (best effort: it may be another's)
+        except OSError:
+            pass
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         next_report = start + report_s
         while True:
@@ -159,8 +162,11 @@ def _take(path: Path, holder: str, start: float, wait_s: float, report_s: float,
         raise
     info = {"pid": os.getpid(), "holder": holder, "started_at": time.time(), "host": socket.gethostname(),
             "command": " ".join(sys.argv)[:300]}  # fmt: skip
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(info).encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+    except OSError:  # a full /tmp: the lock is held all the same, waiters only cannot name its holder (read_holder)
+        pass
     with _held_lock:
         _held[key] = [fd, 1]
 

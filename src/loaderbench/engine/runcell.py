@@ -3,7 +3,9 @@
 The child (`python -m loaderbench.engine.train`) reports ok/skipped/failed with its metrics; this parent covers what the
 child cannot (death by a signal, a stall, a hang past the cell timeout), adds what it measured around the child
 (tier, telemetry, contention, provenance, phases) and builds the record, once (`records.make_record`).
-The record reaches `out` only by an atomic rename, so an interrupted run never leaves a truncated file.
+The record reaches `out` only by an atomic rename, so an interrupted run never leaves a truncated file, and before the
+telemetry timeline, so a disk that fills up costs the timeline, not the measurement. A write that fails ends the job
+with one line naming the file and the free space there (SystemExit); no scratch file (heartbeats, stacks) stays.
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ from loaderbench.core.cells import TIERLESS, CellSpec, configuration
 from loaderbench.core.config import auto_timeout
 from loaderbench.core.provenance import collect
 from loaderbench.core.records import make_record, warning_lines
-from loaderbench.core.util import atomic_write_json, die_with_parent, kill_tree
+from loaderbench.core.layout import read_root
+from loaderbench.core.util import (
+    WriteError,
+    atomic_write_json,
+    die_with_parent,
+    free_space,
+    human_bytes,
+    kill_tree,
+    writing,
+)
 
 from . import contention as _contention
 from . import hostlock, placement, telemetry, tier_run, warmclient
@@ -53,6 +64,8 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
                     return _run_cell(spec, manifest, out, timeline, position, host, busy=None, **run)
             except hostlock.HostBusy as e:
                 return _run_cell(spec, manifest, out, timeline, position, host, busy=str(e), **run)
+    except WriteError as e:  # the host lock's file (a full /tmp)
+        raise SystemExit(f"cell {spec.cell_id}: {e}; not measured") from None
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
@@ -61,9 +74,25 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
 def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, position: str,
               host: hostlock.HostSettings, busy: str | None, timeout_s: float, stall: StallRule) -> dict:  # fmt: skip
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    ranks = spec.gpus if spec.parallel == "ddp" else 1
-    partial, beats, stacks, rendezvous, leftovers = _scratch(out, ranks)
+    try:
+        with writing(out.parent):
+            out.parent.mkdir(parents=True, exist_ok=True)
+    except WriteError as e:
+        raise SystemExit(f"cell {spec.cell_id}: {e}; not measured") from None
+    _check_room(spec, out, timeline)
+    scratch = _scratch(out, spec.gpus if spec.parallel == "ddp" else 1)
+    try:
+        return _measure(spec, manifest, out, timeline, position, host, busy, timeout_s, stall, *scratch)
+    finally:
+        for p in scratch[-1]:  # the child's outcome, heartbeats, stacks: gone whatever happened
+            p.unlink(missing_ok=True)
+
+
+def _measure(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, position: str,
+             host: hostlock.HostSettings, busy: str | None, timeout_s: float, stall: StallRule, partial: Path,
+             beats: list[Path], stacks: list[Path], rendezvous: Path, leftovers: list[Path]) -> dict:  # fmt: skip
+    """The cell measured and its record (then its timeline) written; `partial` ... `leftovers`: its scratch files."""
+    ranks = len(beats)
     args = ["--spec", json.dumps(spec.to_dict()), "--manifest", str(manifest), "--out", str(partial),
             "--timeout-s", str(timeout_s)]  # fmt: skip
     started = time.time()
@@ -72,8 +101,11 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
           f"{spec.gpus} GPU x batch {spec.batch_size}, {spec.precision}, {spec.parallel})",
           file=sys.stderr, flush=True)  # fmt: skip
     manifest_data = json.loads(Path(manifest).read_text())
+    # where the cell reads: the spec's tier (or its mount), in the folder the tier's staging made for this project
+    data_root = (read_root(manifest_data, spec.read_path or spec.tier_path) if "root" in manifest_data
+                 else spec.data_root)  # a manifest that names no root: where this project's staging would put it
     tier = {"name": spec.tier, "kind": spec.tier_kind, "cache": spec.cache, "path": spec.tier_path,
-            "read_path": str(spec.data_root), "model": spec.device_model}  # fmt: skip
+            "read_path": str(data_root), "model": spec.device_model}  # fmt: skip
     procs, process_start = [], []  # filled as the ranks start: an interruption kills those already started
     mount = sampler = samples = keep_cold = None
     placed_runner: dict[int, set[int]] = {}
@@ -92,7 +124,7 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
             spawned = time.time()
             _spawn_ranks(spec, args, ranks, rendezvous, contention, procs, process_start)
         if spec.telemetry_hz > 0 and procs:
-            sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], spec.data_root, spec.gpus).start()
+            sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], data_root, spec.gpus).start()
         if procs:
             keep_cold = tier_run.keep_cold(spec, manifest_data)
         placed_runner = _keep_off_launch_cores(spec, mount)
@@ -128,11 +160,37 @@ def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, 
     result = _outcome(partial, leftovers, culprit, why, absent)
     record = _record(spec, manifest_data, tier, host, result, samples, contention_samples, timeline, stack_dump,
                      started, (spawned, exited), process_start)  # fmt: skip
-    atomic_write_json(out, record)
-    for p in leftovers:
-        p.unlink(missing_ok=True)
-    print(label + summary_line(record), file=sys.stderr, flush=True)
+    _write(spec, record, out, timeline, samples, (result.get("metrics") or {}).get("marks"), label)
     return record
+
+
+def _write(spec: CellSpec, record: dict, out: Path, timeline: Path | None, samples, marks, label: str) -> None:
+    """The record, then the timeline: the record is the measurement, the timeline only its telemetry. A write that
+    fails ends the job with one line naming the file (WriteError) and saying whether the record was kept."""
+    try:
+        atomic_write_json(out, record)
+    except WriteError as e:
+        raise SystemExit(f"cell {spec.cell_id}: {e}; the measurement is lost (no record written)") from None
+    print(label + summary_line(record), file=sys.stderr, flush=True)
+    if timeline is None:
+        return
+    try:
+        telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
+    except WriteError as e:
+        raise SystemExit(f"cell {spec.cell_id}: {e}; its record {out} was written, without the timeline") from None
+
+
+ROOM_BYTES = 1_000_000  # a record, its timeline and the measuring process's scratch files, with room to spare
+
+
+def _check_room(spec: CellSpec, out: Path, timeline: Path | None) -> None:
+    """End the job before measuring when the record's or the timeline's disk is all but full: the measurement could
+    not be kept (and the measuring process could not even start its heartbeat)."""
+    for path in (out, timeline) if timeline is not None else (out,):
+        free, mount = free_space(path)
+        if free < ROOM_BYTES:
+            raise SystemExit(f"cell {spec.cell_id}: cannot write {path}: only {human_bytes(free)} free on {mount} "
+                             f"(a record and its timeline need about {human_bytes(ROOM_BYTES)}); not measured")  # fmt: skip
 
 
 def _scratch(out: Path, ranks: int) -> tuple[Path, list[Path], list[Path], Path, list[Path]]:
@@ -179,7 +237,8 @@ def _record(spec: CellSpec, manifest_data: dict, tier: dict, host: hostlock.Host
             contention_samples, timeline: Path | None, stack_dump: dict, started: float, spawned_exited: tuple,
             process_start: list) -> dict:  # fmt: skip
     """The cell's record from what its processes reported and what the runner measured around them: rereads and the
-    device's share of the reads, telemetry and its timeline, contention, stacks of a stalled rank, provenance."""
+    device's share of the reads, telemetry (and where its timeline goes), contention, stacks of a stalled rank,
+    provenance."""
     metrics = result.get("metrics") or {}
     if spec.loader not in TIERLESS:
         tier_run.check_rereads(manifest_data, tier, metrics)
@@ -193,8 +252,7 @@ def _record(spec: CellSpec, manifest_data: dict, tier: dict, host: hostlock.Host
                                                     host.contention_gpu_processes)  # fmt: skip
         if (warn := _contention.warning(parts["contention"])) and result.get("metrics") is not None:
             metrics.setdefault("warnings", []).append(warn)
-    if timeline is not None:
-        telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
+    if timeline is not None:  # written after the record (`_write`)
         telemetry_summary["timeline"] = str(timeline)
     if stack_dump:
         parts["stacks"] = stack_dump

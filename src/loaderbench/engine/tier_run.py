@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loaderbench.core.cells import TIERLESS, CellSpec
-from loaderbench.core.layout import staged_root
+from loaderbench.core.layout import read_root
 from loaderbench.core.records import warning
 
 
@@ -33,7 +33,7 @@ def prepare(spec: CellSpec, manifest: dict, tier: dict):
 
 def staged_files(spec: CellSpec, manifest: dict) -> list[Path]:
     """The tier's real copies of the manifest's files and shards (an emulated tier's backing files)."""
-    root = staged_root(spec.tier_path, spec.dataset)
+    root = read_root(manifest, spec.tier_path)
     files = [root / f["path"] for f in manifest["files"]] if manifest.get("files_staged", True) else []
     if shards := manifest.get("shards"):
         folder = root.parent / shards["folder"]

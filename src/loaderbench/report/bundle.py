@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from loaderbench.core.records import warning_lines, warnings_of
+from loaderbench.core.util import writing
 
 from .aggregate import seed_table_frame
 from .columns import read_table, to_labels
@@ -60,34 +61,36 @@ def make_bundle(
     if out_dir.exists():
         shutil.rmtree(out_dir)
     for sub in ("figures", "tables", "cells"):
-        (out_dir / sub).mkdir(parents=True)
+        with writing(out_dir / sub):
+            (out_dir / sub).mkdir(parents=True)
     for name in FIGURE_FILES:
-        shutil.copyfile(figures[name], out_dir / "figures" / name)
+        _copy(figures[name], out_dir / "figures" / name)
     for name in EXTRA_FILES:  # the seed's table as HTML sits with the tables
-        shutil.copyfile(figures[name], out_dir / "tables" / name)
+        _copy(figures[name], out_dir / "tables" / name)
     for name in TABLES:
-        shutil.copyfile(tables[name], out_dir / "tables" / name)
+        _copy(tables[name], out_dir / "tables" / name)
     if timeline_files:
-        (out_dir / "telemetry").mkdir()
+        with writing(out_dir / "telemetry"):
+            (out_dir / "telemetry").mkdir()
         for f in timeline_files:
-            shutil.copyfile(f, out_dir / "telemetry" / Path(f).name)
+            _copy(f, out_dir / "telemetry" / Path(f).name)
     records = []
     for f in cell_files:
-        shutil.copyfile(f, out_dir / "cells" / Path(f).name)
+        _copy(f, out_dir / "cells" / Path(f).name)
         records.append(json.loads(Path(f).read_text()))
     config = json.loads(Path(config_json).read_text())
     check = json.loads(Path(check_json).read_text())
-    shutil.copyfile(check_report, out_dir / "dataset_check.txt")
+    _copy(check_report, out_dir / "dataset_check.txt")
     tiers = []
     for m in manifests:
         man = json.loads(Path(m).read_text())
         tiers.append({k: man[k] for k in ("tier", "tier_path", "root", "filesystem", "counts", "sha256")})
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    _write_text(out_dir / "config.json", json.dumps(config, indent=2))
     probe = pd.read_csv(tables["tier_probe.csv"])
     provenance = {"generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "tiers": tiers,
                   "tier_probe": json.loads(probe.to_json(orient="records")),
                   "cells": _summarize_provenance(records)}  # fmt: skip
-    (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=2))
+    _write_text(out_dir / "provenance.json", json.dumps(provenance, indent=2))
     table = read_table(tables["cells.csv"])
     captions = load_captions(captions_dir)
     diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
@@ -95,18 +98,40 @@ def make_bundle(
     verdict = render_html(json.loads(tables["verdict.json"].read_text()))
     crosscheck = [json.loads(Path(f).read_text()) for f in crosscheck_files]
     for i, f in enumerate(crosscheck_files):
-        shutil.copyfile(f, out_dir / "tables" / (f"crosscheck{i or ''}.json"))
-    (out_dir / "index.html").write_text(
-        _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
-                    {Path(f).name for f in timeline_files}, _crosscheck_html(crosscheck), verdict)
-    )
-    tmp = zip_path.with_name(f".{zip_path.name}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-        for f in sorted(out_dir.rglob("*")):
-            if f.is_file():
-                z.write(f, Path("bundle") / f.relative_to(out_dir))
-    tmp.replace(zip_path)
+        _copy(f, out_dir / "tables" / (f"crosscheck{i or ''}.json"))
+    _write_text(out_dir / "index.html",
+                _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
+                            {Path(f).name for f in timeline_files}, _crosscheck_html(crosscheck), verdict))  # fmt: skip
+    _zip(out_dir, zip_path)
     return out_dir / "index.html"
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """`src` copied to `dst`; a failed write names `dst` (WriteError), a missing source names the source."""
+    data = Path(src).read_bytes()
+    with writing(dst):
+        Path(dst).write_bytes(data)
+
+
+def _write_text(path: Path, text: str) -> None:
+    with writing(path):
+        path.write_text(text)
+
+
+def _zip(folder: Path, zip_path: Path) -> None:
+    """`folder` zipped (as bundle/...) into `zip_path` through a temporary file, removed when the zip cannot be
+    finished (WriteError names the zip)."""
+    tmp = zip_path.with_name(f".{zip_path.name}.tmp")
+    with writing(zip_path):
+        try:
+            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+                for f in sorted(folder.rglob("*")):
+                    if f.is_file():
+                        z.write(f, Path("bundle") / f.relative_to(folder))
+            tmp.replace(zip_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def _crosscheck_html(summaries: list[dict]) -> str:
@@ -193,8 +218,11 @@ def _index_html(
     parts.append("<h2>Dataset and storage tiers</h2>")
     parts.append(
         f"<p>Source {e(check['source'])}: {c['files']} files, {c['ok']} ok, {c['odd']} odd but decodable (kept), "
-        f"{c['bad']} undecodable (quarantined). Issues: {e(json.dumps(check['issues']))}.</p><ul>"
-    )
+        f"{c['bad']} undecodable (quarantined). Issues: {e(json.dumps(check['issues']))}."
+        + "".join(f" Class folders left out ({why}): {e(', '.join(check[key]))}." for key, why in
+                  (("empty_classes", "no files"), ("all_bad_classes", "every file undecodable")) if check.get(key))
+        + "</p><ul>"
+    )  # fmt: skip
     for t in tiers:
         fs = t["filesystem"]
         parts.append(

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from loaderbench.core.util import atomic_write_text  # noqa: E402
+from loaderbench.core.util import atomic_write_text, writing  # noqa: E402
 
 from .aggregate import seed_table_frame  # noqa: E402
 from .columns import label, read_table  # noqa: E402
@@ -38,11 +38,18 @@ def _relabel(fig) -> None:
 
 
 def _save(fig, out_dir: Path, name: str) -> None:
+    """The figure as `<name>.<ext>` per format, each through a temporary file that a failed write removes (WriteError
+    names the figure)."""
     _relabel(fig)
     for ext in FORMATS:
-        tmp = out_dir / f".{name}.tmp.{ext}"
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format=ext)
-        tmp.replace(out_dir / f"{name}.{ext}")
+        tmp, path = out_dir / f".{name}.tmp.{ext}", out_dir / f"{name}.{ext}"
+        with writing(path):
+            try:
+                fig.savefig(tmp, dpi=120, bbox_inches="tight", format=ext)
+                tmp.replace(path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
     plt.close(fig)
 
 
