@@ -57,11 +57,12 @@ ceiling: $(STAMP)
 engine-report: $(STAMP)
 	$(BIN)/loaderbench engine-report
 
-## tune LOADER=<loader>: search that loader's settings on this host (BUDGET_S seconds, default 300) against the ceiling
+## tune LOADER=<loader>: search that loader's settings on this host (BUDGET_S seconds, default 300) against the ceiling,
+## at the config's precision unless PRECISION says
 tune: $(STAMP)
-	@test -n "$(LOADER)" || { echo "usage: make tune LOADER=<loader> [BUDGET_S=300] [PRECISION=amp]"; exit 2; }
+	@test -n "$(LOADER)" || { echo "usage: make tune LOADER=<loader> [BUDGET_S=300] [PRECISION=fp32|amp]"; exit 2; }
 	$(SMK) --until stage
-	$(BIN)/loaderbench tune --config $(CONFIG) --loader '$(LOADER)' --budget-s $(or $(BUDGET_S),300) --precision $(or $(PRECISION),amp)
+	$(BIN)/loaderbench tune --config $(CONFIG) --loader '$(LOADER)' --budget-s $(or $(BUDGET_S),300) $(if $(PRECISION),--precision '$(PRECISION)')
 
 ## respread: rerun once every configuration whose repeats spread over spread_warn or with a contended cell, then refresh the tables
 respread: $(STAMP)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import yaml
 
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import ConfigError, validate_config
-from loaderbench.experiments.tune import _finer, knobs, render, tune
+from loaderbench.experiments.tune import _finer, config_precision, knobs, render, tune
 from tests.conftest import staged_disk
 
 
@@ -43,19 +45,47 @@ def test_a_count_is_refined_between_the_best_and_its_neighbours():
     assert _finer(["float32", "uint8"], "uint8") == []
 
 
+def test_tune_runs_at_the_configs_precision_unless_told():
+    def precision(**settings) -> str:
+        return config_precision(validate_config({"loaders": ["torchvision"], **settings}))
+
+    assert precision() == "fp32"
+    assert precision(precisions=["amp", "fp32"]) == "fp32"  # the baseline's (fp32 unless it says otherwise)
+    assert precision(precisions=["amp", "fp32"], baseline={"precision": "amp"}) == "amp"
+    assert precision(precisions=["amp"]) == "amp"  # a baseline at a precision the config does not measure
+
+
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory, small_dataset):
-    return staged_disk(tmp_path_factory, small_dataset, "tune")
+    return staged_disk(tmp_path_factory, small_dataset, "tune", workers="auto")
+
+
+def test_the_cli_tunes_at_the_configs_precision_and_an_explicit_one_wins(staged, tmp_path):
+    folder, cfg = staged
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    for extra, expected in (([], "fp32"), (["--precision", "amp"], "amp")):
+        out = tmp_path / f"{expected}.json"
+        proc = subprocess.run([sys.executable, "-m", "loaderbench", "tune", "--config", str(config), "--loader",
+                               "torchvision", "--budget-s", "1", "--results", str(tmp_path / "results"), "--out",
+                               str(tmp_path / expected), "--json", str(out), *extra],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 1, proc.stderr  # a budget too small for a cell: nothing measured
+        assert json.loads(out.read_text())["precision"] == expected
+        assert f"batch 4 {expected}:" in proc.stdout
 
 
 def test_tune_measures_every_setting_beside_the_ceiling_and_says_what_to_paste(staged, tmp_path):
     folder, cfg = staged
-    rep = tune(cfg, "torchvision", "disk", 4, "fp32", 600, folder / "disk.json", tmp_path, cpus=2)
+    rep = tune(cfg, "torchvision", "disk", 4, None, 600, folder / "disk.json", tmp_path, cpus=2)
+    assert rep["precision"] == "fp32" and all("_fp32_" in p.name for p in tmp_path.glob("*/*.json"))
     assert rep["rounds"] >= 2 and len(rep["ceiling_samples_per_s"]) == rep["rounds"]
     # every value searched was measured, alone or on top of a knob the search moved before it
     tried = {part for k in rep["measured"] for part in k.split(",")}
     assert "start" in rep["measured"]
     assert {"prefetch_factor=2", "prefetch_factor=4", "torchvision_transport=uint8"} <= tried
+    # workers: auto is 1 on 2 CPUs, the only count searched there: the start itself, never measured as a candidate
+    assert rep["searched"]["workers"] == [1] and not any("workers=" in k for k in rep["measured"])
     assert rep["samples_per_s"] > 0 and 0 < rep["au"] and rep["limit"]
     saved = json.loads((tmp_path / "tune.json").read_text())
     assert saved["best"] == rep["best"] and (tmp_path / "ceiling").is_dir()

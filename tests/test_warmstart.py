@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from loaderbench.core.records import validate_record
 from loaderbench.engine import warmclient, warmstart
 from loaderbench.engine.runcell import run_cell
 from tests.conftest import cell_record, snakemake, staged_disk, tiny_config, write_config
+from tests.test_threads import host_default_threads
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +149,83 @@ def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_othe
             c.kill()
 
 
+PARENT = """
+import sys, time
+from loaderbench.engine import warmclient
+path = warmclient.start_server(sys.argv[1])
+assert warmclient.serves_this_code(path), path
+print(path, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_server_whose_parent_dies_removes_its_socket(tmp_path, monkeypatch):
+    """The workflow's server dies with its Snakemake - here a parent SIGKILLed - and takes its socket with it."""
+    monkeypatch.delenv(warmstart.ENV_SOCKET, raising=False)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        sock = tmp_path / parent.stdout.readline().strip().rsplit("/", 1)[-1]
+        assert sock.name == f"{parent.pid}.sock" and sock.exists()
+        (server,) = psutil.Process(parent.pid).children()
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.time() + 15
+    while time.time() < deadline and (sock.exists() or not _gone(server)):
+        time.sleep(0.1)
+    assert _gone(server), "the server outlived its parent"
+    assert not sock.exists(), f"{sock} left behind"
+    assert list(tmp_path.iterdir()) == []
+
+
+def _dead_socket(path) -> None:
+    """A socket file nothing listens on, as a server killed by SIGKILL leaves it."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.bind(str(path))
+    s.close()
+
+
+def test_a_stopped_server_removes_its_socket_and_one_killed_is_removed_by_the_next_start(tmp_path, monkeypatch):
+    monkeypatch.setenv(warmstart.ENV_SOCKET, "")  # none named; the one started here is unset again afterwards
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    killed = tmp_path / f"{gone.pid}.sock"  # a real server SIGKILLed, its starter gone
+    server = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.warmstart", str(killed)])
+    while not killed.exists() and server.poll() is None:
+        time.sleep(0.05)
+    server.kill()
+    server.wait()
+    assert killed.exists()
+    _dead_socket(old := tmp_path / "old.sock")  # refused for a minute already
+    os.utime(old, (time.time() - 60, time.time() - 60))
+    _dead_socket(starting := tmp_path / f"{os.getppid()}.sock")  # refused, but new and its starter lives: binding
+    listening = tmp_path / "listening.sock"  # another server's: a connection reaches it
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    other.bind(str(listening))
+    other.listen(1)
+    before = {c.pid for c in psutil.Process().children()}
+    try:
+        path = warmclient.start_server(tmp_path)
+        assert path == tmp_path / f"{os.getpid()}.sock" and warmclient.serves_this_code(path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, starting.name, listening.name])
+        (new,) = [c for c in psutil.Process().children() if c.pid not in before]
+        new.terminate()  # as `serving` stops it
+        new.wait(timeout=30)
+        assert not path.exists(), "a stopped server removes its socket"
+    finally:
+        other.close()
+        for c in psutil.Process().children():
+            if c.pid not in before:
+                c.kill()
+
+
 @pytest.fixture(scope="module")
 def reuse_server(tmp_path_factory):
     """A server that keeps dp processes (host.reuse_processes), as the workflow's `onstart` starts it."""
@@ -207,6 +286,8 @@ def test_snakemake_hands_dp_cells_of_other_configurations_to_a_kept_process(work
         assert cell_record(workdir, c)["status"] == "ok"
     assert all(s["warm"] for s in starts.values())
     assert sum(s["reused"] > 0 for s in starts.values()) >= 2, starts
+    # Snakemake gives each job OMP_NUM_THREADS=1; the steps ran on the threads a plain script gets
+    assert {cell_record(workdir, c)["metrics"]["intra_op_threads"] for c in cells} == {host_default_threads()}
     for c in cells:  # a configuration's two repeats: two processes
         if c.endswith("_r0"):
             assert starts[c]["pid"] != starts[c[:-1] + "1"]["pid"], (c, starts)

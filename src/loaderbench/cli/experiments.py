@@ -65,7 +65,9 @@ def register(add) -> None:
     s.add_argument("--loader", required=True, help="a loader of the registry (torchvision, dali-cpu, wds, ...) or a "
                    "plugin that declares loaderbench_knobs")  # fmt: skip
     s.add_argument("--tier", help="default: the config's first")
-    _batch_and_precision(s)
+    s.add_argument("--batch-size", type=int, help="default: the config's largest")
+    s.add_argument("--precision", choices=["fp32", "amp"],
+                   help="default: the config's (its baseline's where the config measures it, else its first)")
     s.add_argument("--budget-s", type=float, default=300.0, help="time for the search's cells (default 300)")
     s.add_argument("--out", help="records folder and tune.json (default <results>/tune/<loader>)")
     s.add_argument("--json", help="also write the report here")
@@ -150,7 +152,7 @@ def cmd_crosscheck(a) -> int:
 
 
 def cmd_tune(a) -> int:
-    from loaderbench.experiments.tune import render, tune
+    from loaderbench.experiments.tune import config_precision, render, tune
 
     cfg = _cfg(a)
     tier = a.tier or cfg["tiers"][0]
@@ -161,8 +163,9 @@ def cmd_tune(a) -> int:
 
     loader = resolve_loaders(cfg, [a.loader], "--loader")[0]  # a built-in, the config's plugin, or 'module:factory'
     out = Path(a.out or Path(Layout(a.results).root) / "tune" / loader)
+    precision = a.precision or config_precision(cfg)
     with _measuring(a, "tune", 1, cfg):
-        rep = tune(cfg, loader, tier, batch, a.precision, a.budget_s, Path(Layout(a.results).manifest(tier)), out,
+        rep = tune(cfg, loader, tier, batch, precision, a.budget_s, Path(Layout(a.results).manifest(tier)), out,
                    host=_host(a, cfg))  # fmt: skip
     print(render(rep))
     write_json(a, rep)

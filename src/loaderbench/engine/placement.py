@@ -8,13 +8,20 @@ main thread plus one thread per extra replica - and puts every other thread and 
 
 The plan is a pure function of the usable CPUs and the number of launch cores, so the cell runner (which keeps its
 own sampler threads off the launch cores) and the measuring processes agree on it without talking.
+
+How many intra-op threads the training step runs is decided here too (`set_intra_op_threads`): torch's own default for
+a plain script on this host, whatever OMP_NUM_THREADS the job was given (Snakemake gives a rule without `threads:` 1).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # what torch reads for its default intra-op thread count
 
 
 @dataclass(frozen=True)
@@ -105,3 +112,50 @@ def thread_name(pid: int, tid: int) -> str:
         return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+# ------------------------------------------------------------------------------------------- intra-op threads
+
+
+_DEFAULT_THREADS: dict[frozenset[int], int] = {}  # usable CPUs -> torch's default intra-op threads there
+
+
+def remember_default_threads() -> None:
+    """Note torch's default intra-op threads for this process's CPUs where torch picked it itself: to be called
+    before anything sets torch's threads, in a process whose environment set none of THREAD_ENV when torch loaded."""
+    if not any(name in os.environ for name in THREAD_ENV):
+        import torch
+
+        _DEFAULT_THREADS.setdefault(usable_cpus(), torch.get_num_threads())
+
+
+def default_threads() -> int:
+    """torch's default intra-op threads for a process on this one's CPUs, as a plain script started without
+    OMP_NUM_THREADS gets them: as noted by `remember_default_threads`, else asked of a fresh interpreter (once)."""
+    cpus = usable_cpus()
+    if cpus not in _DEFAULT_THREADS:
+        env = {k: v for k, v in os.environ.items() if k not in THREAD_ENV}
+        cmd = [sys.executable, "-c", "import torch; print(torch.get_num_threads())"]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+        if out.returncode != 0 or not out.stdout.strip().isdigit():
+            raise RuntimeError(f"torch's default thread count: `{' '.join(cmd)}` failed ({out.returncode}): "
+                               f"{out.stderr.strip()[-500:]}")  # fmt: skip
+        _DEFAULT_THREADS[cpus] = int(out.stdout.strip())
+    return _DEFAULT_THREADS[cpus]
+
+
+def intra_op_threads(parallel: str, world: int) -> int:
+    """The intra-op threads of a cell's training step: torch's default on this host, and for each of a ddp cell's
+    `world` ranks an equal share of the usable CPUs (as torchrun's ranks on one host split them)."""
+    if parallel == "ddp":
+        return max(1, len(usable_cpus()) // max(1, world))
+    return default_threads()
+
+
+def set_intra_op_threads(parallel: str, world: int) -> int:
+    """Give torch the cell's intra-op threads (`intra_op_threads`), never OMP_NUM_THREADS's; returns how many."""
+    import torch
+
+    threads = intra_op_threads(parallel, world)
+    torch.set_num_threads(threads)
+    return threads

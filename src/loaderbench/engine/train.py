@@ -16,7 +16,8 @@ import traceback
 from pathlib import Path
 
 from loaderbench.core.cells import CellSpec
-from loaderbench.core.util import atomic_write_json
+from loaderbench.core.layout import read_root
+from loaderbench.core.util import WriteError, atomic_write_json
 from loaderbench.data.manifest import Staged
 
 from . import parallel, placement
@@ -37,8 +38,15 @@ def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str], heartbeat:
     kind, count = available_devices()
     dist = parallel.start(spec.parallel, spec.gpus, timeout_s)
     try:
+        # the step's threads as a plain script on this host gets them, not the job's OMP_NUM_THREADS
+        placement.set_intra_op_threads(spec.parallel, dist.world)
         run = CellRun(spec, data_root, allowed, dist, kind, heartbeat, marks)
-        return measure_in(run, t_start, since_process_start, count)
+        metrics = measure_in(run, t_start, since_process_start, count)
+        if metrics is not None:
+            import torch
+
+            metrics["intra_op_threads"] = torch.get_num_threads()  # read in the thread that ran the steps
+        return metrics
     finally:
         parallel.stop(dist)
 
@@ -86,7 +94,9 @@ def run(spec: CellSpec, manifest_path: Path, out: Path, heartbeat: Heartbeat | N
                 "skipped", f"cell needs {spec.gpus} GPUs; this host has {have}" + (" (CPU only)" if kind == "cpu" else "")
             )
         else:
-            metrics = measure(spec, spec.data_root, allowed, heartbeat, timeout_s)
+            # where this project's staging put the tier's copy (its manifest), read through the spec's tier or mount
+            data_root = read_root(manifest, spec.read_path or spec.tier_path)
+            metrics = measure(spec, data_root, allowed, heartbeat, timeout_s)
             if rank != 0:  # a ddp rank other than 0 that finished: rank 0 reports the cell
                 return {"status": "ok"}
             result = outcome("ok", metrics=metrics)
@@ -98,7 +108,10 @@ def run(spec: CellSpec, manifest_path: Path, out: Path, heartbeat: Heartbeat | N
             reason = "out of memory: " + reason
         result = outcome("failed", reason if rank == 0 else f"rank {rank}: {reason}",
                          detail=traceback.format_exc(limit=8))  # fmt: skip
-    atomic_write_json(out if rank == 0 else out.with_name(f"{out.name}.rank{rank}"), result)
+    try:
+        atomic_write_json(out if rank == 0 else out.with_name(f"{out.name}.rank{rank}"), result)
+    except WriteError as e:  # a full disk: one line; the runner's record says this process wrote none
+        print(f"cell {spec.cell_id}: {e}", file=sys.stderr, flush=True)
     return result
 
 
@@ -182,4 +195,5 @@ def _kill_children() -> None:
 
 
 if __name__ == "__main__":
+    placement.remember_default_threads()  # a fresh process: torch's own count, unless the environment set one
     _exit_now(main())

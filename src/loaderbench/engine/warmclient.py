@@ -9,6 +9,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -21,10 +22,11 @@ from .warmstart import _MAX_MESSAGE, ENV_SOCKET, in_container, key
 
 
 def start_server(directory: str | os.PathLike | None = None, reuse: bool = False) -> Path | None:
-    """Start a warm-start server as a child of this process (dying with it) and export its socket to the jobs this
-    process starts. Returns the socket path, or None where warm starts cannot apply (inside a container). A server
-    already named in LOADERBENCH_WARM_SOCKET that serves this code, with the same `reuse`, is used instead: a driver
-    that runs Snakemake several times (dev/gpu-study.sh, a part at a time) starts one for all of them."""
+    """Start a warm-start server as a child of this process (ending with it, its socket removed) and export its socket
+    to the jobs this process starts. Returns the socket path, or None where warm starts cannot apply (inside a
+    container). A server already named in LOADERBENCH_WARM_SOCKET that serves this code, with the same `reuse`, is
+    used instead: a driver that runs Snakemake several times (dev/gpu-study.sh, a part at a time) starts one for all
+    of them."""
     if in_container():
         return None
     return _named_server(reuse) or _launch(directory, reuse)[1]
@@ -66,14 +68,61 @@ def _named_server(reuse: bool) -> Path | None:
 
 
 def _launch(directory: str | os.PathLike | None, reuse: bool) -> tuple[subprocess.Popen, Path]:
+    """Start a server on `<directory>/<this pid>.sock` (default /tmp/loaderbench-warm-<uid>), once the sockets that
+    dead servers left there are removed."""
     base = Path(directory) if directory else Path(tempfile.gettempdir()) / f"loaderbench-warm-{os.getuid()}"
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    remove_stale_sockets(base)
     path = base / f"{os.getpid()}.sock"  # short: a socket path has at most 107 bytes
     path.unlink(missing_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.warmstart", str(path), *(["--reuse"] if reuse else [])],
                             stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, close_fds=True)  # fmt: skip
     os.environ[ENV_SOCKET] = str(path)
     return proc, path
+
+
+def remove_stale_sockets(base: Path, settle_s: float = 10.0) -> list[Path]:
+    """Remove the server sockets in `base` that no server listens on any more (a server killed before it could
+    remove its own): those refusing a connection whose starter (the pid in the name) is gone or that are older than
+    `settle_s` (a server binds and listens in one go). Returns the removed paths."""
+    removed = []
+    for path in sorted(base.glob("*.sock")):
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISSOCK(st.st_mode) or not _refused(path):
+            continue
+        starter_gone = path.stem.isdigit() and not _running(int(path.stem))
+        if starter_gone or time.time() - st.st_mtime > settle_s:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _refused(path: Path) -> bool:
+    """Whether nothing listens on the socket at `path`."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.settimeout(1.0)  # a live server with a full backlog: a connect that waits
+    try:
+        conn.connect(str(path))
+        return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # not ours to judge (permissions, another socket type): left alone
+        return False
+    finally:
+        conn.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 class WarmProcess:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from loaderbench.core.util import die_with_parent, kill_tree, stable_hash
 
+from . import placement
+
 ENV_SOCKET = "LOADERBENCH_WARM_SOCKET"
 PRELOAD = ("torch", "torchvision", "torchvision.models", "numpy", "PIL.Image", "cv2", "psutil",
            "loaderbench.engine.train", "loaderbench.engine.window", "loaderbench.engine.metrics")  # fmt: skip
@@ -77,59 +79,90 @@ class _Kid:
 
 def serve(path: str | os.PathLike, reuse: bool = False) -> int:
     """The server's loop (the process `start_server` starts): bind, import, then fork a process per request (or,
-    with `reuse`, hand a dp cell to an idle process of the same environment)."""
+    with `reuse`, hand a dp cell to an idle process of the same environment). Its socket is removed when it ends:
+    stopped, or its parent (Snakemake) gone."""
     path = Path(path)
-    parent = os.getppid()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    path.unlink(missing_ok=True)
-    listener.bind(str(path))  # bound before the imports: a runner that connects early waits for them
-    listener.listen(64)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; Snakemake decides, we die with it
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    started = time.perf_counter()
-    own_key = key()  # before the imports: OpenCV's adds to LD_LIBRARY_PATH
-    for name in PRELOAD:
-        try:
-            __import__(name)
-        except ImportError:  # an optional module (OpenCV): the child imports what it needs itself
-            pass
-    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
-        print("loaderbench warm start: CUDA was initialised while importing; not serving", file=sys.stderr)
-        return 1
-    print(f"loaderbench warm start: ready in {time.perf_counter() - started:.1f} s (pid {os.getpid()}, {path}"
-          f"{', reusing dp processes' if reuse else ''})", file=sys.stderr, flush=True)  # fmt: skip
+    _term_with_parent()  # set after the handler: the parent's death ends this process through `finally` below
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     kids: dict[int, _Kid] = {}
-    waiting: list[socket.socket] = []  # connections whose request has not come yet
+    bound = None  # the inode of the socket this server made: a later server's socket at the same path is not removed
     try:
-        while os.getppid() == parent:
-            conns = {k.conn: k for k in kids.values() if k.conn is not None}
-            ctls = {k.ctl: k for k in kids.values() if k.ctl is not None}
-            ready, _, _ = select.select([listener, *waiting, *conns, *ctls], [], [], 0.2)
-            for sock in ready:
-                if sock is listener:
-                    waiting.append(listener.accept()[0])
-                elif sock in waiting:
-                    waiting.remove(sock)
-                    kid = _handle_request(sock, own_key, reuse, kids, [listener, *waiting])
-                    if kid is None:
-                        sock.close()
-                elif sock in ctls:  # a kept process finished its cell (or died: _reap tells its runner)
-                    if ctls[sock].ctl is sock:  # not let go of earlier in this round
-                        _cell_done(ctls[sock], kids)
-                elif sock in conns and conns[sock].conn is sock:  # a runner's connection closed (or spoke out of
-                    kid = conns[sock]  # turn): its process must not outlive it
-                    kill_tree(kid.pid)
-                    sock.close()
-                    kid.conn = None
-                    if kid.ctl is not None:
-                        kid.ctl.close()
-                        kid.ctl = None
-            _reap(kids)
+        path.unlink(missing_ok=True)
+        listener.bind(str(path))  # bound before the imports: a runner that connects early waits for them
+        bound = path.stat().st_ino
+        listener.listen(64)
+        started = time.perf_counter()
+        own_key = key()  # before the imports: OpenCV's adds to LD_LIBRARY_PATH
+        for name in placement.THREAD_ENV:  # torch picks its own thread count, noted for the children (`train`)
+            os.environ.pop(name, None)
+        for name in PRELOAD:
+            try:
+                __import__(name)
+            except ImportError:  # an optional module (OpenCV): the child imports what it needs itself
+                pass
+        if "torch" in sys.modules:
+            if sys.modules["torch"].cuda.is_initialized():
+                print("loaderbench warm start: CUDA was initialised while importing; not serving", file=sys.stderr)
+                return 1
+            placement.remember_default_threads()
+        print(f"loaderbench warm start: ready in {time.perf_counter() - started:.1f} s (pid {os.getpid()}, {path}"
+              f"{', reusing dp processes' if reuse else ''})", file=sys.stderr, flush=True)  # fmt: skip
+        _loop(listener, own_key, reuse, kids, parent)
     finally:
         for pid in list(kids):
             kill_tree(pid)
-        path.unlink(missing_ok=True)
+        listener.close()
+        if bound is not None and _inode(path) == bound:
+            path.unlink(missing_ok=True)
     return 0
+
+
+def _loop(listener: socket.socket, own_key: str, reuse: bool, kids: dict[int, _Kid], parent: int) -> None:
+    """Accept requests and watch the processes until the parent is gone."""
+    waiting: list[socket.socket] = []  # connections whose request has not come yet
+    while os.getppid() == parent:
+        conns = {k.conn: k for k in kids.values() if k.conn is not None}
+        ctls = {k.ctl: k for k in kids.values() if k.ctl is not None}
+        ready, _, _ = select.select([listener, *waiting, *conns, *ctls], [], [], 0.2)
+        for sock in ready:
+            if sock is listener:
+                waiting.append(listener.accept()[0])
+            elif sock in waiting:
+                waiting.remove(sock)
+                kid = _handle_request(sock, own_key, reuse, kids, [listener, *waiting])
+                if kid is None:
+                    sock.close()
+            elif sock in ctls:  # a kept process finished its cell (or died: _reap tells its runner)
+                if ctls[sock].ctl is sock:  # not let go of earlier in this round
+                    _cell_done(ctls[sock], kids)
+            elif sock in conns and conns[sock].conn is sock:  # a runner's connection closed (or spoke out of
+                kid = conns[sock]  # turn): its process must not outlive it
+                kill_tree(kid.pid)
+                sock.close()
+                kid.conn = None
+                if kid.ctl is not None:
+                    kid.ctl.close()
+                    kid.ctl = None
+        _reap(kids)
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
+
+
+def _term_with_parent() -> None:
+    """SIGTERM to this process when its parent dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG): the server then
+    cleans up as when it is stopped."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
 
 
 def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[int, _Kid],
@@ -272,10 +305,6 @@ def _run_cell(request: dict, fds: list[int]) -> int:
     import random
 
     random.seed()
-    import torch
-
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # read by torch at its first parallel region, here by hand
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     sys.argv = ["-m loaderbench.engine.train", *request["args"]]
     _set_cmdline(f"{sys.executable} -m loaderbench.engine.train --cell {request.get('title', '?')} (forked by the "
                  f"warm-start server {os.getppid()})")  # fmt: skip

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     spec = CellSpec.from_dict(json.loads(a.spec))
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    out = {}
+    out = {"intra_op_threads": placement.set_intra_op_threads("dp", 1)}  # the cell's threads, not OMP_NUM_THREADS
     if a.steps:
         out["samples_per_s"] = bare_loop(spec, a.classes, a.steps, a.warmup, device)
     if a.variant_steps:
@@ -155,4 +155,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    placement.remember_default_threads()  # a fresh process: torch's own count, unless the environment set one
     sys.exit(main())

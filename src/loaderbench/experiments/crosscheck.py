@@ -22,6 +22,7 @@ from pathlib import Path
 
 from loaderbench.core.cells import CellSpec, cell_id, cell_spec
 from loaderbench.core.config import ConfigError
+from loaderbench.core.layout import read_root
 from loaderbench.core.uncertainty import ratio
 from loaderbench.core.util import atomic_write_json
 from loaderbench.data.manifest import Staged, class_names
@@ -36,7 +37,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     """The loader and step of `spec`'s cell in a plain loop, in this process: its Samples/s and what it ran."""
     import torch
 
-    from loaderbench.engine import parallel
+    from loaderbench.engine import parallel, placement
     from loaderbench.engine.step import configure_cudnn, loader_context, training_step
     from loaderbench.loaders import BACKLOG, get_loader
 
@@ -47,12 +48,13 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     manifest_data = json.loads(Path(manifest).read_text())
     allowed = Staged.from_manifest(manifest_data).allowed
     dist = parallel.start("dp", spec.gpus, 600.0)
+    threads = placement.set_intra_op_threads("dp", 1)  # the cell's intra-op threads, whatever OMP_NUM_THREADS says
     device = dist.device
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     torch.manual_seed(spec.seed)
     if device.type == "cuda":
         configure_cudnn(spec)
-    ctx = loader_context(spec, spec.data_root, allowed, device, None)
+    ctx = loader_context(spec, read_root(manifest_data, spec.read_path or spec.tier_path), allowed, device, None)
     batches = get_loader(spec.loader, spec.loader_ref).build(ctx)
     prescattered = bool(ctx.info.get("prescattered"))
     _, step = training_step(spec, len(class_names(allowed)), device,
@@ -98,7 +100,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
         steps, span = last - first, kept[-1]
         hw = relative_halfwidth(kept, bounds=[j - first - 1 for j in bounds])
     return {"samples_per_s": steps * spec.batch_size * spec.gpus / span, "steps": steps, "seconds": span,
-            "halfwidth": hw, "warmup_steps": len(warm), "workers": ctx.info.get("workers"),
+            "halfwidth": hw, "warmup_steps": len(warm), "workers": ctx.info.get("workers"), "intra_op_threads": threads,
             "loader_info": {k: v for k, v in ctx.info.items() if isinstance(v, (str, int, float, bool))}}  # fmt: skip
 
 
@@ -201,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from loaderbench.engine import placement
     from loaderbench.engine.train import _exit_now
 
+    placement.remember_default_threads()  # a fresh process: torch's own count, unless the environment set one
     _exit_now(main())

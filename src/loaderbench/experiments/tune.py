@@ -60,6 +60,28 @@ def knobs(loader: str, spec, cpus: int) -> dict[str, list]:
     return out
 
 
+def config_precision(cfg: dict) -> str:
+    """The precision `tune` measures at unless told: the baseline's where the config measures it, else its first."""
+    baseline = (cfg.get("baseline") or {}).get("precision")
+    return baseline if baseline in cfg["precisions"] else cfg["precisions"][0]
+
+
+def effective(spec, name: str, cpus: int):
+    """The value a cell of `spec` runs knob `name` at on a host of `cpus` usable CPUs: `auto` resolved as the
+    measuring process resolves it (one GPU, dp), anything else as it is."""
+    from loaderbench.engine import placement
+    from loaderbench.engine.step import resolve_workers
+
+    value = getattr(spec, name)
+    if value != "auto" or name not in ("workers", "dali_threads"):
+        return value
+    kind = "cuda" if Path("/dev/nvidiactl").exists() else "cpu"
+    place = placement.plan(frozenset(range(cpus)), spec.gpus) if placement.wanted(spec.placement, kind) else None
+    if name == "workers":
+        return resolve_workers(spec, place, usable=cpus)
+    return max(1, len(place.others) if place else cpus - 1)  # loaders.dali's `auto`, one pipeline
+
+
 class Tuner:
     """The search's state: every measured setting's rates by round, the ceiling's, and the time left."""
 
@@ -146,19 +168,25 @@ def _finer(values: list, best) -> list:
     return sorted({(best + n) // 2 for n in near} - set(ordered))
 
 
-def tune(cfg: dict, loader: str, tier: str, batch: int, precision: str, budget_s: float, manifest: Path,
+def tune(cfg: dict, loader: str, tier: str, batch: int, precision: str | None, budget_s: float, manifest: Path,
          out: Path, host=None, cpus: int | None = None) -> dict:  # fmt: skip
-    """Search `loader`'s settings; the report (also written to `out`/tune.json)."""
+    """Search `loader`'s settings at `precision` (None: the config's, `config_precision`); the report (also written
+    to `out`/tune.json)."""
     cpus = cpus or len(os.sched_getaffinity(0))
+    precision = precision or config_precision(cfg)
     t = Tuner(cfg, loader, tier, batch, precision, manifest, out, budget_s, host)
     space = knobs(loader, t.spec(loader, {}, 0), cpus)
     best: dict = {}
     with warmclient.serving():
         for name, values in space.items():
-            start = getattr(t.spec(loader, best, 0), name)
-            options = [{**best, name: v} for v in values if v != start]
-            best = _better(t, best, options)
-            if fine := _finer(values, best.get(name, start)):
+            # a value the start already runs at (`auto` resolved on this host) is no candidate
+            start = effective(t.spec(loader, best, 0), name, cpus)
+            options = [{**best, name: v} for v in values
+                       if effective(t.spec(loader, {**best, name: v}, 0), name, cpus) != start]  # fmt: skip
+            if options:
+                best = _better(t, best, options)
+            current = best.get(name, start)
+            if fine := [v for v in _finer([*values, current], current) if v != start]:
                 best = _better(t, best, [{**best, name: v} for v in fine])
             if not t.time_left():
                 break
