@@ -1,0 +1,444 @@
+"""The numbers the documents state about measurements, recomputed from the records they cite.
+
+A measured number in README.md or docs/FINDINGS.md carries an invisible marker right after it, attached without a
+space (so it adds no word): `57.5x<!--c:seed.hdd-opencv-b256-->`, `1.77x [1.67, 1.87]<!--c:seed.sc-tv-b128-->`.
+A claims file (tests/doc_claims.yaml) names, for each marker's id, what to compute: `expr`, a Python expression over
+the runs it declares (`runs:` alias -> a folder of cell records, optionally one code commit of it) and the helpers
+below. `check_document` reads the number stated before each marker, recomputes it and compares at the stated rounding;
+`unmarked` lists the numbers of a text that carry no marker and match no allowed (non-measurement) pattern.
+
+The tables come from the package's own code: records read with `records.read_record`, tabulated with
+`aggregate.repeats_table` and `aggregate.cells_table` (a cell's median and the interval `uncertainty` gives it); a
+comparison of two cells is `uncertainty.quotient` of them, as the recommendations compute it; a crosscheck's cell/bare
+is `uncertainty.ratio` over its rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from loaderbench.core.records import read_record
+from loaderbench.core.uncertainty import Ratio, quotient, ratio
+
+from .aggregate import add_tier_rates, cells_table, repeats_table
+
+MARKER = re.compile(r"<!--c:([A-Za-z0-9_.\-]+)-->")
+NUM = r"\d[\d,]*(?:\.\d+)?"
+
+
+@dataclass(frozen=True)
+class Value:
+    """A computed number and, where it has one, its relative 95% half-width (NaN: none); `comparison`: a ratio of
+    two measurements (which the documents state with its interval)."""
+
+    value: float
+    halfwidth: float = math.nan
+    comparison: bool = False
+
+    @property
+    def low(self) -> float:
+        return self.value / (1 + self.halfwidth)
+
+    @property
+    def high(self) -> float:
+        return self.value * (1 + self.halfwidth)
+
+    @property
+    def has_interval(self) -> bool:
+        return not math.isnan(self.halfwidth)
+
+    @classmethod
+    def of(cls, x) -> Value:
+        if isinstance(x, Value):
+            return x
+        if isinstance(x, Ratio):
+            return cls(x.value, x.halfwidth, comparison=True)
+        return cls(float(x))
+
+    def __truediv__(self, other) -> Value:
+        """a / b with the interval of two independent measurements (`uncertainty.quotient`)."""
+        other = Value.of(other)
+        q = quotient(self.value, _hw(self.halfwidth), other.value, _hw(other.halfwidth))
+        known = self.has_interval and other.has_interval
+        return Value(q.value, q.halfwidth if known else math.nan, comparison=True)
+
+    def __mul__(self, k: float) -> Value:
+        return Value(self.value * k, self.halfwidth, self.comparison)
+
+    __rmul__ = __mul__
+
+    def __float__(self) -> float:
+        return self.value
+
+
+def _hw(h: float) -> float:
+    return 0.0 if math.isnan(h) else h
+
+
+@dataclass(frozen=True)
+class Span:
+    """The lowest and the highest of several values: a stated range "98-100"."""
+
+    lo: float
+    hi: float
+
+    def __mul__(self, k: float) -> Span:
+        return Span(self.lo * k, self.hi * k)
+
+    __rmul__ = __mul__
+
+
+def span(values) -> Span:
+    vals = [float(Value.of(v).value) for v in values]
+    if not vals:
+        raise ValueError("span of no values")
+    return Span(min(vals), max(vals))
+
+
+def pct(x):
+    """A share as a percentage (a fraction x 100), for a number, a Value or a Span."""
+    return x * 100 if isinstance(x, (Value, Span)) else 100 * float(x)
+
+
+KEYS = ("loader", "tier", "gpus", "batch_size", "precision", "parallel")
+
+
+def parse_cell(sel: str) -> tuple:
+    """The keys of a cell named like "dali-mc/ram/g2/b256/amp/ddp"; after loader/tier the parts come in any order,
+    and g1, fp32 and dp are the defaults ("opencv/local/b128" is opencv/local/g1/b128/fp32/dp)."""
+    loader, tier, *rest = sel.split("/")
+    gpus, batch, precision, parallel = 1, None, "fp32", "dp"
+    for part in rest:
+        if re.fullmatch(r"g\d+", part):
+            gpus = int(part[1:])
+        elif re.fullmatch(r"b\d+", part):
+            batch = int(part[1:])
+        elif part in ("fp32", "amp"):
+            precision = part
+        elif part in ("dp", "ddp"):
+            parallel = part
+        else:
+            raise ValueError(f"cell {sel!r}: cannot read {part!r}")
+    if batch is None:
+        raise ValueError(f"cell {sel!r}: no batch size (bN)")
+    return loader, tier, gpus, batch, precision, parallel
+
+
+def cell_name(row) -> str:
+    return f"{row['loader']}/{row['tier']}/g{row['gpus']}/b{row['batch_size']}/{row['precision']}/{row['parallel']}"
+
+
+class Run:
+    """The records of one run: a folder of cell records, optionally only those of one code commit (records made
+    before runs were named carry no run or boot id; one commit of a study's bundle is then the run)."""
+
+    def __init__(self, records: str | Path | list, commit: str | None = None, root: Path = Path("."),
+                 probes: str | Path | None = None):  # fmt: skip
+        self.folders = [Path(f) for f in (records if isinstance(records, list) else [records])]
+        self.folder = self.folders[0]
+        self.commit = commit
+        self.root = Path(root)
+        self.probes = Path(probes) if probes else None  # the run's tier probes: each cell's image MB/s and its tier's
+
+    @cached_property
+    def records(self) -> list[dict]:
+        files = sorted(p for f in self.folders for p in self.root.glob(f"{f}/*.json"))  # a folder may be a glob
+        if not files:
+            raise FileNotFoundError(f"no cell records in {self.folder}")
+        records = [read_record(p) for p in files]
+        if self.commit:
+            records = [r for r in records
+                       if str(((r.get("provenance") or {}).get("git") or {}).get("commit") or "").startswith(self.commit)]  # fmt: skip
+            if not records:
+                raise ValueError(f"no record of commit {self.commit} in {self.folder}")
+        return records
+
+    @cached_property
+    def table(self) -> pd.DataFrame:
+        ids = [r["cell_id"] for r in self.records]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"{self.folders}: a cell id recurs (records of several settings): no one table")
+        reps = repeats_table(self.records)
+        t = cells_table(reps, {"loader": None, "tier": None, "gpus": 0, "batch_size": 0, "precision": None})
+        if self.probes:
+            from loaderbench.data.tierprobe import tier_rates
+
+            probes = [json.loads(p.read_text()) for p in sorted((self.root / self.probes).glob("*.json"))]
+            add_tier_rates(t, tier_rates(probes))
+        runs = set(t["run"])
+        if len(runs) != 1 or any(str(r).startswith("several: ") for r in runs):
+            raise ValueError(f"{self.folder}: the records are of several runs ({sorted(map(str, runs))})")
+        return t
+
+    def row(self, sel: str) -> pd.Series:
+        key = parse_cell(sel)
+        t = self.table
+        hit = t[np.logical_and.reduce([t[k] == v for k, v in zip(KEYS, key)])]
+        if len(hit) != 1:
+            raise KeyError(f"{self.folder}: {len(hit)} cells match {sel!r}")
+        return hit.iloc[0]
+
+    def rate(self, sel: str) -> Value:
+        """The cell's Samples/s (median over its repeats) with its interval, as `tables/cells.csv` gives them."""
+        r = self.row(sel)
+        hw = r["halfwidth"]
+        return Value(float(r["samples_per_s"]), float(hw) if pd.notna(hw) else math.nan)
+
+    def ratio(self, a: str, b: str) -> Value:
+        """Cell a's rate over cell b's, with the interval of two independent measurements."""
+        return self.rate(a) / self.rate(b)
+
+    def ceiling(self, sel: str) -> str:
+        """The synthetic cell of the same GPUs, batch, precision and parallel mode (the fastest, where several)."""
+        _, _, g, b, p, par = parse_cell(sel)
+        t = self.table
+        syn = t[(t["loader"] == "synthetic") & (t["gpus"] == g) & (t["batch_size"] == b) & (t["precision"] == p)
+                & (t["parallel"] == par)]  # fmt: skip
+        if syn.empty:
+            raise KeyError(f"{self.folder}: no synthetic cell for {sel!r}")
+        return cell_name(syn.loc[syn["samples_per_s"].idxmax()])
+
+    def au(self, sel: str) -> Value:
+        """AU: the cell's rate over the compute ceiling's (`aggregate.accelerator_utilisation`), with its interval."""
+        return self.ratio(sel, self.ceiling(sel))
+
+    def col(self, sel: str, name: str) -> float:
+        """A column of the cell's row in `tables/cells.csv` (data_wait_fraction, device_read_share, ...)."""
+        return float(self.row(sel)[name])
+
+    def select(self, **want) -> list[str]:
+        """The cells whose keys match: each keyword a value or a tuple of values (loader=("dali-sc", "dali-mc"))."""
+        t = self.table
+        keep = np.ones(len(t), dtype=bool)
+        for k, v in want.items():
+            keep &= t[k].isin(v if isinstance(v, (tuple, list, set)) else [v]).to_numpy()
+        out = [cell_name(r) for _, r in t[keep].iterrows()]
+        if not out:
+            raise KeyError(f"{self.folder}: no cell matches {want}")
+        return out
+
+    def raw(self, sel: str) -> list[dict]:
+        """The records of the cell (every repeat), for what the tables do not carry."""
+        key = parse_cell(sel)
+        out = [r for r in self.records if tuple(r["spec"].get(k, "dp") for k in KEYS) == key and r["status"] == "ok"]
+        if not out:
+            raise KeyError(f"{self.folder}: no ok record of {sel!r}")
+        return out
+
+    def rates(self, sel: str) -> list[float]:
+        """The Samples/s of each of the cell's processes."""
+        return [r["metrics"]["samples_per_s"] for r in self.raw(sel)]
+
+    def each(self, sel: str, name: str) -> list[float]:
+        """A column of `tables/repeats.csv` (gpu_util_pct, data_wait_fraction, ...) for each of the cell's processes."""
+        reps = repeats_table(self.raw(sel))
+        return [float(x) for x in reps[name]]
+
+
+def read_json(path: str | Path, root: Path = Path(".")):
+    return json.loads((Path(root) / path).read_text())
+
+
+def crosscheck(path: str | Path, loader: str, precision: str, root: Path = Path(".")) -> Value:
+    """cell/bare of one row of a `loaderbench crosscheck` result, recomputed from its rounds (`uncertainty.ratio`)."""
+    rows = [r for r in read_json(path, root)["rows"] if r["loader"] == loader and r["precision"] == precision]
+    if len(rows) != 1 or rows[0].get("status") != "ok":
+        raise KeyError(f"{path}: no ok row {loader}/{precision}")
+    r = rows[0]
+    pairs = list(zip(r["cell_samples_per_s"], r["bare_samples_per_s"], r["cell_halfwidth"], r["bare_halfwidth"]))
+    q = ratio(pairs)
+    return Value(q.value, q.halfwidth, comparison=True)
+
+
+# --- what a document states ----------------------------------------------------------------------------------------
+
+# What may stand right before a marker, longest forms first; a unit (x or %) may follow each number.
+STATED = [
+    ("interval", re.compile(rf"(?P<v>{NUM})x?\s*\[(?P<lo>{NUM}),\s*(?P<hi>{NUM})\]$")),
+    ("halfwidth", re.compile(rf"(?P<v>{NUM})\s*[\[(]\+-(?P<hw>{NUM})%[\])]$")),
+    ("bound", re.compile(rf"(?P<op>>=|<=|<|>|under |over |within )\s*(?P<v>{NUM})(?:x|%)?$")),
+    ("range", re.compile(rf"(?<![\w.-])(?P<lo>{NUM})(?:x|%)?-(?P<hi>{NUM})(?:x|%)?$")),
+    ("number", re.compile(rf"(?<![\w.])(?P<v>{NUM})(?:x|%)?$")),
+]
+
+
+@dataclass(frozen=True)
+class Stated:
+    kind: str
+    text: str  # the stated number as written, e.g. "1.77x [1.67, 1.87]"
+    start: int  # where it starts in the document
+    parts: dict
+
+
+def stated_before(doc: str, end: int) -> Stated:
+    """The number the document states right before position `end` (a marker's start)."""
+    before = doc[max(0, end - 80) : end]
+    for kind, rx in STATED:
+        m = rx.search(before)
+        if m:
+            return Stated(kind, m.group(0), end - len(before) + m.start(), m.groupdict())
+    raise ValueError(f"no number right before the marker: ...{before[-40:]!r}")
+
+
+def _num(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+def _decimals(s: str) -> int:
+    return len(s.split(".")[1]) if "." in s else 0
+
+
+def _agrees(written: str, computed: float, unit: float | None, about: float | None) -> bool:
+    """Whether `computed` reads as `written` at the rounding it is written to (or a stated unit: round: 10), or
+    within a relative `about` for a number the document gives as approximate."""
+    w = _num(written)
+    if math.isnan(computed):
+        return False
+    if about is not None:
+        return abs(computed - w) <= about * abs(w)
+    step = unit if unit else 10.0 ** -_decimals(written)
+    return abs(computed - w) <= step / 2 * (1 + 1e-9) + 1e-12
+
+
+def _fmt(x: float, like: str) -> str:
+    return f"{x:.{max(_decimals(like), 0)}f}" if not math.isnan(x) else "nan"
+
+
+def compare(s: Stated, computed, unit: float | None = None, about: float | None = None) -> str | None:
+    """None when the stated number is what `computed` gives, else what the records give instead (a comparison with
+    an interval stated without it is wrong too: every comparison carries its interval)."""
+    p = s.parts
+    if s.kind == "range":
+        got = computed if isinstance(computed, Span) else None
+        if got is None:
+            return f"states a range, the claim computes {type(computed).__name__}"
+        ok = _agrees(p["lo"], got.lo, unit, about) and _agrees(p["hi"], got.hi, unit, about)
+        return None if ok else f"records give {_fmt(got.lo, p['lo'])}-{_fmt(got.hi, p['hi'])}"
+    if isinstance(computed, Span):  # one number for several values ("29x at batch 128 and 256"): each reads as it
+        if s.kind != "number":
+            return "the claim computes a range; the document states one value with an interval or a bound"
+        ok = _agrees(p["v"], computed.lo, unit, about) and _agrees(p["v"], computed.hi, unit, about)
+        return None if ok else f"records give {_fmt(computed.lo, p['v'])}-{_fmt(computed.hi, p['v'])}"
+    v = Value.of(computed)
+    if s.kind == "bound":
+        w, op = _num(p["v"]), p["op"].strip()
+        ok = {">=": v.value >= w, "over": v.value > w, ">": v.value > w, "<=": v.value <= w, "<": v.value < w,
+              "under": v.value < w, "within": v.value <= w}[op]  # fmt: skip
+        return None if ok else f"records give {v.value:.4g}, not {op} {p['v']}"
+    if not _agrees(p["v"], v.value, unit, about):
+        return f"records give {_fmt(v.value, p['v'])}"
+    if s.kind == "interval":
+        if not v.has_interval:
+            return "states an interval; the records give this comparison none"
+        if not (_agrees(p["lo"], v.low, None, None) and _agrees(p["hi"], v.high, None, None)):
+            return f"records give [{_fmt(v.low, p['lo'])}, {_fmt(v.high, p['hi'])}]"
+    elif s.kind == "halfwidth":
+        if not v.has_interval:
+            return "states an interval; the records give this cell none"
+        if not _agrees(p["hw"], 100 * v.halfwidth, None, None):
+            return f"records give +-{_fmt(100 * v.halfwidth, p['hw'])}%"
+    elif v.comparison and v.has_interval:
+        return (f"a comparison with an interval ({_fmt(v.value, p['v'])} [{_fmt(v.low, p['v'])}, "
+                f"{_fmt(v.high, p['v'])}]) stated without it")  # fmt: skip
+    return None
+
+
+# --- a claims file -------------------------------------------------------------------------------------------------
+
+
+class Claims:
+    """tests/doc_claims.yaml: `runs` (alias -> {records, commit, probes}), `claims` (id -> {expr, round, about}),
+    evaluated against the tree at `root`."""
+
+    def __init__(self, spec: dict, root: Path):
+        self.root = Path(root)
+        self.runs = {alias: Run(r["records"], r.get("commit"), self.root, r.get("probes"))
+                     for alias, r in spec["runs"].items()}  # fmt: skip
+        self.claims = spec["claims"]
+        self._cache: dict[str, object] = {}
+
+    def namespace(self) -> dict:
+        root = self.root
+        return {**self.runs, "span": span, "pct": pct, "Value": Value,
+                "crosscheck": lambda path, loader, precision: crosscheck(path, loader, precision, root),
+                "read_json": lambda path: read_json(path, root),
+                "median": lambda xs: float(np.median(list(xs))), "min": min, "max": max, "len": len,
+                "abs": abs, "sum": sum, "sorted": sorted}  # fmt: skip
+
+    def value(self, cid: str):
+        if cid not in self._cache:
+            if cid not in self.claims:
+                raise KeyError(f"marker c:{cid} has no entry in the claims file")
+            expr = self.claims[cid]["expr"]
+            # the namespace as globals: a generator expression's own scope sees them
+            self._cache[cid] = eval(expr, {"__builtins__": {}, **self.namespace()})  # noqa: S307 (the repo's own file)
+        return self._cache[cid]
+
+    def sources(self, cid: str) -> set[str]:
+        """The result folders a claim reads: its runs' folders and any path in its expression."""
+        expr = self.claims[cid]["expr"]
+        out = {str(self.runs[a].folder) for a in self.runs if re.search(rf"\b{re.escape(a)}\.", expr)}
+        out |= set(re.findall(r"'(docs/results/[^']+)'", expr))
+        return out
+
+    def check_document(self, text: str, name: str) -> tuple[list[str], list[str]]:
+        """(the markers checked, what is wrong): every marker's stated number against its recomputation."""
+        seen, wrong = [], []
+        for m in MARKER.finditer(text):
+            cid = m.group(1)
+            line = text.count("\n", 0, m.start()) + 1
+            try:
+                s = stated_before(text, m.start())
+                c = self.claims.get(cid) or {}
+                why = compare(s, self.value(cid), c.get("round"), c.get("about"))
+            except Exception as e:  # noqa: BLE001 (reported with the marker it belongs to)
+                s, why = None, f"{type(e).__name__}: {e}"
+            seen.append(cid)
+            if why:
+                wrong.append(f"{name}:{line}: {s.text if s else '?'!r} <!--c:{cid}-->: {why}")
+        return seen, wrong
+
+
+def claimed_spans(text: str) -> list[tuple[int, int]]:
+    """Where each marked number and its marker stand in `text`."""
+    out = []
+    for m in MARKER.finditer(text):
+        try:
+            out.append((stated_before(text, m.start()).start, m.end()))
+        except ValueError:
+            out.append((m.start(), m.end()))
+    return out
+
+
+def unmarked(text: str, allowed: list[str]) -> list[str]:
+    """The numbers of `text` outside a marked claim, a link target, a code span and every `allowed` pattern (the
+    numbers that are not measurements: batch sizes, GPU counts, dates, ...), each with its line."""
+    blank = list(text)
+
+    def clear(a: int, b: int) -> None:  # keeps the line breaks: the lines keep their numbers
+        blank[a:b] = ["\n" if c == "\n" else " " for c in text[a:b]]
+
+    for a, b in claimed_spans(text):
+        clear(a, b)
+    for rx in [r"\[[^\]]*\]\([^)]*\)", r"`[^`]*`", r"<!--.*?-->"]:  # links, code spans, other comments
+        for m in list(re.finditer(rx, "".join(blank), flags=re.S)):
+            clear(m.start(), m.end())
+    fixed = "".join(blank)  # every allowed pattern is matched on the same text (a space in one matches a line break)
+    for rx in allowed:
+        for m in list(re.finditer(rx.replace(" ", r"\s+"), fixed, flags=re.I)):
+            clear(m.start(), m.end())
+    rest = "".join(blank)
+    out = []
+    for m in re.finditer(r"\d[\d,.]*", rest):
+        line_no = rest.count("\n", 0, m.start()) + 1
+        line = text.splitlines()[line_no - 1].strip()
+        out.append(f"line {line_no}: {m.group(0)!r} in: {line[:160]}")
+    return out

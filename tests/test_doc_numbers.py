@@ -1,0 +1,112 @@
+"""The documents' numbers are the records': every measured number README.md and docs/FINDINGS.md state carries a
+marker (`<!--c:ID-->`, right after it) and tests/doc_claims.yaml says how to recompute it from the records it cites;
+this test recomputes each, compares at the stated rounding, and fails on a measured number without a marker."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from conftest import REPO
+
+from loaderbench.report.claims import MARKER, Claims, unmarked
+
+CLAIMS_FILE = REPO / "tests/doc_claims.yaml"
+DOCS = ["README.md", "docs/FINDINGS.md"]
+FINDINGS_MAX_WORDS = 2000
+
+# The parts of each document that state results: every number there is a marked claim or matches NOT_MEASURED.
+SECTIONS = {"README.md": r"^## The answer on one H200\n.*?(?=^## )", "docs/FINDINGS.md": r"\A.*\Z"}
+
+# Numbers that are not measurements: settings, counts of things, names, dates, the interval's level.
+NOT_MEASURED = [
+    r"\b\d{4}-\d{2}-\d{2}\b", r"\bseed-1gpu\b",  # dates, a run's name
+    r"\b\d+ x H200\b", r"\bH200\b", r"\b\d+-GPU\b", r"\b\d+ (?:to|and|or) \d+ GPUs\b", r"\b\d+ GPUs?\b",
+    r"\b\d+ CPU cores\b", r"\b\d+-core\b", r"\b7200 rpm\b", r"\bMobileNetV2\b", r"\bResNet-50\b",
+    r"\bfp32\b", r"\bfloat(?:16|32)\b", r"\bb\d+\b", r"\bbatch-\d+\b",
+    r"\bbatch (?:sizes? )?\d+(?:(?:, \d+)* and \d+| over \d+)?\b", r"\bat \d+ the one pipeline\b", r"\bfrom 64 to 256\b",
+    r"(?m)^\*\*\d+b?\. ", r"\bobservation \d\b",  # the seed's numbered observations
+    r"\| 1 (?=\|)",  # the ceiling's AU: 1 by definition
+    r"\b95%", r"\b\d+ (?:processes|repeats|workers|threads|DALI threads|WebDataset tar shards)\b",
+    r"\bon 15 threads\b", r"\bwith 15\b", r"\b150 s a loader\b",
+    r"\bexcludes 1\b", r"\brank 0\b", r"\bcard-[01]\b", r"\bcard [01]\b", r"\b1-GPU\b", r"\bat 1 GPU\b",
+]  # fmt: skip
+
+
+def load_claims() -> Claims:
+    return Claims(yaml.safe_load(CLAIMS_FILE.read_text()), REPO)
+
+
+@pytest.fixture(scope="module")
+def claims() -> Claims:
+    return load_claims()
+
+
+def section(doc: str) -> str:
+    text = (REPO / doc).read_text()
+    m = re.search(SECTIONS[doc], text, re.M | re.S)
+    assert m, f"{doc}: no section matching {SECTIONS[doc]!r}"
+    return m.group(0)
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_marked_number_is_what_its_records_give(claims, doc):
+    seen, wrong = claims.check_document((REPO / doc).read_text(), doc)
+    assert seen, f"{doc} marks no number"
+    assert not wrong, f"{len(wrong)} of {len(seen)} numbers in {doc} are not what their records give:\n" + "\n".join(
+        wrong
+    )
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_no_measured_number_without_a_marker(doc):
+    rest = unmarked(section(doc), NOT_MEASURED)
+    assert not rest, (f"{doc}: numbers in a results section with no claim marker (mark each with <!--c:ID--> and "
+                      "add ID to tests/doc_claims.yaml, or name the pattern in NOT_MEASURED if it is no "
+                      "measurement):\n" + "\n".join(rest))  # fmt: skip
+
+
+def test_every_claim_is_marked_in_a_document_and_cites_a_folder_it_links(claims):
+    texts = {doc: (REPO / doc).read_text() for doc in DOCS}
+    used = {doc: set(MARKER.findall(t)) for doc, t in texts.items()}
+    stale = sorted(set(claims.claims) - set().union(*used.values()))
+    assert not stale, f"claims no document marks: {stale}"
+    unlinked = []
+    for doc, ids in used.items():
+        for cid in sorted(ids & set(claims.claims)):
+            for folder in claims.sources(cid):
+                run = "/".join(folder.split("/")[1:4])  # results/<date-kind>/<run>
+                if run not in texts[doc]:
+                    unlinked.append(f"{doc}: c:{cid} reads {folder}, which {doc} does not cite")
+    assert not unlinked, "\n".join(unlinked)
+
+
+def test_the_verdict_shown_is_the_one_the_quickstart_printed():
+    """README's example verdict is the recorded output of that quickstart run, line for line."""
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"^## What you get\n.*?^```\n(.*?)^```", text, re.M | re.S).group(1).splitlines()
+    printed = (REPO / "docs/results/2026-12-02-cpu2/quickstart/verdict.txt").read_text().splitlines()
+    assert block[0].startswith("bundle: ")
+    assert block[1:] == printed
+
+
+def test_findings_stay_short():
+    words = len((REPO / "docs/FINDINGS.md").read_text().split())  # as `wc -w` counts them
+    assert words <= FINDINGS_MAX_WORDS, f"docs/FINDINGS.md has {words} words, over {FINDINGS_MAX_WORDS}"
+
+
+def test_a_changed_or_unmarked_number_is_caught(claims):
+    """The check itself: one marked number changed, a marked interval dropped, and a new unmarked claim each fail."""
+    doc = "docs/FINDINGS.md"
+    text = (REPO / doc).read_text()
+    good = "1.77x [1.67, 1.87]<!--c:seed.sc-tv-b128-->"
+    assert good in text
+    _, wrong = claims.check_document(text.replace(good, good.replace("1.77x", "1.79x")), doc)
+    assert len(wrong) == 1 and "records give 1.77" in wrong[0], wrong
+    _, wrong = claims.check_document(text.replace(good, "1.77x<!--c:seed.sc-tv-b128-->"), doc)
+    assert len(wrong) == 1 and "stated without it" in wrong[0], wrong
+    _, wrong = claims.check_document(text.replace("29x<!--c:seed.hdd-tv-->", "31x<!--c:seed.hdd-tv-->"), doc)
+    assert len(wrong) == 1 and "records give 29" in wrong[0], wrong
+    added = text.replace("(Same run.)", "(Same run; opencv at batch 256 is 2.04x torchvision.)", 1)
+    assert any("2.04x" in line for line in unmarked(added, NOT_MEASURED))
