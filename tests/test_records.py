@@ -1,9 +1,11 @@
-"""An unreadable cell record is named, moved to results/cells/corrupt/, and its cell is measured again."""
+"""An unreadable cell record is named, moved to results/cells/corrupt/ by a run (not by a dry run or lint), and its
+cell is measured again."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -27,6 +29,13 @@ def test_truncated_cell_record_is_moved_aside_named_and_measured_again(tmp_path,
     record = tmp_path / f"results/cells/{CELL}.json"
     good = record.read_text()
     record.write_text(good[: len(good) // 2])  # truncated, as by a full disk or a copy cut short
+    truncated = record.read_bytes()
+    # a dry run names it and plans its cell again, and neither it nor lint moves or rewrites anything
+    plan = snakemake(tmp_path, "--configfile", str(cfg_path), "-n")
+    assert re.search(r"^cell\s+1$", plan.stdout, re.M) and f"cell={CELL}" in plan.stdout, plan.stdout
+    assert f"cell record results/cells/{CELL}.json is unreadable (JSONDecodeError" in plan.stderr, plan.stderr
+    snakemake(tmp_path, "--configfile", str(cfg_path), "--lint")
+    assert record.read_bytes() == truncated and not (tmp_path / "results/cells/corrupt").exists()
     proc = snakemake(tmp_path, "--configfile", str(cfg_path))
     out = proc.stdout + proc.stderr
     assert f"cell record results/cells/{CELL}.json is unreadable (JSONDecodeError" in out, out

@@ -12,9 +12,13 @@ from loaderbench.core.cells import CELL_ID_PATTERN, cell_ids, cell_spec, parse_c
 from loaderbench.core.config import dataset_source_dir, validate_config
 from loaderbench.core.layout import DATASETS, RESULTS as R
 from loaderbench.core.provenance import run_id
-from loaderbench.core.records import load_records
+from loaderbench.core.records import CorruptRecord, load_records, read_record
 from loaderbench.core.util import stable_hash
 from snakemake.settings.types import DeploymentMethod
+
+# Parsing this file changes nothing on disk in the Snakemake a user starts: `snakemake -n`, `--lint`, `--list` and
+# the like parse it too (and `make test` runs `--lint` in the user's checkout). What a run must change before its jobs
+# is done in `onstart:`, which only a run that executes jobs calls, after the DAG is built and before any job starts.
 
 DEFAULT_CONFIG = "config/quickstart.yaml"
 run_id()  # one id for this invocation, inherited by every job it starts (records say which run they belong to)
@@ -60,6 +64,14 @@ USE_CONTAINER = DeploymentMethod.APPTAINER in workflow.deployment_settings.deplo
 SRC = str(Path(workflow.basedir, "src").resolve())
 
 
+def lock_dir_to_bind(cfg):
+    """The host lock directory a cell container must have bound, or None where it lies under /tmp (bound by default)."""
+    from loaderbench.engine.hostlock import lock_directory
+
+    locks = lock_directory(cfg["host"]["lock_dir"])
+    return None if str(locks.resolve()).startswith("/tmp/") else locks
+
+
 def apptainer_args(cfg, existing):
     """`existing` plus --nv and one --bind per host path a cell needs: tiers, dataset source, project, extras."""
     have = shlex.split(existing)
@@ -72,11 +84,8 @@ def apptainer_args(cfg, existing):
     ]
     if cfg["dataset"]["source"] == "path":
         paths.append(cfg["dataset"]["path"])
-    from loaderbench.engine.hostlock import lock_directory
-
-    locks = lock_directory(cfg["host"]["lock_dir"])  # /tmp is bound by default; another directory must be bound
-    if not str(locks.resolve()).startswith("/tmp/"):
-        locks.mkdir(parents=True, exist_ok=True)
+    locks = lock_dir_to_bind(cfg)
+    if locks:  # made by make_bound_lock_dir before a cell runs, not here (parsing changes nothing)
         paths.append(locks)
     add = ["--nv"] if cfg["container"]["nv"] and "--nv" not in have else []
     for p in dict.fromkeys(str(Path(p).resolve()) for p in paths):
@@ -99,6 +108,8 @@ HOST_ARGS = (
 
 
 onstart:
+    set_aside_unreadable_records()
+    make_bound_lock_dir()
     # SIGINT/SIGTERM to Snakemake's pid alone: stop the measuring job now instead of letting it finish
     from loaderbench.engine.hostlock import stop_measurements_on_signals
 
@@ -204,6 +215,8 @@ def get_source_input():
 
 
 def get_cell_manifest(wildcards):
+    """The manifest of the tier the cell reads; the cell is forced to run again when its record is unreadable."""
+    force_if_unreadable(R.cell(wildcards.cell))
     return R.manifest(parse_cell_id(wildcards.cell)["tier"])
 
 
@@ -217,13 +230,51 @@ def get_cell_files():
     return [R.cell(c) for c in CELLS]
 
 
+# A truncated or unreadable cell record (a full disk, a copy cut short) must not fail `aggregate` on every run: this run
+# measures its cell again, and the record is kept in the cells folder's corrupt/. Moving it at parse time would move
+# it under `-n` and `--lint` too, and an input function cannot make an existing file count as missing. So the cell's
+# input function reads its record as the DAG is built (any run that builds one: a dry run shows the cell too) and
+# forces the record's job as `--forcerun <record>` would (Snakemake's DAG.forcefiles, read when it decides what
+# needs to run, after every job is made); `onstart:`, in real runs only, then moves the forced records aside before
+# the cell jobs write new ones. A job on a cluster node builds a DAG of its own job only: it forces nothing.
+UNREADABLE_RECORDS = set()  # the records forced in this run for being unreadable
+_READ_RECORDS = set()  # each record is read once, however often Snakemake evaluates the input function
+
+
+def force_if_unreadable(record):
+    """Force the job of `record` when the file is there but is no readable cell record (read only, nothing moved)."""
+    if record in _READ_RECORDS or not workflow.is_main_process or workflow.dag is None:
+        return
+    _READ_RECORDS.add(record)
+    if not os.path.isfile(record):
+        return
+    try:
+        read_record(record)
+    except CorruptRecord as e:
+        UNREADABLE_RECORDS.add(record)
+        workflow.dag.forcefiles.add(record)
+        print(
+            f"loaderbench: {e}: its cell is to be measured again (a run moves the record to corrupt/ as it starts)",
+            file=sys.stderr,
+        )
+
+
 def set_aside_unreadable_records():
-    """A truncated or unreadable cell record is moved to the cells folder's corrupt/ (and named) before the plan is made,
-    so this run measures its cell again instead of failing in `aggregate` on every run."""
-    load_records([p for p in get_cell_files() if os.path.isfile(p)])
+    """Move the records forced for being unreadable to the cells folder's corrupt/ (each named on stderr)."""
+    load_records(sorted(UNREADABLE_RECORDS))
 
 
-set_aside_unreadable_records()
+def make_bound_lock_dir():
+    """Make the host lock directory that cell containers have bound (apptainer binds only what exists)."""
+    locks = lock_dir_to_bind(CFG)
+    if USE_CONTAINER and locks:
+        locks.mkdir(parents=True, exist_ok=True)
+
+
+# A cluster job's Snakemake parses this file only to run that one job (its cell, in the container), calls no onstart
+# and may run on a node that does not see the submit host's directory: it makes the directory itself.
+if not workflow.is_main_process:
+    make_bound_lock_dir()
 
 
 def get_crosscheck():
