@@ -9,11 +9,12 @@ from loaderbench.core.config import load_config
 from loaderbench.core.layout import RESULTS
 
 
-def _cfg(a) -> dict:
+def config_of(a) -> dict:
+    """The validated config of the command line's --config."""
     return load_config(a.config)
 
 
-def _host(a, cfg: dict | None = None):
+def host_settings(a, cfg: dict | None = None):
     """Host settings (lock directory, wait limit, contention thresholds): the command line's, else the config's."""
     from loaderbench.engine.hostlock import HostSettings
 
@@ -23,14 +24,14 @@ def _host(a, cfg: dict | None = None):
     return dataclasses.replace(base, **{k: v for k, v in over.items() if v is not None})
 
 
-def _measuring(a, holder: str, gpus: int, cfg: dict | None = None):
+def measuring_lock(a, holder: str, gpus: int, cfg: dict | None = None):
     """The host lock (and the ancestor watch) for a measuring command that is not a cell."""
     from loaderbench.engine.hostlock import gpu_indices, measuring
 
-    return measuring(holder, gpu_indices(gpus), _host(a, cfg))
+    return measuring(holder, gpu_indices(gpus), host_settings(a, cfg))
 
 
-def _host_options(s, contention: bool = False) -> None:
+def host_options(s, contention: bool = False) -> None:
     """The `host:` settings as options (Snakemake passes them to run-cell and probe-tier; they override a config's)."""
     s.add_argument("--lock-dir", help="host lock directory (default: host.lock_dir, else env LOADERBENCH_LOCK_DIR, "
                    "else /tmp/loaderbench-locks)")  # fmt: skip
@@ -42,20 +43,21 @@ def _host_options(s, contention: bool = False) -> None:
                        help="foreign GPU processes in the window above which the cell is contended (default 0)")
 
 
-def _side_measurement(s, func) -> None:
+def side_measurement(s, func) -> None:
     """What bench, ceiling and sweep share: the results folder they read the staged tiers from, the host lock."""
     s.add_argument("--results", default=RESULTS.root)
-    _host_options(s)
+    host_options(s)
     s.set_defaults(func=func)
 
 
-def _batch_and_precision(s) -> None:
+def batch_and_precision(s) -> None:
     """The one configuration a side measurement (ceiling, sweep) runs at."""
     s.add_argument("--batch-size", type=int, help="default: the config's largest")
     s.add_argument("--precision", choices=["fp32", "amp"], default="amp")
 
 
-def _required(s, *names: str) -> None:
+def add_required(s, *names: str) -> None:
+    """Options the subcommand cannot run without."""
     for name in names:
         s.add_argument(name, required=True)
 

@@ -10,7 +10,7 @@ from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import RESULTS, Layout
 
-from .common import _batch_and_precision, _cfg, _host, _measuring, _side_measurement, write_json
+from .common import batch_and_precision, config_of, host_settings, measuring_lock, side_measurement, write_json
 
 TITLE = "Measure outside the grid"
 
@@ -26,16 +26,16 @@ def register(add) -> None:
     s.add_argument("--seconds", type=float, default=10.0)
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--json", help="also write the figures as JSON here")
-    _side_measurement(s, cmd_bench)
+    side_measurement(s, cmd_bench)
 
     s = add("ceiling", help="the synthetic cell against a bare training loop, and input layout/dtype costs")
     s.add_argument("--config", required=True, help="settings (window, warm-up, compile, ...) and the staged tier")
-    _batch_and_precision(s)
+    batch_and_precision(s)
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--compile", action="store_true", help="torch.compile the model (the compiled ceiling)")
     s.add_argument("--variant-steps", type=int, default=50, help="bare-loop steps per input variant (0: skip them)")
     s.add_argument("--json", help="also write the figures as JSON here")
-    _side_measurement(s, cmd_ceiling)
+    side_measurement(s, cmd_ceiling)
 
     s = add("crosscheck", help="cells against a bare training loop of the same loader: does the harness "
                        "slow what it measures? (cell/bare with its interval)")  # fmt: skip
@@ -46,7 +46,7 @@ def register(add) -> None:
     s.add_argument("--precision", nargs="+", choices=["fp32", "amp"], default=["fp32"])
     s.add_argument("--rounds", type=int, default=2, help="cell and bare loop each, alternating (default 2)")
     s.add_argument("--out", help="folder for crosscheck.json and the cells' records (default <results>/crosscheck)")
-    _side_measurement(s, cmd_crosscheck)
+    side_measurement(s, cmd_crosscheck)
 
     s = add("sweep", help="the same cells under variants of settings (a tuning experiment outside the grid)")
     s.add_argument("--config", required=True)
@@ -54,10 +54,10 @@ def register(add) -> None:
                    help="name:field=value,... over cell settings, e.g. hw1:dali_hw_decoder_load=1.0 (repeatable)")
     s.add_argument("--loaders", nargs="+", required=True)
     s.add_argument("--tier", help="default: the config's first")
-    _batch_and_precision(s)
+    batch_and_precision(s)
     s.add_argument("--repeats", type=int, default=1)
     s.add_argument("--out", help="records folder (default <results>/sweep)")
-    _side_measurement(s, cmd_sweep)
+    side_measurement(s, cmd_sweep)
 
     s = add("tune", help="search one loader's settings on this host within a time budget, against the ceiling; "
                  "the best with its interval and the config lines to paste")  # fmt: skip
@@ -71,7 +71,7 @@ def register(add) -> None:
     s.add_argument("--budget-s", type=float, default=300.0, help="time for the search's cells (default 300)")
     s.add_argument("--out", help="records folder and tune.json (default <results>/tune/<loader>)")
     s.add_argument("--json", help="also write the report here")
-    _side_measurement(s, cmd_tune)
+    side_measurement(s, cmd_tune)
 
     s = add("engine-report", help="the engine's cost and trust: per-cell overhead, convergence, dp/ddp, spread")
     s.add_argument("--cells", default=RESULTS.cells, help="folder of cell records (default %(default)s)")
@@ -83,10 +83,10 @@ def register(add) -> None:
 def cmd_bench(a) -> int:
     from loaderbench.experiments.bench import bench
 
-    cfg = _cfg(a)
+    cfg = config_of(a)
     tier = a.tier or cfg["tiers"][0]
     loaders = a.loaders or ["torchvision", "opencv"]
-    with _measuring(a, "bench", 1, cfg):
+    with measuring_lock(a, "bench", 1, cfg):
         r = bench(Path(Layout(a.results).manifest(tier)), loaders, a.batch_size, cfg["crop_size"], a.workers,
                   a.seconds, a.rounds)  # fmt: skip
     print(f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
@@ -104,15 +104,15 @@ def cmd_ceiling(a) -> int:
     from loaderbench.core.cells import cell_id
     from loaderbench.experiments.ceiling import ceiling
 
-    cfg = _cfg(a)
+    cfg = config_of(a)
     tier = cfg["tiers"][0]
     cid = cell_id("synthetic", tier, 1, a.batch_size or cfg["batch_sizes"][-1], a.precision, "dp", 0)
     spec = cell_spec(cfg, cid, in_grid=False)
     if a.compile:
         spec = dataclasses.replace(spec, compile=True)
-    with _measuring(a, "ceiling", 1, cfg):
+    with measuring_lock(a, "ceiling", 1, cfg):
         r = ceiling(spec, Path(Layout(a.results).manifest(tier)), a.rounds, a.variant_steps,
-                    Path(Layout(a.results).ceiling), timeout_s=cfg["cell_timeout_s"], host=_host(a, cfg))  # fmt: skip
+                    Path(Layout(a.results).ceiling), timeout_s=cfg["cell_timeout_s"], host=host_settings(a, cfg))  # fmt: skip
     window = (f"{spec.window_steps} steps" if spec.window_steps else f"{spec.window_s:g} s" if spec.window_s
               else f"adaptive (+-{100 * spec.window_precision:g}%, at most {spec.window_max_s:g} s)")  # fmt: skip
     print(f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
@@ -133,7 +133,7 @@ def cmd_ceiling(a) -> int:
 def cmd_crosscheck(a) -> int:
     from loaderbench.experiments.crosscheck import crosscheck, render
 
-    cfg = _cfg(a)
+    cfg = config_of(a)
     tier = a.tier or cfg["tiers"][0]
     batch = a.batch_size or cfg["batch_sizes"][-1]
     out = Path(a.out or Layout(a.results).crosscheck)
@@ -142,9 +142,9 @@ def cmd_crosscheck(a) -> int:
     from loaderbench.core.config import resolve_loaders
 
     loaders = resolve_loaders(cfg, a.loaders, "--loaders")  # built-ins, the config's plugins, or 'module:factory'
-    with _measuring(a, "crosscheck", 1, cfg):
+    with measuring_lock(a, "crosscheck", 1, cfg):
         rows = crosscheck(cfg, loaders, tier, batch, a.precision, a.rounds, Path(Layout(a.results).manifest(tier)),
-                          out, host=_host(a, cfg))  # fmt: skip
+                          out, host=host_settings(a, cfg))  # fmt: skip
     print(f"crosscheck on tier {tier}, 1 GPU x batch {batch}: each cell against a bare loop of its loader, "
           f"{a.rounds} alternating round(s) in fresh processes; cell/bare [95% interval]; {out / 'crosscheck.json'}")
     print(render(rows))
@@ -154,7 +154,7 @@ def cmd_crosscheck(a) -> int:
 def cmd_tune(a) -> int:
     from loaderbench.experiments.tune import config_precision, render, tune
 
-    cfg = _cfg(a)
+    cfg = config_of(a)
     tier = a.tier or cfg["tiers"][0]
     batch = a.batch_size or cfg["batch_sizes"][-1]
     if a.budget_s <= 0:
@@ -164,9 +164,9 @@ def cmd_tune(a) -> int:
     loader = resolve_loaders(cfg, [a.loader], "--loader")[0]  # a built-in, the config's plugin, or 'module:factory'
     out = Path(a.out or Path(Layout(a.results).root) / "tune" / loader)
     precision = a.precision or config_precision(cfg)
-    with _measuring(a, "tune", 1, cfg):
+    with measuring_lock(a, "tune", 1, cfg):
         rep = tune(cfg, loader, tier, batch, precision, a.budget_s, Path(Layout(a.results).manifest(tier)), out,
-                   host=_host(a, cfg))  # fmt: skip
+                   host=host_settings(a, cfg))  # fmt: skip
     print(render(rep))
     write_json(a, rep)
     return 0 if rep["samples_per_s"] else 1
@@ -184,11 +184,12 @@ def cmd_engine_report(a) -> int:
 def cmd_sweep(a) -> int:
     from loaderbench.experiments.sweep import render, sweep
 
-    cfg = _cfg(a)
+    cfg = config_of(a)
     tier = a.tier or cfg["tiers"][0]
-    with _measuring(a, "sweep", max(cfg["gpus"]), cfg):  # held across its cells (each cell's own lock: a no-op)
+    with measuring_lock(a, "sweep", max(cfg["gpus"]), cfg):  # held across its cells (each cell's own lock: a no-op)
         rows = sweep(cfg, a.variant, a.loaders, tier, a.batch_size or cfg["batch_sizes"][-1], a.precision,
-                     a.repeats, Path(Layout(a.results).manifest(tier)), Path(a.out or Layout(a.results).sweep), host=_host(a, cfg))  # fmt: skip
+                     a.repeats, Path(Layout(a.results).manifest(tier)), Path(a.out or Layout(a.results).sweep),
+                     host=host_settings(a, cfg))  # fmt: skip
     print(f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
           f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)")  # fmt: skip
     print(render(rows))

@@ -11,7 +11,7 @@ from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import RESULTS
 from loaderbench.data.stage import StagingError
 
-from .common import _cfg, _host, _host_options, _measuring, _required
+from .common import add_required, config_of, host_options, host_settings, measuring_lock
 
 TITLE = "Pipeline steps (the workflow runs these)"
 
@@ -25,13 +25,13 @@ def register(add) -> None:
     s.set_defaults(func=cmd_make_dataset)
 
     s = add("check", help="check every image of a dataset source once; quarantine undecodable ones")
-    _required(s, "--source", "--out", "--quarantine")
+    add_required(s, "--source", "--out", "--quarantine")
     s.add_argument("--strict", action="store_true")
     s.add_argument("--jobs", type=int, default=None)
     s.set_defaults(func=cmd_check)
 
     s = add("stage", help="stage the checked dataset onto one tier and write its manifest")
-    _required(s, "--check", "--tier", "--tier-path", "--dataset", "--out")
+    add_required(s, "--check", "--tier", "--tier-path", "--dataset", "--out")
     s.add_argument("--project-dir", default=".")
     s.add_argument("--verify", action="store_true",
                    help="checksum every staged file against the manifest and restage those that differ")
@@ -50,7 +50,7 @@ def register(add) -> None:
     s.add_argument("--timeout-s", type=float, help="the cell's time limit (default: config cell_timeout_s, else auto)")
     s.add_argument("--stall-s", type=float, help="watchdog: no step for this long is a stall (default 60)")
     s.add_argument("--stall-factor", type=float, help="... or for this many median steps, when longer (default 50)")
-    _host_options(s, contention=True)
+    host_options(s, contention=True)
     s.set_defaults(func=cmd_run_cell)
 
     s = add("probe-tier", help="measured read rate of one tier (files/s, MB/s; 1 and N readers, cold)")
@@ -62,7 +62,7 @@ def register(add) -> None:
     s.add_argument("--sequential-mb", type=float, default=64.0,
                    help="MB read front to back by one reader (a file written for it, and its shards where it has them)")
     s.add_argument("--out", required=True)
-    _host_options(s)
+    host_options(s)
     s.set_defaults(func=cmd_probe_tier)
 
     s = add("aggregate", help="cell records -> results tables")
@@ -81,7 +81,7 @@ def register(add) -> None:
     s.set_defaults(func=cmd_diagnose)
 
     s = add("figures", help="tables -> figures (PNG + SVG)")
-    _required(s, "--table", "--repeats", "--out-dir")
+    add_required(s, "--table", "--repeats", "--out-dir")
     s.add_argument("--diagnosis", help="diagnosis.csv (default: computed from --table)")
     s.add_argument("--probe", help="tier_probe.csv (default: none, the tier-probe figure says so)")
     s.add_argument("--timelines", nargs="*", default=[], help="the cells' telemetry timeline CSVs (<cell>.csv)")
@@ -96,7 +96,7 @@ def register(add) -> None:
     s.add_argument("--check-report", required=True, help="the dataset check's text report")
     s.add_argument("--manifests", nargs="+", required=True)
     s.add_argument("--cells", nargs="+", required=True)
-    _required(s, "--captions", "--out-dir", "--zip")
+    add_required(s, "--captions", "--out-dir", "--zip")
     s.add_argument("--timelines", nargs="*", help="the cells' telemetry timeline CSVs, copied into the bundle")
     s.add_argument("--crosscheck", nargs="*", help="a `loaderbench crosscheck` summary (crosscheck.json) to show")
     s.set_defaults(func=cmd_bundle)
@@ -150,7 +150,7 @@ def cmd_run_cell(a) -> int:
     if a.spec:
         spec = CellSpec.from_dict(json.loads(a.spec))
     elif a.config and a.cell:
-        cfg = _cfg(a)
+        cfg = config_of(a)
         spec = cell_spec(cfg, a.cell)
     else:
         raise ConfigError("run-cell needs --spec, or --config with --cell")
@@ -162,7 +162,7 @@ def cmd_run_cell(a) -> int:
     timeout_s = a.timeout_s or (cfg["cell_timeout_s"] if cfg else None)
     stall = StallRule(floor_s=a.stall_s or (cfg["watchdog"]["stall_s"] if cfg else 60.0),
                       factor=a.stall_factor or (cfg["watchdog"]["step_factor"] if cfg else 50.0))  # fmt: skip
-    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "", host=_host(a, cfg),
+    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "", host=host_settings(a, cfg),
              timeout_s=timeout_s, stall=stall)  # fmt: skip
     return 0
 
@@ -172,7 +172,7 @@ def cmd_probe_tier(a) -> int:
     from loaderbench.data.tierprobe import probe_tier
 
     manifest = json.loads(Path(a.manifest).read_text())
-    with _measuring(a, f"probe-tier {manifest.get('tier')}", 0):
+    with measuring_lock(a, f"probe-tier {manifest.get('tier')}", 0):
         result = probe_tier(manifest, json.loads(a.tier), a.readers, a.max_files, a.max_seconds, a.sequential_mb)
     atomic_write_json(Path(a.out), result)
     if result.get("error"):
@@ -208,8 +208,11 @@ def cmd_figures(a) -> int:
 
 def cmd_diagnose(a) -> int:
     from loaderbench.report.diagnose import run
+    from loaderbench.report.verdict import write_verdict
 
-    d = run(Path(a.table), json.loads(a.baseline), Path(a.out_dir))
+    baseline = json.loads(a.baseline)
+    d = run(Path(a.table), baseline, Path(a.out_dir))
+    write_verdict(d, baseline, Path(a.out_dir))
     for _, r in d.iterrows():
         print(f"{r['loader']:>12} {r['tier']:>8} g{r['gpus']} b{r['batch_size']} {r['precision']:>4} "
               f"{r['parallel']:>3}: {r['bottleneck']}", file=sys.stderr)  # fmt: skip

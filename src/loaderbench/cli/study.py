@@ -11,7 +11,7 @@ from loaderbench.core.cells import cell_ids, cell_parts, cell_spec, parse_cell_i
 from loaderbench.core.config import ConfigError, load_config
 from loaderbench.core.layout import RESULTS, Layout
 
-from .common import _cfg, write_json
+from .common import config_of, write_json
 
 TITLE = "Run and read a study"
 
@@ -123,7 +123,7 @@ def cmd_fuse_check(a) -> int:
 def cmd_cells(a) -> int:
     from loaderbench.core.records import load_records
 
-    cfg = _cfg(a)
+    cfg = config_of(a)
     parts = cell_parts(cfg)
     if a.part and a.part not in {p["name"] for p in cfg["parts"]}:
         raise ConfigError(f"no part {a.part!r} in {a.config} (parts: {', '.join(p['name'] for p in cfg['parts'])})")
@@ -148,7 +148,7 @@ def cmd_plan(a) -> int:
     from loaderbench.plan.costmodel import host_of_records
     from loaderbench.plan.predict import make_plan
 
-    cfg = _cfg(a)
+    cfg = config_of(a)
     host = host_of_records(a.host_from) if a.host_from else None
     plan = make_plan(cfg, a.records or [Layout(a.results).cells], host=host,
                      host_dirs=[a.host_from] if a.host_from else [], results=a.results)  # fmt: skip
@@ -160,7 +160,7 @@ def cmd_plan(a) -> int:
 def cmd_respread(a) -> int:
     from loaderbench.plan.respread import requeue
 
-    cfg = _cfg(a)
+    cfg = config_of(a)
     results = Layout(a.results)
     keys = requeue(Path(results.cells), cfg["spread_warn"], Path(results.respread_ledger))
     for k, why in keys.items():
@@ -186,7 +186,7 @@ def cmd_adopt(a) -> int:
     results/cells is left as it is."""
     from loaderbench.core.records import load_records, spec_hash
 
-    cfg = _cfg(a)
+    cfg = config_of(a)
     layout = Layout(a.results)
     if a.source:
         print(_copy_in(cfg, layout, Path(a.source)))

@@ -117,9 +117,9 @@ class Sampler(BackgroundSampler):
         return sum(self._cpu.values()), pids
 
     def _run(self) -> None:
-        from .telemetry import _Nvml
+        from .telemetry import Nvml
 
-        nvml = _Nvml(self.gpus)
+        nvml = Nvml(self.gpus)
         if not nvml.handles:
             self.gpu_note = f"no NVML ({nvml.reason})" if self.gpus > 0 else "no NVML (the cell uses no GPU)"
         else:

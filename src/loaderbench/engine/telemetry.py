@@ -39,7 +39,7 @@ def block_device_of(path: Path) -> tuple[str | None, str]:
     return None, f"no block device behind {path} ({fs or 'unknown'} filesystem, device {major}:{minor})"
 
 
-class _Nvml:
+class Nvml:
     """NVML handles for the physical GPUs a cell uses; `reason` is set when NVML is unusable."""
 
     def __init__(self, gpus: int):
@@ -132,7 +132,7 @@ class Sampler(BackgroundSampler):
     def _run(self) -> None:
         import psutil
 
-        nvml = _Nvml(self.gpus)
+        nvml = Nvml(self.gpus)
         disk, disk_note = block_device_of(self.tier_path) if self.tier_path else (None, "no tier path")
         self.meta = {
             "hz_target": self.hz,
@@ -185,7 +185,7 @@ class Sampler(BackgroundSampler):
         self.meta["sampler_cpu_s"] = time.thread_time() - cpu0
         self.meta["sample_cost_ms"] = float(1000 * np.mean(self._cost_s)) if self._cost_s else None
 
-    def _pcie_loop(self, nvml: _Nvml) -> None:
+    def _pcie_loop(self, nvml: Nvml) -> None:
         turn = 0
         while not self._stop.wait(PCIE_PERIOD_S):
             self._pcie_latest = {**self._pcie_latest, **nvml.pcie(turn % len(nvml.handles))}

@@ -174,7 +174,7 @@ def reset_for_next_cell(cpus: set[int]) -> None:
         pass
 
 
-def _exit_now(code: int) -> None:
+def exit_now(code: int) -> None:
     """End at once: the record is written, so nothing is left to do but stop. Loader workers are killed instead of
     joined and the interpreter is not torn down module by module - seconds per cell, paid hundreds of times."""
     sys.stdout.flush()
@@ -196,4 +196,4 @@ def _kill_children() -> None:
 
 if __name__ == "__main__":
     placement.remember_default_threads()  # a fresh process: torch's own count, unless the environment set one
-    _exit_now(main())
+    exit_now(main())

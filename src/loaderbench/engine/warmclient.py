@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loaderbench.core.util import die_with_parent
 
-from .warmstart import _MAX_MESSAGE, ENV_SOCKET, in_container, key
+from .warmstart import ENV_SOCKET, MAX_MESSAGE, in_container, key
 
 
 def start_server(directory: str | os.PathLike | None = None, reuse: bool = False) -> Path | None:
@@ -236,4 +236,4 @@ def _ask(conn: socket.socket, message: dict, wait_s: float, fds: tuple[int, ...]
     `wait_s`."""
     socket.send_fds(conn, [json.dumps(message).encode()], list(fds))
     ready, _, _ = select.select([conn], [], [], wait_s)
-    return json.loads(conn.recv(_MAX_MESSAGE) or b"{}") if ready else {"error": f"no reply in {wait_s:g} s"}
+    return json.loads(conn.recv(MAX_MESSAGE) or b"{}") if ready else {"error": f"no reply in {wait_s:g} s"}

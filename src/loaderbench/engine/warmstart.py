@@ -30,7 +30,7 @@ PRELOAD = ("torch", "torchvision", "torchvision.models", "numpy", "PIL.Image", "
            "loaderbench.engine.train", "loaderbench.engine.window", "loaderbench.engine.metrics")  # fmt: skip
 # environment that changes what an import does: a server started under other values is not used
 _IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD")
-_MAX_MESSAGE = 1 << 20
+MAX_MESSAGE = 1 << 20  # the most bytes one message on the server's socket holds (requests and replies)
 _TITLE_ROOM = 240
 _PACKAGE = Path(__file__).resolve().parents[1]  # the whole loaderbench package
 
@@ -170,7 +170,7 @@ def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[i
     """Serve one request on `conn`: a ping, or a process - a kept one, or one forked now (which closes `others`, the
     server's sockets besides its processes', and those)."""
     try:
-        data, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
+        data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 3)
         request = json.loads(data)
     except (OSError, ValueError):
         return None
@@ -273,7 +273,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], ctl: socket.socke
     while True:
         code = _run_cell(request, fds)
         if ctl is None or code != 0 or train.LAST_STATUS[0] != "ok":
-            train._exit_now(code)  # a failed cell's process is not kept: its state is not known
+            train.exit_now(code)  # a failed cell's process is not kept: its state is not known
         _RUNNER[0] = None
         devnull = os.open(os.devnull, os.O_RDWR)
         for target in (0, 1, 2):  # the finished job's streams: its log must see their end
@@ -282,15 +282,15 @@ def _child(conn: socket.socket, request: dict, fds: list[int], ctl: socket.socke
         try:
             ctl.send(json.dumps({"done": code}).encode())  # the runner has its cell; what follows is this process's
             train.reset_for_next_cell(cpus)  # a next cell handed over meanwhile waits for it (its start-up phase)
-            data, fds, _, _ = socket.recv_fds(ctl, _MAX_MESSAGE, 3)
+            data, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 3)
             train.CELL_START[0] = time.time()
             request = json.loads(data)
         except (OSError, ValueError):
             data = b""
         except BaseException:  # not fit for another cell: the server reaps it, no runner waits on it
-            train._exit_now(0)
+            train.exit_now(0)
         if not data or len(fds) != 3:
-            train._exit_now(0)  # the server let go of this process
+            train.exit_now(0)  # the server let go of this process
 
 
 def _run_cell(request: dict, fds: list[int]) -> int:

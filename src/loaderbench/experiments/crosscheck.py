@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from loaderbench.engine import placement
-    from loaderbench.engine.train import _exit_now
+    from loaderbench.engine.train import exit_now
 
     placement.remember_default_threads()  # a fresh process: torch's own count, unless the environment set one
-    _exit_now(main())
+    exit_now(main())

@@ -219,7 +219,8 @@ def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     return a[[c for c in cols if c in a]]
 
 
-def _cell(r: pd.Series) -> str:
+def cell_name(r: pd.Series) -> str:
+    """The row's configuration as reports name it: loader/tier/gGPUs/bBATCH/precision/parallel."""
     return f"{r['loader']}/{r['tier']}/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}"
 
 
@@ -229,18 +230,18 @@ def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
     reads were warm, nor a cell that delivered more than its compute ceiling."""
     for r in (a, b):
         if r.get("bottleneck") == "implausible":
-            return None, (f"{_cell(r)} delivered more than its compute ceiling (AU {_fmt(r.get('au', np.nan), '', 2)}, "
+            return None, (f"{cell_name(r)} delivered more than its compute ceiling (AU {_fmt(r.get('au', np.nan), '', 2)}, "
                           "implausible): check its batches and the ceiling cell")  # fmt: skip
         alone = not (pd.notna(r.get("repeats_ok")) and r.get("repeats_ok") >= 2)
-        if alone and _flag(r.get("contended")) is True:
-            return None, f"{_cell(r)} was contended (other processes used the host in its window); rerun it"
-        if alone and _flag(r.get("converged")) is False:
-            return None, f"{_cell(r)}: its window did not converge and it has no repeats"
+        if alone and read_flag(r.get("contended")) is True:
+            return None, f"{cell_name(r)} was contended (other processes used the host in its window); rerun it"
+        if alone and read_flag(r.get("converged")) is False:
+            return None, f"{cell_name(r)}: its window did not converge and it has no repeats"
         if not pd.notna(r.get("halfwidth")):
-            return None, f"{_cell(r)} has no interval"
+            return None, f"{cell_name(r)} has no interval"
         share = r.get("device_read_share")
         if r.get("cache") == "cold" and pd.notna(share) and share < COLD_SHARE:
-            return None, (f"{_cell(r)} read only {100 * share:.0f}% of its bytes from the device: a warm cell on a "
+            return None, (f"{cell_name(r)} read only {100 * share:.0f}% of its bytes from the device: a warm cell on a "
                           "cold tier")  # fmt: skip
     return quotient(a["samples_per_s"], _halfwidth(a), b["samples_per_s"], _halfwidth(b)), None
 
@@ -254,7 +255,7 @@ def _halfwidth(r: pd.Series) -> float:
     return float(r["halfwidth"])
 
 
-def _flag(value) -> bool | None:
+def read_flag(value) -> bool | None:
     """A table's yes/no cell as True, False or None (not recorded; a fixed window has no convergence)."""
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return None
@@ -265,7 +266,7 @@ def _flag(value) -> bool | None:
 
 def _rec(out: list[dict], topic: str, cells: list, q: Ratio | None, why: str | None, text) -> None:
     """One recommendation: `text(q)` with its interval, "no measurable difference" inside it, or left out."""
-    names = [_cell(c) for c in cells]
+    names = [cell_name(c) for c in cells]
     if q is None:
         out.append({"topic": topic, "verdict": "left out", "text": f"left out: {why}", "cells": names})
         return
@@ -322,7 +323,7 @@ def _shard_recs(out: list[dict], ok: pd.DataFrame) -> None:
         why = (f"{r['loader']} on {r['tier']} is seek-bound: it takes {took:.1f} MB/s of images where the tier "
                f"streams {seq:.0f} MB/s")  # fmt: skip
         if not len(same):
-            out.append({"topic": "shards", "verdict": "not measured", "cells": [_cell(r)],
+            out.append({"topic": "shards", "verdict": "not measured", "cells": [cell_name(r)],
                         "text": f"{why}; stored as shards it would stream. Measure the gain: add "
                                 f"{' or '.join(SHARD_LOADERS)} to loaders (the shards are staged for them)."})  # fmt: skip
             continue
@@ -364,7 +365,7 @@ def _storage_recs(out: list[dict], real: pd.DataFrame) -> None:
                     "the tier does not limit it, so no other tier is advised")  # fmt: skip
         if held:
             out.append({"topic": "storage", "verdict": "left out", "text": f"left out: {held}",
-                        "cells": [_cell(fast), _cell(slow)]})  # fmt: skip
+                        "cells": [cell_name(fast), cell_name(slow)]})  # fmt: skip
             continue
         _rec(out, "storage", [fast, slow], *compare(fast, slow), lambda q, differs: (
             f"{loader}: {fast['tier']} instead of {slow['tier']} gives {_x(q)} ({slow['samples_per_s']:.0f} -> "
@@ -442,7 +443,7 @@ def _precision_recs(out: list[dict], ok: pd.DataFrame) -> None:
 def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
     lines = ["# Diagnosis", "", "| Cell | Samples/s | AU | Bottleneck | Evidence |", "|---|---:|---:|---|---|"]
     for _, r in d.iterrows():
-        lines.append(f"| {_cell(r)} | {_fmt(r['samples_per_s'])} | {_fmt(r.get('au', np.nan), '', 2)} | "
+        lines.append(f"| {cell_name(r)} | {_fmt(r['samples_per_s'])} | {_fmt(r.get('au', np.nan), '', 2)} | "
                      f"{r['bottleneck']} | {r['evidence']} |")  # fmt: skip
     lines += ["", "# Recommendations", ""]
     if not recs:
@@ -455,12 +456,11 @@ def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
 
 
 def run(table_csv: Path, baseline: dict, out_dir: Path) -> pd.DataFrame:
-    from .verdict import verdicts
+    """The diagnosis of the cells table: diagnosis.csv, recommendations.json and diagnosis.md in `out_dir`."""
     d = diagnose(columns.read_table(table_csv))
     recs = recommendations(d, baseline)
     out_dir = Path(out_dir)
     atomic_write_text(out_dir / "diagnosis.csv", columns.table_csv(d, "diagnosis", float_format="%.4g"))
     atomic_write_text(out_dir / "recommendations.json", json.dumps(recs, indent=2) + "\n")
     atomic_write_text(out_dir / "diagnosis.md", render_markdown(d, recs))
-    atomic_write_text(out_dir / "verdict.json", json.dumps(verdicts(d, baseline), indent=2) + "\n")
     return d

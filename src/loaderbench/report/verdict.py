@@ -12,10 +12,15 @@ cells.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from .diagnose import _cell, _flag, compare
+from loaderbench.core.util import atomic_write_text
+
+from .diagnose import cell_name, compare, read_flag
 
 
 def _describe(r: pd.Series) -> str:
@@ -60,17 +65,17 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
         else:
             best, q = max(usable, key=lambda rq: float(rq[0]["samples_per_s"]))
             measured = q.differs_from(1.0)
-            fix = {"cell": _cell(best), "what": _describe(best), "samples_per_s": float(best["samples_per_s"]),
+            fix = {"cell": cell_name(best), "what": _describe(best), "samples_per_s": float(best["samples_per_s"]),
                    "verdict": "measured" if measured else "no measurable difference", "interval": q.to_dict(),
                    "text": f"{_describe(best)}: {q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
                    + ("" if measured else ", no measurable difference")}  # fmt: skip
-        conv = [_flag(x) for x in g.get("converged", [])]
+        conv = [read_flag(x) for x in g.get("converged", [])]
         judged = [c for c in conv if c is not None]
         hw = [h for h in (_num(x) for x in g.get("halfwidth", [])) if h is not None]
         reps = [int(x) for x in g.get("repeats_ok", []) if _num(x) is not None]
         out.append({
             "gpus": int(gpus), "tier": str(tier),
-            "reference": {"cell": _cell(ref), "what": _describe(ref), "samples_per_s": float(ref["samples_per_s"]),
+            "reference": {"cell": cell_name(ref), "what": _describe(ref), "samples_per_s": float(ref["samples_per_s"]),
                           "bottleneck": ref["bottleneck"], "au": _num(ref.get("au")),
                           "implausible": ref["bottleneck"] == "implausible",
                           "data_wait_ms": _num(ref.get("data_wait_ms")), "step_ms": _num(ref.get("step_ms"))},
@@ -78,10 +83,15 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
             "trust": {"cells": len(g), "repeats": [min(reps), max(reps)] if reps else None,
                       "halfwidth_median": float(np.median(hw)) if hw else None,
                       "converged": [sum(judged), len(judged)],
-                      "contended": int(sum(_flag(x) is True for x in g.get("contended", []))),
+                      "contended": int(sum(read_flag(x) is True for x in g.get("contended", []))),
                       "implausible": int((g["bottleneck"] == "implausible").sum())},
         })  # fmt: skip
     return out
+
+
+def write_verdict(d: pd.DataFrame, baseline: dict, out_dir: Path) -> None:
+    """verdict.json in `out_dir`: the verdicts of the diagnosis table `d`."""
+    atomic_write_text(Path(out_dir) / "verdict.json", json.dumps(verdicts(d, baseline), indent=2) + "\n")
 
 
 def _trust_text(t: dict) -> str:

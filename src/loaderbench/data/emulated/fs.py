@@ -15,10 +15,10 @@ from .throttle import Throttle
 try:  # mfusepy raises at import when libfuse is missing; fuse_available() reports it
     import mfusepy
 
-    _MFUSEPY_ERROR: str | None = None
+    MFUSEPY_ERROR: str | None = None
 except (ImportError, OSError, AttributeError) as _e:
     mfusepy = None
-    _MFUSEPY_ERROR = f"{type(_e).__name__}: {_e}"
+    MFUSEPY_ERROR = f"{type(_e).__name__}: {_e}"
 
 FSNAME = "loaderbench-emulated"
 SUBTYPE = "loaderbench"

@@ -21,7 +21,7 @@ from pathlib import Path
 from loaderbench.core.devices import DeviceModel, EmulatedTierError, resolve_model
 from loaderbench.core.util import atomic_write_json
 
-from .fs import _MFUSEPY_ERROR, FSNAME, INSTALL_HINT, SUBTYPE, mfusepy
+from .fs import FSNAME, INSTALL_HINT, MFUSEPY_ERROR, SUBTYPE, mfusepy
 
 
 def fuse_available() -> str | None:
@@ -29,7 +29,7 @@ def fuse_available() -> str | None:
     if not (shutil.which("fusermount3") or shutil.which("fusermount")):
         return "neither fusermount3 nor fusermount is on PATH (Debian/Ubuntu: apt install fuse3)"
     if mfusepy is None:
-        return f"the mfusepy binding is not usable: {_MFUSEPY_ERROR} (pip install mfusepy; libfuse: apt install fuse3)"
+        return f"the mfusepy binding is not usable: {MFUSEPY_ERROR} (pip install mfusepy; libfuse: apt install fuse3)"
     if not os.path.exists("/dev/fuse"):
         return ("/dev/fuse does not exist (load the fuse kernel module, or start the container with "
                 "--device /dev/fuse; packages: apt install fuse3)")  # fmt: skip
@@ -40,14 +40,14 @@ def fuse_available() -> str | None:
     return None
 
 
-def _absolute(path: str | Path) -> Path:
+def absolute_path(path: str | Path) -> Path:
     """Absolute path with the parent's symlinks resolved, without touching the (maybe dead) mount point itself."""
     p = Path(os.path.abspath(path))
     return Path(os.path.realpath(p.parent)) / p.name
 
 
 def owner_path(mountpoint: str | Path) -> Path:
-    mp = _absolute(mountpoint)
+    mp = absolute_path(mountpoint)
     return mp.with_name(mp.name + ".owner.json")
 
 
@@ -60,7 +60,7 @@ def _unescape(field: str) -> str:
 
 def mount_entry(mountpoint: str | Path) -> dict | None:
     """The topmost mount at `mountpoint` ({"fstype", "source"}) from /proc/self/mountinfo, else None."""
-    target = str(_absolute(mountpoint))
+    target = str(absolute_path(mountpoint))
     entry = None
     try:
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -124,7 +124,7 @@ def _kill(pid: int, start: int | None, wait_s: float = 3.0) -> bool:
     return True
 
 
-def _fusermount(mountpoint: Path, lazy: bool) -> tuple[bool, str]:
+def fusermount(mountpoint: Path, lazy: bool) -> tuple[bool, str]:
     """Unmount a FUSE mount (`-u`, or lazily `-uz`); (done, errors)."""
     errors = []
     for tool in ("fusermount3", "fusermount"):
@@ -179,7 +179,7 @@ def _read_owner(mountpoint: Path) -> dict | None:
 
 def cleanup_stale(mountpoint: str | Path) -> str | None:
     """Remove an emulated mount whose owner died (or whose server is gone); a one-line account, or None."""
-    mp = _absolute(mountpoint)
+    mp = absolute_path(mountpoint)
     entry = mount_entry(mp)
     owner = _read_owner(mp)
     if entry is not None and not _is_ours(entry):
@@ -205,7 +205,7 @@ def cleanup_stale(mountpoint: str | Path) -> str | None:
               if not owner_alive else "server pid {} is gone or not answering".format(server_pid))  # fmt: skip
     done = []
     if entry is not None:
-        ok, err = _fusermount(mp, lazy=True)
+        ok, err = fusermount(mp, lazy=True)
         done.append("lazily unmounted" if ok else f"lazy unmount failed ({err})")
     if server_alive and _kill(server_pid, owner.get("server_start")):
         done.append(f"stopped server pid {server_pid}")
@@ -269,10 +269,10 @@ class EmulatedMount:
             return
         if self.proc.poll() is None and mount_entry(self.mountpoint) is not None:
             deadline = time.monotonic() + min(2.0, timeout_s)
-            while not _fusermount(self.mountpoint, lazy=False)[0] and time.monotonic() < deadline:
+            while not fusermount(self.mountpoint, lazy=False)[0] and time.monotonic() < deadline:
                 time.sleep(0.1)  # busy: a reader may still be closing its file
         if mount_entry(self.mountpoint) is not None:
-            _fusermount(self.mountpoint, lazy=True)
+            fusermount(self.mountpoint, lazy=True)
         try:
             self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -283,7 +283,7 @@ class EmulatedMount:
                 self.proc.kill()
                 self.proc.wait()
         if mount_entry(self.mountpoint) is not None:  # killed server: ENOTCONN mount left behind
-            _fusermount(self.mountpoint, lazy=True)
+            fusermount(self.mountpoint, lazy=True)
         self.owner_path.unlink(missing_ok=True)
         self.final_stats = _read_json(self.stats_path)
         for path in self.temporary():
@@ -317,7 +317,7 @@ def _tail(path: Path, chars: int = 3000) -> str:
 def mount(backing: str | Path, mountpoint: str | Path, model: DeviceModel | str | dict,
           stats_path: str | Path | None = None, timeout_s: float = 15.0) -> EmulatedMount:  # fmt: skip
     """Mount `backing` read-only at `mountpoint`, throttled to `model`, served by a child process."""
-    mp = _absolute(mountpoint)
+    mp = absolute_path(mountpoint)
     reason = fuse_available()
     if reason:
         raise EmulatedTierError(f"cannot mount an emulated tier at {mp}: {reason}. {INSTALL_HINT}.")

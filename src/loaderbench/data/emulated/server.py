@@ -17,8 +17,8 @@ from pathlib import Path
 from loaderbench.core.devices import DEVICE_MODELS, DeviceModel, EmulatedTierError, resolve_model
 from loaderbench.core.util import atomic_write_json
 
-from .fs import _MFUSEPY_ERROR, FSNAME, INSTALL_HINT, MAX_READ, SUBTYPE, EmulatedFS, mfusepy
-from .mounting import _absolute, _fusermount, cleanup_stale
+from .fs import FSNAME, INSTALL_HINT, MAX_READ, MFUSEPY_ERROR, SUBTYPE, EmulatedFS, mfusepy
+from .mounting import absolute_path, cleanup_stale, fusermount
 
 STATS_EVERY_S = 2.0
 
@@ -37,9 +37,9 @@ def _write_stats(path: Path | None, fs: EmulatedFS, info: dict, final: bool) -> 
 def serve(backing: Path, mountpoint: Path, model: DeviceModel, stats_path: Path | None = None) -> int:
     """Mount and serve in the foreground until unmounted or SIGTERM/SIGINT/SIGHUP (then unmount); exit status."""
     if mfusepy is None:
-        print(f"emulated tier: mfusepy is not usable ({_MFUSEPY_ERROR}). {INSTALL_HINT}.", file=sys.stderr)
+        print(f"emulated tier: mfusepy is not usable ({MFUSEPY_ERROR}). {INSTALL_HINT}.", file=sys.stderr)
         return 2
-    backing, mountpoint = Path(backing).resolve(), _absolute(mountpoint)
+    backing, mountpoint = Path(backing).resolve(), absolute_path(mountpoint)
     for label, p in (("--backing", backing), ("--mountpoint", mountpoint)):
         if not p.is_dir():
             print(f"emulated tier: {label} {p} is not a directory; create it first", file=sys.stderr)
@@ -69,8 +69,8 @@ def serve(backing: Path, mountpoint: Path, model: DeviceModel, stats_path: Path 
         now = time.monotonic()
         if stop.is_set() and stop_at is None:
             stop_at = now
-            if not _fusermount(mountpoint, lazy=False)[0]:
-                _fusermount(mountpoint, lazy=True)
+            if not fusermount(mountpoint, lazy=False)[0]:
+                fusermount(mountpoint, lazy=True)
         if stop_at is not None and now - stop_at > 10:
             print(f"emulated tier: {mountpoint} still busy 10 s after the unmount; exiting", file=sys.stderr)
             break
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.command == "cleanup":
-            print(cleanup_stale(args.mountpoint) or f"{_absolute(args.mountpoint)}: nothing stale")
+            print(cleanup_stale(args.mountpoint) or f"{absolute_path(args.mountpoint)}: nothing stale")
             return 0
         if (args.model is None) == (args.model_json is None):
             p.error("give exactly one of --model NAME or --model-json '{...}'")
