@@ -4,8 +4,9 @@ The child (`python -m loaderbench.engine.train`) reports ok/skipped/failed with 
 child cannot (death by a signal, a stall, a hang past the cell timeout), adds what it measured around the child
 (tier, telemetry, contention, provenance, phases) and builds the record, once (`records.make_record`).
 The record reaches `out` only by an atomic rename, so an interrupted run never leaves a truncated file, and before the
-telemetry timeline, so a disk that fills up costs the timeline, not the measurement. A write that fails ends the job
-with one line naming the file and the free space there (SystemExit); no scratch file (heartbeats, stacks) stays.
+telemetry timeline, so a disk that fills up costs the timeline, not the measurement: the job then succeeds, saying so
+in one line and in the record. A record that cannot be written ends the job with one line naming the file and the free
+space there (SystemExit); no scratch file (heartbeats, stacks) stays.
 """
 
 from __future__ import annotations
@@ -165,8 +166,9 @@ def _measure(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, p
 
 
 def _write(spec: CellSpec, record: dict, out: Path, timeline: Path | None, samples, marks, label: str) -> None:
-    """The record, then the timeline: the record is the measurement, the timeline only its telemetry. A write that
-    fails ends the job with one line naming the file (WriteError) and saying whether the record was kept."""
+    """The record, then the timeline: the record is the measurement, the timeline only its telemetry. A record that
+    cannot be written ends the job with one line naming the file (WriteError); a timeline that cannot be written
+    costs only the timeline (`_keep_without_timeline`)."""
     try:
         atomic_write_json(out, record)
     except WriteError as e:
@@ -177,7 +179,25 @@ def _write(spec: CellSpec, record: dict, out: Path, timeline: Path | None, sampl
     try:
         telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
     except WriteError as e:
-        raise SystemExit(f"cell {spec.cell_id}: {e}; its record {out} was written, without the timeline") from None
+        _keep_without_timeline(spec, record, out, Path(timeline), e)
+
+
+def _keep_without_timeline(spec: CellSpec, record: dict, out: Path, timeline: Path, error: WriteError) -> None:
+    """Keep a measured cell whose timeline could not be written: Snakemake deletes a failed job's outputs, the record
+    with them, so the job succeeds with an empty file where the timeline goes (a file without data takes no space)
+    and the record saying why it has none; where even that cannot be made, the job fails, its record written."""
+    message = f"cell {spec.cell_id}: {error}; its record {out} was written, without the timeline"
+    try:
+        timeline.parent.mkdir(parents=True, exist_ok=True)
+        timeline.touch()
+    except OSError:
+        raise SystemExit(message) from None
+    record["telemetry"] = {**(record.get("telemetry") or {}), "timeline": None, "timeline_lost": str(error)}
+    try:
+        atomic_write_json(out, record)
+    except WriteError:
+        pass  # the record as first written stands: it points at the empty timeline
+    print(f"{message} (an empty file stands in for it)", file=sys.stderr, flush=True)
 
 
 ROOM_BYTES = 1_000_000  # a record, its timeline and the measuring process's scratch files, with room to spare
