@@ -203,6 +203,28 @@ def own_lock_dir(tmp_path_factory):
 
 
 @pytest.fixture
+def small_filesystem(tmp_path):
+    """make(size_kb): a real tmpfs of that size (a tier too small, a disk to fill); unmounted afterwards."""
+    mounts = []
+
+    def make(size_kb: int) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+        d = tmp_path / f"fs{len(mounts)}"
+        d.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(d)], capture_output=True,
+                              text=True)  # fmt: skip
+        if proc.returncode:
+            pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()}")
+        mounts.append(d)
+        return d
+
+    yield make
+    for d in mounts:
+        subprocess.run(["umount", str(d)], check=False)
+
+
+@pytest.fixture
 def workdir(tmp_path) -> Path:
     yield tmp_path
     shutil.rmtree(tmp_path / ".snakemake", ignore_errors=True)

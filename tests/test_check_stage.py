@@ -241,30 +241,6 @@ def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(tm
     assert record["metrics"]["steps"] == 2
 
 
-@pytest.fixture
-def small_filesystem(tmp_path):
-    """make(size_kb): a real tmpfs of that size (a tier too small for the dataset); unmounted afterwards."""
-    import subprocess
-
-    mounts = []
-
-    def make(size_kb: int) -> Path:
-        if os.geteuid() != 0:
-            pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
-        d = tmp_path / f"fs{len(mounts)}"
-        d.mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(d)], capture_output=True,
-                              text=True)  # fmt: skip
-        if proc.returncode:
-            pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()}")
-        mounts.append(d)
-        return d
-
-    yield make
-    for d in mounts:
-        subprocess.run(["umount", str(d)], check=False)
-
-
 def test_tier_too_small_is_refused_before_copying_naming_needed_and_free(tmp_path, small_dataset, small_filesystem):
     tier = small_filesystem(512)
     check_dataset(small_dataset, tmp_path / "check.json", tmp_path / "q", jobs=2)

@@ -26,26 +26,15 @@ FREE = r"\(\d+(\.\d)? (B|KB) free on {}\)"  # the free space the message names, 
 
 
 @pytest.fixture
-def full_disk(tmp_path):
-    """make(size_kb): a real tmpfs of that size, filled up to the last page by `filler.bin`; unmounted afterwards."""
-    mounts = []
+def full_disk(small_filesystem):
+    """make(size_kb): a real tmpfs of that size (`small_filesystem`), filled up to the last page by `filler.bin`."""
 
     def make(size_kb: int = 256) -> Path:
-        if os.geteuid() != 0:
-            pytest.skip("mounting a small tmpfs (a real full disk) needs root (CI runs as root)")
-        d = tmp_path / f"full{len(mounts)}"
-        d.mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(d)], capture_output=True,
-                              text=True)  # fmt: skip
-        if proc.returncode:
-            pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()}")
-        mounts.append(d)
-        fill(d)
-        return d
+        disk = small_filesystem(size_kb)
+        fill(disk)
+        return disk
 
-    yield make
-    for d in mounts:
-        subprocess.run(["umount", str(d)], check=False)
+    return make
 
 
 def fill(disk: Path) -> None:
