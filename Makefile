@@ -83,8 +83,11 @@ rerun: $(STAMP)
 cells: $(STAMP)
 	$(BIN)/loaderbench cells --config $(CONFIG) --status
 
-## lint: the workflow's formatting (snakefmt) and Snakemake's own lint, both clean; part of `make test`
+## lint: the Python code's lint and formatting (ruff, pyproject.toml), the workflow's formatting (snakefmt) and
+## Snakemake's own lint, all clean; part of `make test`
 lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile workflow
 	$(SMK) --lint
 

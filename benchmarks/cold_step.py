@@ -158,22 +158,34 @@ def ingest(batch: int, workers: int, dtype_name: str, seconds: float = 6.0) -> d
     import torch
 
     dtype = {"float32": torch.float32, "uint8": torch.uint8}[dtype_name]
-    loader = torch.utils.data.DataLoader(Filled(dtype), batch_size=batch, num_workers=workers, pin_memory=True,
-                                         persistent_workers=True, prefetch_factor=2, drop_last=True)  # fmt: skip
+    loader = torch.utils.data.DataLoader(
+        Filled(dtype),
+        batch_size=batch,
+        num_workers=workers,
+        pin_memory=True,
+        persistent_workers=True,
+        prefetch_factor=2,
+        drop_last=True,
+    )
     it = iter(loader)
     for _ in range(workers * 2 + 2):
-        x, y = next(it)
+        next(it)
     torch.cuda.synchronize()
     n, t = 0, time.perf_counter()
     while time.perf_counter() - t < seconds:
-        x, y = next(it)
+        x, _y = next(it)
         x = x.cuda(non_blocking=True)
         n += 1
     torch.cuda.synchronize()
     dt = time.perf_counter() - t
     mb = n * x.numel() * x.element_size() / 1e6
-    return {"batch": batch, "workers": workers, "dtype": dtype_name, "samples_per_s": round(n * batch / dt),
-            "mb_per_s": round(mb / dt)}  # fmt: skip
+    return {
+        "batch": batch,
+        "workers": workers,
+        "dtype": dtype_name,
+        "samples_per_s": round(n * batch / dt),
+        "mb_per_s": round(mb / dt),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -194,8 +206,10 @@ def main(argv: list[str]) -> int:
             if v == "ingest":
                 if rep:
                     continue
-                cmds = [["--ingest", str(b), str(w), d] for b, w, d in
-                        [(256, 15, "float32"), (512, 15, "float32"), (512, 15, "uint8"), (256, 4, "float32")]]
+                cmds = [
+                    ["--ingest", str(b), str(w), d]
+                    for b, w, d in [(256, 15, "float32"), (512, 15, "float32"), (512, 15, "uint8"), (256, 4, "float32")]
+                ]
             elif v.startswith("fork"):
                 cmds = [["--fork", "preload" if v == "fork-preload" else "none"]]
             elif v == "profile" and rep:
@@ -204,7 +218,7 @@ def main(argv: list[str]) -> int:
                 cmds = [["--child", v]]
             for c in cmds:
                 t = time.perf_counter()
-                p = subprocess.run([sys.executable, __file__, *c], capture_output=True, text=True)
+                p = subprocess.run([sys.executable, __file__, *c], capture_output=True, text=True, check=False)
                 line = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else None
                 rec = json.loads(line) if line else {"error": p.stderr[-2000:]}
                 rec.update(variant=v, rep=rep, args=c, process_s=round(time.perf_counter() - t, 2))

@@ -19,7 +19,7 @@ import torch
 import torchvision
 
 sys.path.insert(0, "src")
-from loaderbench.engine.parallel import DataParallel  # noqa: E402
+from loaderbench.engine.process.parallel import DataParallel
 
 
 def timed(model, batch: int, steps: int, warmup: int) -> float:
@@ -94,8 +94,13 @@ def main() -> int:
     if n < 2:
         raise SystemExit(f"needs 2 GPUs, this host has {n}")
     ids = list(range(n))
-    out = {"gpus": n, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "cudnn": torch.backends.cudnn.version(), "per_gpu_batch": 256}  # fmt: skip
+    out = {
+        "gpus": n,
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "per_gpu_batch": 256,
+    }
     torch.backends.cudnn.benchmark = True
     out["one_gpu_ms"] = timed(model(), 256, a.steps, 5)
     out["loaderbench_dp_ms"] = timed(DataParallel(model(), device_ids=ids), 256 * n, a.steps, 5)
@@ -107,8 +112,10 @@ def main() -> int:
     for k, v in out.items():
         if k.endswith("_ms") and not isinstance(v, dict):
             print(f"{k:34s} {v:10.1f} ms/step", file=sys.stderr)
-    print("dp phases (ms, synchronised): " + ", ".join(f"{k} {v:.1f}" for k, v in out["dp_phase_ms"].items()),
-          file=sys.stderr)
+    print(
+        "dp phases (ms, synchronised): " + ", ".join(f"{k} {v:.1f}" for k, v in out["dp_phase_ms"].items()),
+        file=sys.stderr,
+    )
     print(json.dumps(out))
     return 0
 

@@ -35,6 +35,7 @@ class Sleepy(torch.utils.data.Dataset):
 
 def rate(loader, batches: int, endless: bool) -> float:
     """Batches a second over `batches` after one warm-up pass."""
+
     def stream():
         while True:
             yield from loader
@@ -61,15 +62,22 @@ def main() -> None:
     a = p.parse_args()
     warnings.filterwarnings("ignore", message="This DataLoader will create")
     data = Sleepy(a.batch * a.batches_per_pass, a.item_ms / 1000)
-    common = dict(batch_size=a.batch, drop_last=True, num_workers=a.workers, persistent_workers=True,
-                  prefetch_factor=a.prefetch)
+    common = {
+        "batch_size": a.batch,
+        "drop_last": True,
+        "num_workers": a.workers,
+        "persistent_workers": True,
+        "prefetch_factor": a.prefetch,
+    }
     n = a.batches_per_pass * a.passes
     epochs = rate(torch.utils.data.DataLoader(data, shuffle=True, **common), n, endless=False)
     passes = rate(torch.utils.data.DataLoader(data, sampler=PassSampler(len(data), 0), **common), n, endless=True)
     ideal = a.workers / (a.batch * a.item_ms / 1000)
-    print(f"{a.workers} workers, batch {a.batch}, {a.batches_per_pass} batches a pass, prefetch {a.prefetch}: "
-          f"epochs {epochs:.1f} batches/s, endless passes {passes:.1f} ({passes / epochs:.2f}x; workers' "
-          f"limit {ideal:.1f})")
+    print(
+        f"{a.workers} workers, batch {a.batch}, {a.batches_per_pass} batches a pass, prefetch {a.prefetch}: "
+        f"epochs {epochs:.1f} batches/s, endless passes {passes:.1f} ({passes / epochs:.2f}x; workers' "
+        f"limit {ideal:.1f})"
+    )
 
 
 if __name__ == "__main__":

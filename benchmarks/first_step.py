@@ -15,12 +15,12 @@ import sys
 import time
 
 T0 = time.perf_counter()
-import torch  # noqa: E402
+import torch
 
 sys.path.insert(0, "src")
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import validate_config
-from loaderbench.engine.step import dtypes, training_step  # noqa: E402
+from loaderbench.engine.step import dtypes, training_step
 
 T_IMPORT = time.perf_counter() - T0
 
@@ -61,13 +61,26 @@ def main() -> None:
         step(x, y)
     torch.cuda.synchronize()
     per_step = (time.perf_counter() - t) / a.steps
-    print(json.dumps({
-        "benchmark": bool(a.benchmark), "limit": torch.backends.cudnn.benchmark_limit, "batch": a.batch,
-        "precision": a.precision, "import_s": round(T_IMPORT, 2), "cuda_init_s": round(t_cuda, 2),
-        "model_s": round(t_model, 2), "first_step_s": round(first, 2), "step_ms": round(1000 * per_step, 2),
-        "samples_per_s": round(a.batch / per_step, 1), "process_s": round(time.perf_counter() - T0, 2),
-        "cudnn": torch.backends.cudnn.version(), "torch": torch.__version__,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "benchmark": bool(a.benchmark),
+                "limit": torch.backends.cudnn.benchmark_limit,
+                "batch": a.batch,
+                "precision": a.precision,
+                "import_s": round(T_IMPORT, 2),
+                "cuda_init_s": round(t_cuda, 2),
+                "model_s": round(t_model, 2),
+                "first_step_s": round(first, 2),
+                "step_ms": round(1000 * per_step, 2),
+                "samples_per_s": round(a.batch / per_step, 1),
+                "process_s": round(time.perf_counter() - T0, 2),
+                "cudnn": torch.backends.cudnn.version(),
+                "torch": torch.__version__,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -67,8 +67,12 @@ def rate(kind: str, log: str, batch_size: int) -> dict:
             steady_rate = batch_size / statistics.mean(steady) if steady else None
         rows.append({"epoch": epoch, "batches_seen": len(points), "whole_epoch": whole, "steady": steady_rate})
     full = [r["steady"] for r in rows if r["steady"]]
-    return {"kind": kind, "batch_size": batch_size, "epochs": rows,
-            "steady_median": statistics.median(full) if full else None}  # fmt: skip
+    return {
+        "kind": kind,
+        "batch_size": batch_size,
+        "epochs": rows,
+        "steady_median": statistics.median(full) if full else None,
+    }
 
 
 def main() -> int:

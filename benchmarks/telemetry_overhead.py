@@ -1,7 +1,7 @@
 """What the telemetry sampler costs a training loop: rounds with and without it, alternating.
 
 Purpose: the engine's own cost. The training loop runs here; in the "on" rounds a separate process runs
-`loaderbench.engine.telemetry.Sampler` on this process at the given rate, as a cell's runner does. Prints each
+`loaderbench.engine.runner.telemetry.Sampler` on this process at the given rate, as a cell's runner does. Prints each
 round's samples/s and the median overhead. Needs only torch, torchvision, numpy, psutil (nvidia-ml-py for GPUs).
 Command: PYTHONPATH=src python3 benchmarks/telemetry_overhead.py --batch 256 --amp --rounds 6 --seconds 8
 Written up in docs/results/2026-11-29-h200x1/telemetry-probe/README.md.
@@ -20,13 +20,19 @@ from pathlib import Path
 
 
 def sample_forever(pid: int, hz: float, gpus: int, stop, out) -> None:
-    from loaderbench.engine.telemetry import Sampler
+    from loaderbench.engine.runner.telemetry import Sampler
 
     s = Sampler(hz, [pid], Path("/dev/shm"), gpus).start()
     stop.wait()
     t = s.stop()
-    out.put({"samples": len(t["rows"]), "cpu_s": t["meta"].get("sampler_cpu_s"),
-             "cost_ms": t["meta"].get("sample_cost_ms"), "gpu_reason": t["meta"].get("gpu_reason")})  # fmt: skip
+    out.put(
+        {
+            "samples": len(t["rows"]),
+            "cpu_s": t["meta"].get("sampler_cpu_s"),
+            "cost_ms": t["meta"].get("sample_cost_ms"),
+            "gpu_reason": t["meta"].get("gpu_reason"),
+        }
+    )
 
 
 def _training_step(a):
@@ -58,6 +64,7 @@ def _training_step(a):
     def sync():
         if cuda:
             torch.cuda.synchronize()
+
     return step, sync, dev, cuda
 
 
@@ -78,14 +85,16 @@ def main() -> int:
     for _ in range(30):  # warm-up: cudnn autotune, allocator
         step()
     sync()
-    print(f"warm-up {time.perf_counter() - t:.1f} s on {dev} ({torch.cuda.get_device_name() if cuda else 'CPU'})",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"warm-up {time.perf_counter() - t:.1f} s on {dev} ({torch.cuda.get_device_name() if cuda else 'CPU'})",
+        file=sys.stderr,
+    )
 
     ctx = mp.get_context("spawn")
     rates = {"off": [], "on": []}
     sampler_info = []
     for r in range(a.rounds):
-        for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):  # ABBA order: drifts cancel
+        for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):  # ABBA order: drifts cancel
             proc = None
             if mode == "on":
                 stop, out = ctx.Event(), ctx.Queue()
@@ -109,14 +118,24 @@ def main() -> int:
     pairs = [1 - b / a_ for a_, b in zip(rates["off"], rates["on"])]
     result = {
         "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "batch": a.batch, "amp": a.amp, "hz": a.hz, "seconds_per_round": a.seconds,
-        "off": rates["off"], "on": rates["on"], "median_off": off, "median_on": on,
-        "overhead_median": 1 - on / off, "overhead_per_pair": pairs,
+        "batch": a.batch,
+        "amp": a.amp,
+        "hz": a.hz,
+        "seconds_per_round": a.seconds,
+        "off": rates["off"],
+        "on": rates["on"],
+        "median_off": off,
+        "median_on": on,
+        "overhead_median": 1 - on / off,
+        "overhead_per_pair": pairs,
         "sampler": sampler_info,
-    }  # fmt: skip
+    }
     print(json.dumps(result, indent=2))
-    print(f"telemetry overhead: {100 * (1 - on / off):+.2f}% (median on {on:.1f} vs off {off:.1f} samples/s; "
-          f"pairs {', '.join(f'{100 * v:+.2f}%' for v in pairs)})", file=sys.stderr)  # fmt: skip
+    print(
+        f"telemetry overhead: {100 * (1 - on / off):+.2f}% (median on {on:.1f} vs off {off:.1f} samples/s; "
+        f"pairs {', '.join(f'{100 * v:+.2f}%' for v in pairs)})",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -127,10 +127,10 @@ start)
     # one run: its Snakemake invocations (the parts, respread, the rest) divide their cells by each other
     export LOADERBENCH_RUN_ID=${LOADERBENCH_RUN_ID:-$(date +%Y%m%dT%H%M%S)-study-$$}
     # one warm-start server for every Snakemake run below (each would start its own: 8-13 s of imports on the H200
-    # before its first cell); it ends with this driver (loaderbench.engine.warmstart.serve watches its parent)
+    # before its first cell); it ends with this driver (loaderbench.engine.process.warmstart.serve watches its parent)
     export LOADERBENCH_WARM_SOCKET=/tmp/loaderbench-warm-study-$$.sock
     reuse=$(python3 -c "from loaderbench.core.config import load_config; print(\"--reuse\" if load_config(\"$C\")[\"host\"][\"reuse_processes\"] else \"\")")
-    python3 -m loaderbench.engine.warmstart "$LOADERBENCH_WARM_SOCKET" $reuse 2>> "$dest/warm-server.log" &
+    python3 -m loaderbench.engine.process.warmstart "$LOADERBENCH_WARM_SOCKET" $reuse 2>> "$dest/warm-server.log" &
     step plan; python3 -m loaderbench plan --config "$C" > "$dest/plan-before.txt" 2>&1
     # CROSSCHECK (crosscheck arguments): cells against bare loops first; its cells of the grid count as measured
     if [ -n "${CROSSCHECK:-}" ]; then

@@ -22,9 +22,9 @@ for mode in fresh kept fresh kept; do
   sock="/tmp/loaderbench-reuse-check-$$-$round.sock"
   flag=""
   [ "$mode" = kept ] && flag=--reuse
-  "$PY" -m loaderbench.engine.warmstart "$sock" $flag 2>> "$out/server.log" &
+  "$PY" -m loaderbench.engine.process.warmstart "$sock" $flag 2>> "$out/server.log" &
   server=$!
-  "$PY" -c "import sys; from loaderbench.engine.warmclient import serves_this_code as s; sys.exit(0 if s(sys.argv[1]) else 1)" "$sock"
+  "$PY" -c "import sys; from loaderbench.engine.runner.warmclient import serves_this_code as s; sys.exit(0 if s(sys.argv[1]) else 1)" "$sock"
   for cell in "$@"; do
     LOADERBENCH_WARM_SOCKET="$sock" "$PY" -m loaderbench run-cell --config "$cfg" --cell "$cell" \
       --out "$dir/$cell.json" --timeline "$dir/$cell.csv" 2>> "$out/cells.log"

@@ -46,8 +46,10 @@ def pytest_terminal_summary(terminalreporter):
     for _, label in NEEDS:
         reports = terminalreporter.stats.get(f"skipped ({label})", [])
         if reports:
-            terminalreporter.write_line(f"{len(reports)} skipped ({label}): {_skip_reason(reports[0])}; as root, "
-                                        "scripts/install-test-deps.sh installs what they need")  # fmt: skip
+            terminalreporter.write_line(
+                f"{len(reports)} skipped ({label}): {_skip_reason(reports[0])}; as root, "
+                "scripts/install-test-deps.sh installs what they need"
+            )
             for r in reports:
                 terminalreporter.write_line(f"  SKIPPED {r.nodeid}")
 
@@ -86,9 +88,18 @@ def staged_disk(tmp_path_factory, dataset: Path, name: str, **settings) -> tuple
     check_dataset(dataset, tmp / "check.json", tmp / "q", jobs=2)
     (tmp / "tier").mkdir()
     stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
-    base = {"dataset": {"name": "ds"}, "storage": {"disk": str(tmp / "tier")}, "gpus": [1], "batch_sizes": [4],
-            "precisions": ["fp32"], "window": {"steps": 3}, "warmup_steps": 1, "crop_size": 32, "workers": 1,
-            "prefetch_factor": 1}  # fmt: skip
+    base = {
+        "dataset": {"name": "ds"},
+        "storage": {"disk": str(tmp / "tier")},
+        "gpus": [1],
+        "batch_sizes": [4],
+        "precisions": ["fp32"],
+        "window": {"steps": 3},
+        "warmup_steps": 1,
+        "crop_size": 32,
+        "workers": 1,
+        "prefetch_factor": 1,
+    }
     return tmp, validate_config({**base, **settings})
 
 
@@ -125,17 +136,26 @@ def _snakemake_command(workdir: Path, args: tuple[str, ...], env: dict | None) -
     """The command line and environment of the real workflow (this repo's Snakefile and default profile) in
     `workdir`."""
     cmd = [
-        sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-        "--cores", "2", *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "2",
+        *args,
+    ]
     return cmd, {**(env or os.environ), "PYTHONUNBUFFERED": "1"}
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None,
-              **popen) -> subprocess.CompletedProcess:  # fmt: skip
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None, **popen
+) -> subprocess.CompletedProcess:
     """Run the real workflow (this repo's Snakefile and default profile) in `workdir`."""
     cmd, env = _snakemake_command(workdir, args, env)
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env, **popen)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env, **popen, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -146,8 +166,9 @@ def start_snakemake(workdir: Path, *args: str, env: dict | None = None) -> subpr
     It leads a session of its own, so that its process group (Snakemake, the cell runners, the training) can be
     killed at once as a lost node would be; its output is discarded."""
     cmd, env = _snakemake_command(workdir, args, env)
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
 
 
 def cell_record(work: Path, cell_id: str) -> dict:
@@ -159,8 +180,10 @@ def cells_with_au(rows: list[dict]) -> pd.DataFrame:
     """Made-up rows of the cells table with their AU against the synthetic row of the same configuration."""
     t = pd.DataFrame(rows)
     synth = t[t["loader"] == "synthetic"].set_index(["gpus", "batch_size", "precision", "parallel"])["samples_per_s"]
-    t["au"] = [r["samples_per_s"] / synth.get((r["gpus"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
-               for _, r in t.iterrows()]  # fmt: skip
+    t["au"] = [
+        r["samples_per_s"] / synth.get((r["gpus"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
+        for _, r in t.iterrows()
+    ]
     return t
 
 
@@ -178,12 +201,17 @@ def finished_run(tmp_path_factory) -> tuple[Path, Path]:
     disk-b is an emulated HDD: a real FUSE mount over tier-b, throttled to one head (CI installs fuse3). Without FUSE it
     is a plain tier, so that the tests that need no emulated tier still run."""
     work = tmp_path_factory.mktemp("run")
-    disk_b = {"kind": "emulated", "path": str(work / "tier-b"), "mount": str(work / "mnt-b"),
-              "model": {"name": "test-hdd", "access_ms": 5, "bandwidth_mb_s": 100, "concurrency": 1}}  # fmt: skip
+    disk_b = {
+        "kind": "emulated",
+        "path": str(work / "tier-b"),
+        "mount": str(work / "mnt-b"),
+        "model": {"name": "test-hdd", "access_ms": 5, "bandwidth_mb_s": 100, "concurrency": 1},
+    }
     if FUSE_PROBLEM:
         disk_b = str(work / "tier-b")
-    cfg = tiny_config(work, loaders=["torchvision", "opencv", "synthetic"],
-                      storage={"disk-a": str(work / "tier-a"), "disk-b": disk_b})  # fmt: skip
+    cfg = tiny_config(
+        work, loaders=["torchvision", "opencv", "synthetic"], storage={"disk-a": str(work / "tier-a"), "disk-b": disk_b}
+    )
     cfg_path = write_config(work, cfg)
     snakemake(work, "--configfile", str(cfg_path))
     return work, cfg_path
@@ -212,8 +240,12 @@ def small_filesystem(tmp_path):
             pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
         d = tmp_path / f"fs{len(mounts)}"
         d.mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(d)], capture_output=True,
-                              text=True)  # fmt: skip
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(d)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode:
             pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()}")
         mounts.append(d)

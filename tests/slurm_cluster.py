@@ -52,8 +52,11 @@ def clean_stale() -> list[str]:
     settings = dict(line.split("=", 1) for line in CONF.read_text().splitlines() if "=" in line)
     state = Path(settings["StateSaveLocation"]).parent
     stopped = []
-    for name, pidfile in (("slurmd", state / "slurmd.pid"), ("slurmctld", state / "slurmctld.pid"),
-                          ("munged", state / "munge" / "munged.pid")):  # fmt: skip
+    for name, pidfile in (
+        ("slurmd", state / "slurmd.pid"),
+        ("slurmctld", state / "slurmctld.pid"),
+        ("munged", state / "munge" / "munged.pid"),
+    ):
         try:
             pid = int(pidfile.read_text())
         except (OSError, ValueError):
@@ -134,10 +137,16 @@ def slurm_cluster(state: Path):
     try:
         sock = state / "munge" / "munge.socket"
         subprocess.run(
-            ["munged", "--force", f"--socket={sock}", f"--pid-file={state / 'munge' / 'munged.pid'}",
-             f"--log-file={state / 'munge' / 'munged.log'}", f"--seed-file={state / 'munge' / 'munged.seed'}"],
+            [
+                "munged",
+                "--force",
+                f"--socket={sock}",
+                f"--pid-file={state / 'munge' / 'munged.pid'}",
+                f"--log-file={state / 'munge' / 'munged.log'}",
+                f"--seed-file={state / 'munge' / 'munged.seed'}",
+            ],
             check=True,
-        )  # fmt: skip
+        )
         procs.append(("munged", int((state / "munge" / "munged.pid").read_text())))
         # Slurm's munge plugin finds munged through this socket path (the default one may not exist here).
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
@@ -152,7 +161,9 @@ def slurm_cluster(state: Path):
         procs.append(("slurmd", int((state / "slurmd.pid").read_text())))
 
         def node_idle() -> bool:
-            out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout.split()
+            out = subprocess.run(
+                ["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, check=False
+            ).stdout.split()
             return bool(out) and all(s.startswith("idle") for s in out)
 
         _wait(node_idle, 60, "the node did not become idle")

@@ -113,7 +113,9 @@ def test_no_module_uses_another_modules_private_names():
     wrong = []
     for name, path in MODULES.items():
         _, aliases, taken = module_imports(path)
-        wrong += [f"{name}:{line} imports {source}.{n}" for line, source, n in taken if is_private(n) and source != name]
+        wrong += [
+            f"{name}:{line} imports {source}.{n}" for line, source, n in taken if is_private(n) and source != name
+        ]
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and is_private(node.attr) and (head := dotted(node.value)):
                 first, _, rest = head.partition(".")
@@ -133,7 +135,7 @@ def test_no_import_cycle_between_modules():
         state[name] = "open"
         for other in sorted(graph[name]):
             if state.get(other) == "open":
-                cycles.append(" -> ".join(stack[stack.index(other):] + [name, other]))
+                cycles.append(" -> ".join(stack[stack.index(other) :] + [name, other]))
             elif other not in state:
                 visit(other, [*stack, name])
         state[name] = "done"
@@ -145,15 +147,20 @@ def test_no_import_cycle_between_modules():
 
 
 def test_a_module_run_with_python_m_is_not_imported_by_its_packages():
-    """`python -m loaderbench.engine.warmstart` runs the module as __main__; had `loaderbench.engine` imported it
+    """`python -m loaderbench.engine.process.warmstart` runs the module as __main__; had `loaderbench.engine` imported it
     already, two copies would live in the process (runpy warns) and the server would not be the one its clients see."""
     import subprocess
     import sys
 
-    mains = sorted(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts) for p in PACKAGE.rglob("*.py")
-                   if 'if __name__ == "__main__"' in p.read_text() and p.name != "__main__.py")  # fmt: skip
-    assert "loaderbench.engine.warmstart" in mains
-    code = ("import importlib, sys\nbad = []\nfor m in sys.argv[1:]:\n    importlib.import_module(m.rsplit('.', 1)[0])\n"
-            "    bad += [m] if m in sys.modules else []\nprint(' '.join(bad))")  # fmt: skip
+    mains = sorted(
+        ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+        for p in PACKAGE.rglob("*.py")
+        if 'if __name__ == "__main__"' in p.read_text() and p.name != "__main__.py"
+    )
+    assert "loaderbench.engine.process.warmstart" in mains
+    code = (
+        "import importlib, sys\nbad = []\nfor m in sys.argv[1:]:\n    importlib.import_module(m.rsplit('.', 1)[0])\n"
+        "    bad += [m] if m in sys.modules else []\nprint(' '.join(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code, *mains], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "", f"imported by their packages: {out}"

@@ -13,7 +13,7 @@ import torch
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import validate_config
 from loaderbench.core.registry import reference_name
-from loaderbench.engine.runcell import run_cell
+from loaderbench.engine.runner.runcell import run_cell
 from loaderbench.loaders.common import BatchChanged, SameForm
 from tests.conftest import staged_disk
 
@@ -47,8 +47,10 @@ def test_a_batch_that_changes_shape_or_dtype_is_named_with_what_changed():
     assert next(batches)[0].shape == (4, 3, 32, 32) and next(batches)[0].shape == (4, 3, 32, 32)
     with pytest.raises(BatchChanged) as e:
         next(batches)
-    assert str(e.value).startswith("loader 'x': batch 3 differs from batch 1: images shape (4, 3, 16, 16), was "
-                                   "(4, 3, 32, 32); labels dtype torch.int32, was torch.int64")  # fmt: skip
+    assert str(e.value).startswith(
+        "loader 'x': batch 3 differs from batch 1: images shape (4, 3, 16, 16), was "
+        "(4, 3, 32, 32); labels dtype torch.int32, was torch.int64"
+    )
 
 
 def test_a_pre_scattered_batch_is_checked_part_by_part_and_equal_batches_pass():
@@ -59,8 +61,11 @@ def test_a_pre_scattered_batch_is_checked_part_by_part_and_equal_batches_pass():
 
     batches = SameForm(iter([split(2), split(2), split(1)]), "loader 'dali-mc'")
     next(batches), next(batches)
-    with pytest.raises(BatchChanged, match=r"batch 3 differs from batch 1: images\[1\] shape \(1, 3, 8, 8\), was "
-                                           r"\(2, 3, 8, 8\)"):  # fmt: skip
+    with pytest.raises(
+        BatchChanged,
+        match=r"batch 3 differs from batch 1: images\[1\] shape \(1, 3, 8, 8\), was "
+        r"\(2, 3, 8, 8\)",
+    ):
         next(batches)
     same = SameForm(itertools.repeat(pair()), "loader 'synthetic'")
     assert all(next(same)[1].dtype == torch.int64 for _ in range(100)) and same.taken == 100
@@ -73,16 +78,20 @@ def shrinking_on_path(tmp_path, monkeypatch):
     monkeypatch.delenv("LOADERBENCH_WARM_SOCKET", raising=False)  # a server started elsewhere has another path
 
 
-def test_a_plugin_whose_later_batches_shrink_fails_its_cell_naming_the_batch(tmp_path_factory, small_dataset,
-                                                                             shrinking_on_path, tmp_path):  # fmt: skip
+def test_a_plugin_whose_later_batches_shrink_fails_its_cell_naming_the_batch(
+    tmp_path_factory, small_dataset, shrinking_on_path, tmp_path
+):
     """A real cell (its own measuring process, MobileNetV2 steps on the CPU): its first two batches are 32 px and keep
     the contract, the third is 16 px - the cell is failed, not measured on smaller images."""
     folder, cfg = staged_disk(tmp_path_factory, small_dataset, "shrinking-cell")
-    cfg = validate_config({**{k: v for k, v in cfg.items() if k not in ("parts", "plugins")},
-                           "loaders": ["shrinking_plugin:build"]})  # fmt: skip
+    cfg = validate_config(
+        {**{k: v for k, v in cfg.items() if k not in ("parts", "plugins")}, "loaders": ["shrinking_plugin:build"]}
+    )
     name = reference_name("shrinking_plugin:build")
     record = run_cell(cell_spec(cfg, f"{name}_disk_g1_b4_fp32_dp_r0"), folder / "disk.json", tmp_path / "cell.json")
     assert record["status"] == "failed", record["status"]
-    assert ("BatchChanged: plugin loader 'shrinking_plugin:build': batch 3 differs from batch 1: images shape "
-            "(4, 3, 16, 16), was (4, 3, 32, 32)") in record["reason"], record["reason"]  # fmt: skip
+    assert (
+        "BatchChanged: plugin loader 'shrinking_plugin:build': batch 3 differs from batch 1: images shape "
+        "(4, 3, 16, 16), was (4, 3, 32, 32)"
+    ) in record["reason"], record["reason"]
     assert not record.get("metrics")

@@ -15,15 +15,16 @@ import pytest
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.provenance import code_sha256
 from loaderbench.core.records import validate_record
-from loaderbench.engine.runcell import run_cell
+from loaderbench.engine.runner.runcell import run_cell
 from loaderbench.engine.watchdog import StallRule
 from tests.conftest import staged_disk
 
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory, small_dataset):
-    return staged_disk(tmp_path_factory, small_dataset, "cell", gpus=[1, 2], batch_sizes=[4, 32],
-                       precisions=["fp32", "amp"])
+    return staged_disk(
+        tmp_path_factory, small_dataset, "cell", gpus=[1, 2], batch_sizes=[4, 32], precisions=["fp32", "amp"]
+    )
 
 
 @pytest.mark.parametrize("loader", ["torchvision", "opencv"])
@@ -47,7 +48,9 @@ def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loa
     assert m["device"]["type"] == "cpu" and m["amp_dtype"] == ("bfloat16" if precision == "amp" else None)
     assert m["optimizer"] == {"name": "SGD", "fused": True}  # optimizer.fused: true by default
     p = rec["provenance"]
-    assert p["versions"]["torch"] and p["versions"]["torchvision"] and p["versions"]["opencv"] and p["versions"]["pillow"]
+    assert (
+        p["versions"]["torch"] and p["versions"]["torchvision"] and p["versions"]["opencv"] and p["versions"]["pillow"]
+    )
     assert p["host"]["cpu_model"] and p["tier"]["path"] == str(tmp / "tier") and p["tier"]["fstype"]
     assert rec["manifest_sha256"] == json.loads((tmp / "disk.json").read_text())["sha256"]
     assert p["code_sha256"] == code_sha256() and len(p["code_sha256"]) == 64  # the code that ran, by content
@@ -126,7 +129,7 @@ def test_a_measurement_process_killed_by_a_signal_is_a_failed_record(staged, tmp
     deadline = time.time() + 60
     child = None
     while time.time() < deadline and child is None:
-        kids = [p for p in psutil.Process().children() if "loaderbench.engine.train" in " ".join(p.cmdline())]
+        kids = [p for p in psutil.Process().children() if "loaderbench.engine.process.train" in " ".join(p.cmdline())]
         child = kids[0] if kids else None
         time.sleep(0.2)
     assert child is not None, "measurement process never started"
@@ -161,44 +164,71 @@ def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(stag
     r = ceiling(spec, tmp / "disk.json", rounds=2, variant_steps=2, out_dir=tmp_path)
     assert r["steps"] == [3, 3] and len(r["bare_samples_per_s"]) == 2
     assert sorted(p.name for p in tmp_path.glob("*.json")) == [  # each synthetic round a real cell record
-        "synthetic_disk_g1_b4_amp_dp_r0.json", "synthetic_disk_g1_b4_amp_dp_r1.json"]
+        "synthetic_disk_g1_b4_amp_dp_r0.json",
+        "synthetic_disk_g1_b4_amp_dp_r1.json",
+    ]
     assert r["placement"] == {"off": "placement off on cpu"}
     assert all(x > 0 for x in r["synthetic_samples_per_s"] + r["bare_samples_per_s"])
     ratios = sorted(s / b for s, b in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"]))
     assert r["synthetic_over_bare"] == pytest.approx(sum(ratios) / 2)
     assert set(r["input_variants_ms_per_step"]) == {
-        "float32 NCHW-contiguous", "float32 channels_last", "bfloat16 channels_last", "bfloat16 NCHW-contiguous",
-    }  # fmt: skip
+        "float32 NCHW-contiguous",
+        "float32 channels_last",
+        "bfloat16 channels_last",
+        "bfloat16 NCHW-contiguous",
+    }
     assert all(ms > 0 for ms in r["input_variants_ms_per_step"].values())
 
 
 def test_sweep_runs_each_variant_as_real_cells_and_reuses_synthetic_for_loader_only_variants(staged, tmp_path):
     from loaderbench.core.config import ConfigError
-    from loaderbench.engine import warmstart
+    from loaderbench.engine import contract
     from loaderbench.experiments.sweep import parse_variant, render, sweep
 
     tmp, cfg = staged
-    servers = lambda: {c.pid for c in psutil.Process().children(recursive=True)  # noqa: E731
-                       if "loaderbench.engine.warmstart" in " ".join(c.cmdline())}  # fmt: skip
-    env_before, servers_before = os.environ.get(warmstart.ENV_SOCKET), servers()
-    rows = sweep(cfg, ["base:", "q3:dali_prefetch=3", "w2:window_steps=4"], ["synthetic", "dali-cpu"], "disk", 4,
-                 "fp32", 1, tmp / "disk.json", tmp_path / "sweep")  # fmt: skip
+    servers = lambda: {
+        c.pid
+        for c in psutil.Process().children(recursive=True)
+        if "loaderbench.engine.process.warmstart" in " ".join(c.cmdline())
+    }
+    env_before, servers_before = os.environ.get(contract.ENV_SOCKET), servers()
+    rows = sweep(
+        cfg,
+        ["base:", "q3:dali_prefetch=3", "w2:window_steps=4"],
+        ["synthetic", "dali-cpu"],
+        "disk",
+        4,
+        "fp32",
+        1,
+        tmp / "disk.json",
+        tmp_path / "sweep",
+    )
     got = {(r["variant"], r["loader"]): r for r in rows}
     # q3 changes only a loader setting: no second synthetic cell; w2 changes the window: its own synthetic cell
-    assert set(got) == {("base", "synthetic"), ("base", "dali-cpu"), ("q3", "dali-cpu"), ("w2", "synthetic"),
-                        ("w2", "dali-cpu")}  # fmt: skip
+    assert set(got) == {
+        ("base", "synthetic"),
+        ("base", "dali-cpu"),
+        ("q3", "dali-cpu"),
+        ("w2", "synthetic"),
+        ("w2", "dali-cpu"),
+    }
     assert not (tmp_path / "sweep/q3/synthetic_disk_g1_b4_fp32_dp_r0.json").exists()
     q3 = json.loads((tmp_path / "sweep/q3/dali-cpu_disk_g1_b4_fp32_dp_r0.json").read_text())
     assert q3["status"] == "ok" and q3["metrics"]["loader_info"]["prefetch_queue_depth"] == 3
     w2 = json.loads((tmp_path / "sweep/w2/dali-cpu_disk_g1_b4_fp32_dp_r0.json").read_text())
     assert w2["metrics"]["steps"] == 4
     # each cell a fresh process forked by the sweep's own warm-start server, which is gone afterwards
-    starts = [s["how"] for p in sorted((tmp_path / "sweep").rglob("*_r0.json"))
-              for s in json.loads(p.read_text())["process_start"]]
+    starts = [
+        s["how"]
+        for p in sorted((tmp_path / "sweep").rglob("*_r0.json"))
+        for s in json.loads(p.read_text())["process_start"]
+    ]
     assert len(starts) == 5 and all(how.startswith("forked by the warm-start server") for how in starts), starts
-    assert os.environ.get(warmstart.ENV_SOCKET) == env_before and servers() == servers_before
+    assert os.environ.get(contract.ENV_SOCKET) == env_before and servers() == servers_before
     assert got[("q3", "dali-cpu")]["au_against"] == "base" and got[("w2", "dali-cpu")]["au_against"] == "w2"
-    assert got[("q3", "dali-cpu")]["au"] == pytest.approx(got[("q3", "dali-cpu")]["median"] / got[("base", "synthetic")]["median"])
+    assert got[("q3", "dali-cpu")]["au"] == pytest.approx(
+        got[("q3", "dali-cpu")]["median"] / got[("base", "synthetic")]["median"]
+    )
     assert "q3" in render(rows) and json.loads((tmp_path / "sweep/sweep.json").read_text()) == rows
     with pytest.raises(ConfigError, match="not field=value"):
         parse_variant("x:batch_size=8")
@@ -236,7 +266,9 @@ def test_ddp_cell_runs_one_gloo_process_per_rank_on_the_cpu(staged, tmp_path, lo
 
 def test_dp_cell_goes_through_dataparallel_and_needs_gpus_for_more_than_one(staged, tmp_path):
     tmp, cfg = staged
-    rec = run_cell(cell_spec(cfg, "dali-mc_disk_g1_b4_fp32_dp_r0", in_grid=False), tmp / "disk.json", tmp_path / "a.json")
+    rec = run_cell(
+        cell_spec(cfg, "dali-mc_disk_g1_b4_fp32_dp_r0", in_grid=False), tmp / "disk.json", tmp_path / "a.json"
+    )
     assert rec["status"] == "ok" and rec["metrics"]["parallel"]["wrapper"] == "DataParallel"
     assert rec["metrics"]["parallel"]["processes"] == 1 and rec["metrics"]["loader_info"]["prescattered"] is False
     rec = run_cell(cell_spec(cfg, "opencv_disk_g2_b4_fp32_dp_r0"), tmp / "disk.json", tmp_path / "b.json")
@@ -252,7 +284,7 @@ def test_a_killed_rank_fails_the_ddp_cell_and_stops_the_other_rank(staged, tmp_p
     deadline = time.time() + 60
     ranks = []
     while time.time() < deadline and len(ranks) < 2:
-        ranks = [p for p in psutil.Process().children() if "loaderbench.engine.train" in " ".join(p.cmdline())]
+        ranks = [p for p in psutil.Process().children() if "loaderbench.engine.process.train" in " ".join(p.cmdline())]
         time.sleep(0.2)
     assert len(ranks) == 2, "the two ranks never started"
     time.sleep(3)
@@ -279,8 +311,9 @@ def test_a_hanging_loader_ends_failed_as_stalled_with_its_stacks_within_the_watc
         f.unlink()
         os.mkfifo(f)
     manifest = json.loads((tmp / "disk.json").read_text())
-    spec = replace(cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0"), tier_path=str(tier), read_path=None,
-                   cache="warm")  # warm: nothing opens the files before the loader does  # fmt: skip
+    spec = replace(
+        cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0"), tier_path=str(tier), read_path=None, cache="warm"
+    )  # warm: nothing opens the files before the loader does
     (tmp_path / "m.json").write_text(json.dumps(manifest))
     out = tmp_path / "c.json"
     t0 = time.time()
@@ -293,4 +326,8 @@ def test_a_hanging_loader_ends_failed_as_stalled_with_its_stacks_within_the_watc
     assert took < 6 + 30  # the 6 s stall limit plus start-up, not the cell timeout
     stacks = rec["stacks"]["0"]
     assert "Thread" in stacks and "train.py" in stacks  # the main thread, where it waited for the loader
-    assert not [p for p in psutil.Process().children(recursive=True) if "loaderbench.engine.train" in " ".join(p.cmdline())]
+    assert not [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "loaderbench.engine.process.train" in " ".join(p.cmdline())
+    ]

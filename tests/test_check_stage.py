@@ -57,8 +57,15 @@ def test_check_classifies_every_bad_file_class(tmp_path, messy_source):
     assert by["truncated.JPEG"]["status"] == "bad" and by["truncated.JPEG"]["issues"] == ["undecodable"]
     assert by["corrupt.JPEG"]["status"] == "bad"
     assert by["notes.JPEG"]["status"] == "bad" and by["notes.JPEG"]["issues"] == ["not_an_image"]
-    assert result["counts"] == {"files": 31, "ok": 24, "odd": 4, "bad": 3, "rechecked": 31, "stray": 0,
-                                "empty_classes": 0}  # fmt: skip
+    assert result["counts"] == {
+        "files": 31,
+        "ok": 24,
+        "odd": 4,
+        "bad": 3,
+        "rechecked": 31,
+        "stray": 0,
+        "empty_classes": 0,
+    }
     # bad files are quarantined (copied aside) and listed in the report; the source is left untouched
     quarantined = sorted(p.name for p in (tmp_path / "quarantine").rglob("*") if p.is_file())
     assert quarantined == ["corrupt.JPEG", "notes.JPEG", "truncated.JPEG"]
@@ -79,8 +86,9 @@ def test_strict_turns_odd_and_bad_files_into_a_clear_failure(tmp_path, messy_sou
     assert not out.exists()
 
 
-@pytest.mark.parametrize("layout, words", [("missing", "does not exist"), ("empty", "is empty"),
-                                           ("flat", "has files but no class folders")])  # fmt: skip
+@pytest.mark.parametrize(
+    "layout, words", [("missing", "does not exist"), ("empty", "is empty"), ("flat", "has files but no class folders")]
+)
 def test_unusable_dataset_paths_are_named(tmp_path, layout, words, capsys):
     src = tmp_path / "data"
     if layout != "missing":
@@ -104,9 +112,16 @@ def test_staged_files_decode_with_every_loader(tmp_path, messy_source):
     check_dataset(messy_source, tmp_path / "check.json", tmp_path / "q", jobs=2)
     man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
     ctx = LoaderContext(
-        data_root=Path(man["root"]), allowed=frozenset(f["path"] for f in man["files"]), batch_size=2, crop_size=64,
-        workers=0, prefetch_factor=2, seed=0, device=torch.device("cpu"), channels_last=False,
-    )  # fmt: skip
+        data_root=Path(man["root"]),
+        allowed=frozenset(f["path"] for f in man["files"]),
+        batch_size=2,
+        crop_size=64,
+        workers=0,
+        prefetch_factor=2,
+        seed=0,
+        device=torch.device("cpu"),
+        channels_last=False,
+    )
     samples, classes = ctx.samples()
     tv = ImageFolder(str(ctx.data_root), transform=transform(64), is_valid_file=ctx.is_valid_file)
     cv = opencv_dataset(samples, 64)
@@ -151,9 +166,9 @@ def test_manifest_and_incremental_restage(tmp_path, small_dataset):
     assert (man2["counts"]["copied"], man2["counts"]["kept"]) == (0, 24) and man2["sha256"] == man["sha256"]
 
     # one file changed, one removed: exactly those are restaged / removed
-    changed = src / "class_0000" / sorted(os.listdir(src / "class_0000"))[0]
+    changed = src / "class_0000" / min(os.listdir(src / "class_0000"))
     changed.write_bytes(jpeg())
-    gone = src / "class_0001" / sorted(os.listdir(src / "class_0001"))[0]
+    gone = src / "class_0001" / min(os.listdir(src / "class_0001"))
     gone.unlink()
     (root / "class_0002" / "not-ours.JPEG").write_bytes(b"x")
     check_dataset(src, check, tmp_path / "q", jobs=2)
@@ -210,13 +225,14 @@ def test_check_report_is_the_same_on_every_run_and_names_the_file(tmp_path, mess
 
 
 @pytest.mark.parametrize("loader", ["torchvision", "opencv", "nvjpeg", "dali-cpu"])
-def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(tmp_path, small_dataset, loader,
-                                                                             monkeypatch):
+def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(
+    tmp_path, small_dataset, loader, monkeypatch
+):
     """A stray folder in a staged tree (staging keeps foreign files) made every cell fail with 'Target 3 is out of
     bounds': labels came from a directory scan, the class count from the manifest."""
     from loaderbench.core.cells import cell_spec
     from loaderbench.core.config import validate_config
-    from loaderbench.engine.runcell import run_cell
+    from loaderbench.engine.runner.runcell import run_cell
 
     monkeypatch.chdir(tmp_path)  # the project's folder, where the workflow runs its jobs
     src = tmp_path / "src"
@@ -230,11 +246,22 @@ def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(tm
     man = stage(tmp_path / "check.json", "disk", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path)
     assert man["counts"]["foreign"] == 2 and man["classes"] == ["class_0000", "class_0001", "class_0002"]
     assert sorted(man["foreign_files"]) == ["aaa_stray/foreign.JPEG", "class_0001/notes.txt"]
-    cfg = validate_config({"storage": {"disk": str(tmp_path / "tier")}, "loaders": [loader], "batch_sizes": [4],
-                           "window": {"steps": 2}, "warmup_steps": 1, "crop_size": 32, "workers": 1,
-                           "prefetch_factor": 1, "telemetry_hz": 0, "dataset": {"name": "ds"},
-                           "baseline": {"loader": loader, "tier": "disk", "gpus": 1, "batch_size": 4,
-                                        "precision": "fp32"}}, base_dir=tmp_path)  # fmt: skip
+    cfg = validate_config(
+        {
+            "storage": {"disk": str(tmp_path / "tier")},
+            "loaders": [loader],
+            "batch_sizes": [4],
+            "window": {"steps": 2},
+            "warmup_steps": 1,
+            "crop_size": 32,
+            "workers": 1,
+            "prefetch_factor": 1,
+            "telemetry_hz": 0,
+            "dataset": {"name": "ds"},
+            "baseline": {"loader": loader, "tier": "disk", "gpus": 1, "batch_size": 4, "precision": "fp32"},
+        },
+        base_dir=tmp_path,
+    )
     spec = cell_spec(cfg, f"{loader}_disk_g1_b4_fp32_dp_r0")
     record = run_cell(spec, tmp_path / "m.json", tmp_path / "cells/x.json")
     assert record["status"] == "ok", (record["reason"], record.get("detail"))
@@ -269,10 +296,28 @@ def test_a_copy_that_fails_midway_leaves_no_partial_file(tmp_path, small_dataset
     with pytest.raises(StagingError) as err:
         stage(tmp_path / "check.json", "ssd", tier, "ds", tmp_path / "m.json", project_dir=tmp_path)
     assert "No space left on device" in str(err.value) and "the partial file was removed" in str(err.value)
-    assert str(Path(calls[-1]).with_name(Path(calls[-1]).name.removeprefix(".").removesuffix(".staging"))) in str(err.value)
+    assert str(Path(calls[-1]).with_name(Path(calls[-1]).name.removeprefix(".").removesuffix(".staging"))) in str(
+        err.value
+    )
     assert list(tier.rglob("*.staging")) == [] and len(calls) == 3
-    assert cli(["stage", "--check", str(tmp_path / "check.json"), "--tier", "ssd", "--tier-path", str(tier),
-                "--dataset", "ds", "--out", str(tmp_path / "m.json")]) == 2  # named, no traceback  # fmt: skip
+    assert (
+        cli(
+            [
+                "stage",
+                "--check",
+                str(tmp_path / "check.json"),
+                "--tier",
+                "ssd",
+                "--tier-path",
+                str(tier),
+                "--dataset",
+                "ds",
+                "--out",
+                str(tmp_path / "m.json"),
+            ]
+        )
+        == 2
+    )  # named, no traceback
     (tier / "other-writer.bin").unlink()
     monkeypatch.setattr(shutil, "copyfile", real_copy)
     man = stage(tmp_path / "check.json", "ssd", tier, "ds", tmp_path / "m.json", project_dir=tmp_path)
@@ -289,9 +334,24 @@ def test_verify_restages_a_file_corrupted_in_place(tmp_path, small_dataset, caps
     victim.write_bytes(bytes(data))
     again = stage(tmp_path / "check.json", "disk", tmp_path / "tier", *args, project_dir=tmp_path)
     assert again["counts"]["copied"] == 0 and sha256_file(victim) != man["files"][5]["sha256"]  # size alone: unnoticed
-    rc = cli(["stage", "--check", str(tmp_path / "check.json"), "--tier", "disk", "--tier-path", str(tmp_path / "tier"),
-              "--dataset", "ds", "--out", str(tmp_path / "m.json"), "--project-dir", str(tmp_path),
-              "--verify"])  # fmt: skip
+    rc = cli(
+        [
+            "stage",
+            "--check",
+            str(tmp_path / "check.json"),
+            "--tier",
+            "disk",
+            "--tier-path",
+            str(tmp_path / "tier"),
+            "--dataset",
+            "ds",
+            "--out",
+            str(tmp_path / "m.json"),
+            "--project-dir",
+            str(tmp_path),
+            "--verify",
+        ]
+    )
     assert rc == 0 and "verified by checksum: 1 differed and were restaged" in capsys.readouterr().err
     verified = json.loads((tmp_path / "m.json").read_text())
     assert verified["counts"]["repaired"] == 1 and verified["verified"]["repaired"] == [man["files"][5]["path"]]
@@ -307,25 +367,32 @@ def test_staging_verify_config_key_reaches_the_stage_job(tmp_path):
     assert len(stage_cmds) == 2 and all("--verify" in c for c in stage_cmds), plan
 
 
-@pytest.mark.parametrize("second, words", [("same", "is the same directory as"), ("inside", "contains"),
-                                           ("mount", "is the same directory as")])  # fmt: skip
+@pytest.mark.parametrize(
+    "second, words",
+    [("same", "is the same directory as"), ("inside", "contains"), ("mount", "is the same directory as")],
+)
 def test_tiers_on_the_same_or_nested_paths_are_refused_at_validation(tmp_path, second, words):
     from loaderbench.core.config import ConfigError, validate_config
 
     a = str(tmp_path / "a")
-    b = {"same": a, "inside": str(tmp_path / "a/b"),
-         "mount": {"kind": "emulated", "path": str(tmp_path / "c"), "mount": a}}[second]  # fmt: skip
+    b = {
+        "same": a,
+        "inside": str(tmp_path / "a/b"),
+        "mount": {"kind": "emulated", "path": str(tmp_path / "c"), "mount": a},
+    }[second]
     with pytest.raises(ConfigError) as err:
         validate_config({"storage": {"x": a, "y": b}}, base_dir=tmp_path)
     key_b = "storage.y.mount" if second == "mount" else "storage.y.path"
-    assert str(err.value).startswith(f"config key 'storage.x.path': {a} {words} ") and f"(config key '{key_b}')" in str(err.value)
+    assert str(err.value).startswith(f"config key 'storage.x.path': {a} {words} ") and f"(config key '{key_b}')" in str(
+        err.value
+    )
 
 
 def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_path, small_dataset, monkeypatch):
     """It passed check and stage, then dali-cpu failed: 'Unsupported argument type with name files'."""
     from loaderbench.core.cells import cell_spec
     from loaderbench.core.config import validate_config
-    from loaderbench.engine.runcell import run_cell
+    from loaderbench.engine.runner.runcell import run_cell
 
     monkeypatch.chdir(tmp_path)  # the project's folder, where the workflow runs its jobs
     src = tmp_path / "src"
@@ -344,16 +411,27 @@ def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_pat
     assert renamed[0]["path"].startswith("class_0001/b_d-") and renamed[0]["path"].endswith(".JPEG")
     assert sha256_file(Path(man["root"]) / renamed[0]["path"]) == entry["sha256"]
     json.loads((tmp_path / "m.json").read_text(encoding="utf-8", errors="strict"))  # valid UTF-8 JSON
-    cfg = validate_config({"storage": {"disk": str(tmp_path / "tier")}, "loaders": ["dali-cpu"], "batch_sizes": [5],
-                           "window": {"steps": 6}, "warmup_steps": 1, "crop_size": 32, "telemetry_hz": 0,
-                           "dataset": {"name": "ds"}}, base_dir=tmp_path)  # fmt: skip
+    cfg = validate_config(
+        {
+            "storage": {"disk": str(tmp_path / "tier")},
+            "loaders": ["dali-cpu"],
+            "batch_sizes": [5],
+            "window": {"steps": 6},
+            "warmup_steps": 1,
+            "crop_size": 32,
+            "telemetry_hz": 0,
+            "dataset": {"name": "ds"},
+        },
+        base_dir=tmp_path,
+    )
     record = run_cell(cell_spec(cfg, "dali-cpu_disk_g1_b5_fp32_dp_r0"), tmp_path / "m.json", tmp_path / "cells/x.json")
     assert record["status"] == "ok", (record["reason"], record.get("detail"))
     assert record["metrics"]["steps"] == 6  # 30 images: more than one pass over the 25 files, the renamed one read
 
 
-def test_two_projects_staging_into_one_shared_tier_keep_their_own_trees_and_manifests(tmp_path, small_dataset,
-                                                                                     monkeypatch):
+def test_two_projects_staging_into_one_shared_tier_keep_their_own_trees_and_manifests(
+    tmp_path, small_dataset, monkeypatch
+):
     """Two clones on one host with the quickstart's `ram: /dev/shm` shared one staged copy: the second restaged it
     and rewrote the first's manifest. Each project now stages into its own folder of the tier, and its cells read
     there; the tier path in their specs stays the configured one."""
@@ -385,7 +463,7 @@ def test_two_projects_staging_into_one_shared_tier_keep_their_own_trees_and_mani
     b_manifest = (root_b.parent / "manifest.json").read_bytes()
     src_a = tmp_path / "src-a"
     shutil.copytree(small_dataset, src_a)
-    gone = sorted((src_a / "class_0001").iterdir())[0]
+    gone = min((src_a / "class_0001").iterdir())
     gone.unlink()
     check_dataset(src_a, tmp_path / "check-a.json", tmp_path / "q-a", jobs=2)
     again = stage(tmp_path / "check-a.json", "ram", shared, "ds", a / "results/staging/ram.json", project_dir=a)
@@ -394,10 +472,16 @@ def test_two_projects_staging_into_one_shared_tier_keep_their_own_trees_and_mani
     assert (root_b / gone.relative_to(src_a)).is_file() and len(list(root_b.rglob("*.JPEG"))) == 24
 
     # each project's cells read its own copy, through the configured tier path, or an emulated tier's mount
-    cfg = validate_config({"storage": {"ram": str(shared)}, "loaders": ["torchvision"], "batch_sizes": [4],
-                           "dataset": {"name": "ds"},
-                           "baseline": {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 4,
-                                        "precision": "fp32"}}, base_dir=tmp_path)  # fmt: skip
+    cfg = validate_config(
+        {
+            "storage": {"ram": str(shared)},
+            "loaders": ["torchvision"],
+            "batch_sizes": [4],
+            "dataset": {"name": "ds"},
+            "baseline": {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 4, "precision": "fp32"},
+        },
+        base_dir=tmp_path,
+    )
     for project, root in ((a, root_a), (b, root_b)):
         monkeypatch.chdir(project)
         spec = cell_spec(cfg, "torchvision_ram_g1_b4_fp32_dp_r0")
@@ -420,16 +504,33 @@ def test_an_empty_class_folder_is_named_in_the_check_report_as_left_out_once(tmp
     assert result["empty_classes"] == ["class_0003_empty", "class_0004_empty"]
     assert result["all_bad_classes"] == ["class_0005_broken"] and result["counts"]["empty_classes"] == 2
     report = (tmp_path / "dataset/check.txt").read_text()
-    assert ("class folders left out (no files; not classes of the staged dataset): class_0003_empty, "
-            "class_0004_empty\n") in report  # fmt: skip
-    assert ("class folders left out (every file undecodable; not classes of the staged dataset): "
-            "class_0005_broken\n") in report  # fmt: skip
-    man = stage(tmp_path / "dataset/check.json", "t", tmp_path / "tier", "ds", tmp_path / "m.json",
-                project_dir=tmp_path)
+    assert (
+        "class folders left out (no files; not classes of the staged dataset): class_0003_empty, class_0004_empty\n"
+    ) in report
+    assert (
+        "class folders left out (every file undecodable; not classes of the staged dataset): class_0005_broken\n"
+    ) in report
+    man = stage(
+        tmp_path / "dataset/check.json", "t", tmp_path / "tier", "ds", tmp_path / "m.json", project_dir=tmp_path
+    )
     assert man["classes"] == ["class_0000", "class_0001", "class_0002"]
     capsys.readouterr()
-    assert cli(["check", "--source", str(src), "--out", str(tmp_path / "again.json"), "--quarantine",
-                str(tmp_path / "q2"), "--jobs", "2"]) == 0  # fmt: skip
+    assert (
+        cli(
+            [
+                "check",
+                "--source",
+                str(src),
+                "--out",
+                str(tmp_path / "again.json"),
+                "--quarantine",
+                str(tmp_path / "q2"),
+                "--jobs",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr()
     assert (out.out + out.err).count("class_0003_empty") == 1
 

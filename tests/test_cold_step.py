@@ -14,8 +14,9 @@ import torch
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.records import validate_record
 from loaderbench.data.manifest import Staged, class_names
-from loaderbench.engine import measure, step, train
-from loaderbench.engine.runcell import run_cell
+from loaderbench.engine import step
+from loaderbench.engine.process import measure, train
+from loaderbench.engine.runner.runcell import run_cell
 from loaderbench.loaders import get_loader
 from loaderbench.loaders.common import LoaderContext
 from tests.conftest import staged_disk
@@ -28,8 +29,17 @@ def staged(tmp_path_factory, small_dataset):
 
 def _ctx(tmp, **kw) -> LoaderContext:
     staged = Staged.from_manifest(json.loads((tmp / "disk.json").read_text()))
-    base = dict(data_root=staged.root, allowed=staged.allowed, batch_size=4, crop_size=32, workers=1, prefetch_factor=1,
-                seed=3, device=torch.device("cpu"), channels_last=True)  # fmt: skip
+    base = {
+        "data_root": staged.root,
+        "allowed": staged.allowed,
+        "batch_size": 4,
+        "crop_size": 32,
+        "workers": 1,
+        "prefetch_factor": 1,
+        "seed": 3,
+        "device": torch.device("cpu"),
+        "channels_last": True,
+    }
     return LoaderContext(**{**base, **kw})
 
 
@@ -87,8 +97,9 @@ def _counted_measure(monkeypatch, spec, tmp):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "amp"])
-def test_cold_step_true_runs_one_step_on_its_own_batch_before_the_warm_up_and_the_window(staged, monkeypatch,
-                                                                                       precision):  # fmt: skip
+def test_cold_step_true_runs_one_step_on_its_own_batch_before_the_warm_up_and_the_window(
+    staged, monkeypatch, precision
+):
     tmp, cfg = staged
     spec = replace(cell_spec(cfg, f"synthetic_disk_g1_b4_{precision}_dp_r0", in_grid=False), cold_step=True)
     m, calls = _counted_measure(monkeypatch, spec, tmp)

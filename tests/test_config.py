@@ -15,26 +15,40 @@ def test_defaults_are_filled_and_paths_resolved(tmp_path):
     assert cfg["tiers"] == ["ssd"]
     assert cfg["window"] == {"steps": None, "seconds": None, "max_seconds": 30, "min_seconds": 3, "precision": 0.02}
     assert cfg["cell_timeout_s"] == 300 + 4 * 30  # auto: follows the window
-    assert cfg["baseline"] == {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32",
-                               "parallel": "dp"}  # fmt: skip
+    assert cfg["baseline"] == {
+        "loader": "torchvision",
+        "tier": "hdd",
+        "gpus": 1,
+        "batch_size": 128,
+        "precision": "fp32",
+        "parallel": "dp",
+    }
     assert cfg["parallel"] == ["dp"]
-    assert cfg["storage"]["ssd"] == {"kind": "path", "path": str(tmp_path / "rel/ssd"), "cache": "cold", "model": None,
-                                     "mount": None}  # fmt: skip
+    assert cfg["storage"]["ssd"] == {
+        "kind": "path",
+        "path": str(tmp_path / "rel/ssd"),
+        "cache": "cold",
+        "model": None,
+        "mount": None,
+    }
     assert cfg["telemetry_hz"] == 10
     assert cfg["cold_step"] == "auto"
     assert cfg["dataset"]["name"].startswith("generated-256x4-")
 
 
 def test_tier_kinds_cache_policy_and_device_models(tmp_path):
-    cfg = validate_config({
-        "storage": {
-            "ram": "/dev/shm",
-            "ssd": {"path": "t/ssd", "cache": "warm"},
-            "hdd": {"kind": "emulated", "path": "t/hdd"},
-            "nas": {"kind": "emulated", "path": "t/nas", "model": "slow", "mount": "m/nas"},
+    cfg = validate_config(
+        {
+            "storage": {
+                "ram": "/dev/shm",
+                "ssd": {"path": "t/ssd", "cache": "warm"},
+                "hdd": {"kind": "emulated", "path": "t/hdd"},
+                "nas": {"kind": "emulated", "path": "t/nas", "model": "slow", "mount": "m/nas"},
+            },
+            "device_models": {"slow": {"access_ms": 30, "bandwidth_mb_s": 50, "concurrency": 2}},
         },
-        "device_models": {"slow": {"access_ms": 30, "bandwidth_mb_s": 50, "concurrency": 2}},
-    }, base_dir=tmp_path)  # fmt: skip
+        base_dir=tmp_path,
+    )
     st = cfg["storage"]
     assert (st["ram"]["kind"], st["ram"]["cache"]) == ("ram", "warm")
     assert (st["ssd"]["kind"], st["ssd"]["cache"]) == ("path", "warm")
@@ -79,7 +93,11 @@ def test_a_fixed_window_replaces_the_adaptive_default():
         ({"dataset": {"images": 2, "classes": 3}}, "'dataset.classes'", "exceed"),
         ({"storage": {"Bad Name": "/tmp"}}, "'storage'", "does not match"),
         ({"batchsize": [1]}, "unknown key", "'batchsize' was unexpected"),
-        ({"storage": {"r": {"kind": "ram", "path": "/dev/shm", "cache": "cold"}}}, "'storage.r.cache'", "cannot be cold"),
+        (
+            {"storage": {"r": {"kind": "ram", "path": "/dev/shm", "cache": "cold"}}},
+            "'storage.r.cache'",
+            "cannot be cold",
+        ),
         ({"storage": {"s": {"path": "/mnt/ssd", "model": "hdd-7200"}}}, "'storage.s.model'", "only an emulated tier"),
         ({"storage": {"e": {"kind": "emulated", "path": "/x", "model": "floppy"}}}, "'storage.e.model'", "floppy"),
         ({"storage": {"e": {"kind": "emulated", "path": "/x", "mount": "/x/m"}}}, "'storage.e.mount'", "outside"),
@@ -165,9 +183,13 @@ def test_shipped_configs_are_valid_and_the_seed_grid_has_its_cells():
     quick = load_config(REPO / "config/quickstart.yaml", base_dir=REPO)
     seed = load_config(REPO / "config/config.yaml", base_dir=REPO)
     # loaders x tiers x gpus x batch x precision, the tierless synthetic loader on the first tier only
-    assert len(cell_ids(quick)) == 8 * 3 * 1 * 2 * 1 + 1 * 1 * 1 * 2 * 1  # 8 loaders that read (2 of shards), synthetic once
-    assert {c for c in cell_ids(quick) if c.startswith("synthetic")} == {"synthetic_local_g1_b16_fp32_dp_r0",
-                                                                          "synthetic_local_g1_b64_fp32_dp_r0"}
+    assert (
+        len(cell_ids(quick)) == 8 * 3 * 1 * 2 * 1 + 1 * 1 * 1 * 2 * 1
+    )  # 8 loaders that read (2 of shards), synthetic once
+    assert {c for c in cell_ids(quick) if c.startswith("synthetic")} == {
+        "synthetic_local_g1_b16_fp32_dp_r0",
+        "synthetic_local_g1_b64_fp32_dp_r0",
+    }
     assert [quick["storage"][t]["kind"] for t in ("local", "ram", "hdd")] == ["path", "ram", "emulated"]
     single = load_config(REPO / "config/studies/h200-single.yaml", base_dir=REPO)
     assert len(cell_ids(single)) == (6 * 3 + 1) * 4 * 2 * 2 * 3 == 912
@@ -183,8 +205,15 @@ def test_cell_ids_round_trip_and_specs_carry_the_cell():
     ids = cell_ids(cfg)
     assert len(ids) == len(set(ids)) == 2 * 2 * 2 * 1 * 1 * 2
     d = parse_cell_id("opencv_ram-disk_g2_b128_fp32_dp_r1")
-    assert d == {"loader": "opencv", "tier": "ram-disk", "gpus": 2, "batch_size": 128, "precision": "fp32",
-                 "parallel": "dp", "repeat": 1}  # fmt: skip
+    assert d == {
+        "loader": "opencv",
+        "tier": "ram-disk",
+        "gpus": 2,
+        "batch_size": 128,
+        "precision": "fp32",
+        "parallel": "dp",
+        "repeat": 1,
+    }
     both = validate_config({"storage": {"hdd": "/mnt/hdd"}, "parallel": ["dp", "ddp"]})
     assert len(cell_ids(both)) == 2 * 2 and cell_spec(both, "opencv_hdd_g1_b128_fp32_ddp_r0").parallel == "ddp"
     spec = cell_spec(cfg, "opencv_ram-disk_g2_b128_fp32_dp_r1")
@@ -198,21 +227,36 @@ def test_cell_ids_round_trip_and_specs_carry_the_cell():
 def test_cells_on_the_same_devices_in_the_same_mode_follow_one_another():
     # a kept process (host.reuse_processes) serves the next dp cell on its devices: a ddp cell or a cell on other
     # GPUs in between ends it, so the order groups by (repeat, parallel mode, GPUs) before loader, tier and batch
-    cfg = validate_config({"storage": {"ram": "/dev/shm"}, "loaders": ["opencv", "dali-cpu"], "gpus": [1, 2],
-                           "batch_sizes": [128, 256], "parallel": ["dp", "ddp"], "repeats": 2,
-                           "dataset": {"images": 512}})  # fmt: skip
+    cfg = validate_config(
+        {
+            "storage": {"ram": "/dev/shm"},
+            "loaders": ["opencv", "dali-cpu"],
+            "gpus": [1, 2],
+            "batch_sizes": [128, 256],
+            "parallel": ["dp", "ddp"],
+            "repeats": 2,
+            "dataset": {"images": 512},
+        }
+    )
     ids = cell_ids(cfg)
     envs = [(parse_cell_id(c)["repeat"], parse_cell_id(c)["parallel"], parse_cell_id(c)["gpus"]) for c in ids]
     assert [e for i, e in enumerate(envs) if i == 0 or e != envs[i - 1]] == [
-        (r, par, g) for r in (0, 1) for par in ("dp", "ddp") for g in (1, 2)]  # each environment in one run
-    assert ids[:4] == ["opencv_ram_g1_b128_fp32_dp_r0", "opencv_ram_g1_b256_fp32_dp_r0",
-                       "dali-cpu_ram_g1_b128_fp32_dp_r0", "dali-cpu_ram_g1_b256_fp32_dp_r0"]
+        (r, par, g) for r in (0, 1) for par in ("dp", "ddp") for g in (1, 2)
+    ]  # each environment in one run
+    assert ids[:4] == [
+        "opencv_ram_g1_b128_fp32_dp_r0",
+        "opencv_ram_g1_b256_fp32_dp_r0",
+        "dali-cpu_ram_g1_b128_fp32_dp_r0",
+        "dali-cpu_ram_g1_b256_fp32_dp_r0",
+    ]
 
 
 def _study(**over):
     raw = {
         "storage": {"ram": "/dev/shm", "disk": "resources/tiers/disk"},
-        "loaders": ["torchvision"], "batch_sizes": [64], "workers": 2,
+        "loaders": ["torchvision"],
+        "batch_sizes": [64],
+        "workers": 2,
         "parts": [
             {"name": "every-loader", "loaders": ["torchvision", "synthetic"], "tiers": ["ram"], "repeats": 2},
             {"name": "disk", "tiers": ["disk"], "batch_sizes": [32, 64], "workers": 4, "window": {"max_seconds": 5}},
@@ -226,9 +270,14 @@ def test_parts_are_a_union_of_sub_grids_with_their_own_settings():
     cfg = _study()
     ids = cell_ids(cfg)
     # repeats outermost across the parts: both parts' first repeats before any second repeat
-    assert ids == ["torchvision_ram_g1_b64_fp32_dp_r0", "synthetic_ram_g1_b64_fp32_dp_r0",
-                   "torchvision_disk_g1_b32_fp32_dp_r0", "torchvision_disk_g1_b64_fp32_dp_r0",
-                   "torchvision_ram_g1_b64_fp32_dp_r1", "synthetic_ram_g1_b64_fp32_dp_r1"]
+    assert ids == [
+        "torchvision_ram_g1_b64_fp32_dp_r0",
+        "synthetic_ram_g1_b64_fp32_dp_r0",
+        "torchvision_disk_g1_b32_fp32_dp_r0",
+        "torchvision_disk_g1_b64_fp32_dp_r0",
+        "torchvision_ram_g1_b64_fp32_dp_r1",
+        "synthetic_ram_g1_b64_fp32_dp_r1",
+    ]
     assert cfg["tiers"] == ["ram", "disk"]  # staged and probed: the parts' tiers
     assert cell_spec(cfg, "torchvision_ram_g1_b64_fp32_dp_r1").workers == 2
     disk = cell_spec(cfg, "torchvision_disk_g1_b32_fp32_dp_r0")
@@ -242,13 +291,18 @@ def test_parts_are_a_union_of_sub_grids_with_their_own_settings():
         cell_spec(cfg, "torchvision_disk_g1_b32_fp32_dp_r1")
 
 
-@pytest.mark.parametrize("parts, words", [
-    ([{"name": "a", "storage": {}}], ["parts[0]", "'storage' cannot differ between parts"]),
-    ([{"name": "a"}, {"name": "a"}], ["parts[1]", "used by an earlier part"]),
-    ([{"name": "a", "loaders": ["nope"]}], ["parts[0]", "unknown loader 'nope'"]),
-    ([{"name": "a", "workers": 2}, {"name": "b", "workers": 3}],
-     ["parts[1]' (b)", "torchvision_ram_g1_b64_fp32_dp_r0 is also in part 'a'", "workers"]),
-])
+@pytest.mark.parametrize(
+    "parts, words",
+    [
+        ([{"name": "a", "storage": {}}], ["parts[0]", "'storage' cannot differ between parts"]),
+        ([{"name": "a"}, {"name": "a"}], ["parts[1]", "used by an earlier part"]),
+        ([{"name": "a", "loaders": ["nope"]}], ["parts[0]", "unknown loader 'nope'"]),
+        (
+            [{"name": "a", "workers": 2}, {"name": "b", "workers": 3}],
+            ["parts[1]' (b)", "torchvision_ram_g1_b64_fp32_dp_r0 is also in part 'a'", "workers"],
+        ),
+    ],
+)
 def test_bad_parts_name_the_part_and_the_key(parts, words):
     with pytest.raises(ConfigError) as e:
         _study(parts=parts, tiers=["ram"])
@@ -263,20 +317,27 @@ def test_a_batch_larger_than_a_generated_dataset_is_refused_naming_batch_sizes(t
     small = {"dataset": {"images": 32, "classes": 2}, "storage": {"ram": "/dev/shm"}}
     with pytest.raises(ConfigError) as e:
         validate_config({**small, "batch_sizes": [4, 64]})
-    assert str(e.value) == ("config key 'batch_sizes': batch 64 takes 64 images a step, but dataset.images is 32; use "
-                            "batch sizes up to 4, or give the dataset more images")  # fmt: skip
+    assert str(e.value) == (
+        "config key 'batch_sizes': batch 64 takes 64 images a step, but dataset.images is 32; use "
+        "batch sizes up to 4, or give the dataset more images"
+    )
     # a step takes batch x GPUs images, under dp (one process) and ddp (a share each) alike
     for parallel in ("dp", "ddp"):
         with pytest.raises(ConfigError) as e:
             validate_config({**small, "batch_sizes": [16, 32], "gpus": [1, 2], "parallel": [parallel]})
-        assert str(e.value).startswith("config key 'batch_sizes': batch 32 on 2 GPUs takes 64 images a step, but "
-                                       "dataset.images is 32; use batch sizes up to 16 or use fewer GPUs")  # fmt: skip
+        assert str(e.value).startswith(
+            "config key 'batch_sizes': batch 32 on 2 GPUs takes 64 images a step, but "
+            "dataset.images is 32; use batch sizes up to 16 or use fewer GPUs"
+        )
     assert cell_ids(validate_config({**small, "batch_sizes": [16], "gpus": [2]})) == [
-        "torchvision_ram_g2_b16_fp32_dp_r0", "opencv_ram_g2_b16_fp32_dp_r0"]  # 32 images: exactly enough
+        "torchvision_ram_g2_b16_fp32_dp_r0",
+        "opencv_ram_g2_b16_fp32_dp_r0",
+    ]  # 32 images: exactly enough
     assert validate_config({**small, "batch_sizes": [256], "loaders": ["synthetic"]})  # reads no image
     with pytest.raises(ConfigError) as e:
-        validate_config({**small, "parts": [{"name": "ok", "batch_sizes": [8]},
-                                            {"name": "big", "batch_sizes": [8, 128]}]})  # fmt: skip
+        validate_config(
+            {**small, "parts": [{"name": "ok", "batch_sizes": [8]}, {"name": "big", "batch_sizes": [8, 128]}]}
+        )
     assert str(e.value).startswith("config key 'parts[1]' (big): config key 'batch_sizes': batch 128 takes 128 images")
     path = write_config(tmp_path, {**small, "batch_sizes": [64]})
     assert cli(["validate-config", "--config", str(path)]) == 2
@@ -291,12 +352,17 @@ def test_a_batch_larger_than_a_path_sources_images_is_refused_when_paths_are_che
     from tests.conftest import write_config
 
     (tmp_path / "tier").mkdir()
-    raw = {"dataset": {"source": "path", "path": str(small_dataset)}, "storage": {"disk": str(tmp_path / "tier")},
-           "loaders": ["torchvision"]}  # fmt: skip
+    raw = {
+        "dataset": {"source": "path", "path": str(small_dataset)},
+        "storage": {"disk": str(tmp_path / "tier")},
+        "loaders": ["torchvision"],
+    }
     path = write_config(tmp_path, {**raw, "batch_sizes": [8, 32]})
     assert cli(["validate-config", "--config", str(path)]) == 2
-    assert (f"config key 'batch_sizes': batch 32 takes 32 images a step, but dataset.path {small_dataset} holds 24 "
-            "image files in its class folders; use batch sizes up to 8") in capsys.readouterr().err  # fmt: skip
+    assert (
+        f"config key 'batch_sizes': batch 32 takes 32 images a step, but dataset.path {small_dataset} holds 24 "
+        "image files in its class folders; use batch sizes up to 8"
+    ) in capsys.readouterr().err
     assert cli(["validate-config", "--config", str(path), "--skip-paths"]) == 0
     assert "valid (2 cells)" in capsys.readouterr().out
     assert validate_config({**raw, "batch_sizes": [24]}, check_paths=True)["batch_sizes"] == [24]  # exactly enough

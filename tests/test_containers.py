@@ -26,7 +26,7 @@ DEF = REPO / "containers" / "loaderbench.def"
 
 def section(name: str) -> str:
     text = DEF.read_text()
-    m = re.search(rf"^%{name}\n(.*?)(?=^%|\Z)", text, re.S | re.M)
+    m = re.search(rf"^%{name}\n(.*?)(?=^%|\Z)", text, re.DOTALL | re.MULTILINE)
     assert m, f"no %{name} section"
     return m.group(1)
 
@@ -48,8 +48,8 @@ def test_the_definitions_test_section_runs_here():
     import subprocess
     import sys
 
-    body = re.search(r"<<'PY'\n(.*?)\nPY\n", section("test"), re.S).group(1)
-    out = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=300)
+    body = re.search(r"<<'PY'\n(.*?)\nPY\n", section("test"), re.DOTALL).group(1)
+    out = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     assert "CPU-only DALI batch ok: (2, 32, 32, 3)" in out.stdout
 
@@ -57,7 +57,10 @@ def test_the_definitions_test_section_runs_here():
 def test_pinned_extras_satisfy_the_projects_own_dependency_ranges():
     from packaging.requirements import Requirement
 
-    declared = {Requirement(r).name: Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    declared = {
+        Requirement(r).name: Requirement(r)
+        for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
     pins = dict(re.findall(r"([A-Za-z0-9_.-]+)==([0-9][^\s\"']*)", section("post")))
     assert pins, "no pinned installs in %post"
     for name, version in pins.items():
@@ -71,7 +74,9 @@ def test_pinned_extras_satisfy_the_projects_own_dependency_ranges():
 def test_use_singularity_runs_each_cell_in_the_container_with_nv_binds_and_image(tmp_path):
     extra = tmp_path / "extra-bind"
     extra.mkdir()
-    cfg = tiny_config(tmp_path, precisions=["fp32"], container={"image": str(tmp_path / "cell.sif"), "binds": [str(extra)]})
+    cfg = tiny_config(
+        tmp_path, precisions=["fp32"], container={"image": str(tmp_path / "cell.sif"), "binds": [str(extra)]}
+    )
     (tmp_path / "cell.sif").write_bytes(b"stand-in image")
     cfg_path = write_config(tmp_path, cfg)
     log = tmp_path / "apptainer.jsonl"
@@ -80,7 +85,7 @@ def test_use_singularity_runs_each_cell_in_the_container_with_nv_binds_and_image
     path = f"{REPO / 'tests' / 'standin'}:{Path(sys.executable).parent}:{os.environ['PATH']}"
     env = {**os.environ, "PATH": path, "APPTAINER_STANDIN_LOG": str(log)}
     planned = snakemake(tmp_path, "--configfile", str(cfg_path), "--use-singularity", "-n", env=env)
-    assert re.search(r"^cell\s+4$", planned.stdout, re.M)
+    assert re.search(r"^cell\s+4$", planned.stdout, re.MULTILINE)
     assert f"the 4 cell jobs run in the container {tmp_path / 'cell.sif'} (apptainer exec --nv --bind" in planned.stderr
     snakemake(tmp_path, "--configfile", str(cfg_path), "--use-singularity", env=env)
 
@@ -100,7 +105,7 @@ def test_use_singularity_runs_each_cell_in_the_container_with_nv_binds_and_image
         assert opts[image_at + 1 : image_at + 3] == ["bash", "-c"]
         inner = opts[image_at + 3]
         # the cell calls the package through lb_cell (the shell prefix): in the container, the image's Python
-        assert f"lb_cell() {{ PYTHONPATH={REPO / 'src'} python3 -m loaderbench \"$@\" --timeout-s" in inner
+        assert f'lb_cell() {{ PYTHONPATH={REPO / "src"} python3 -m loaderbench "$@" --timeout-s' in inner
         assert "lb_cell run-cell --spec" in inner
     for cid in cell_ids(resolved):
         rec = json.loads((tmp_path / "results/cells" / f"{cid}.json").read_text())

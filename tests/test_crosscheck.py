@@ -16,7 +16,7 @@ from loaderbench.experiments.crosscheck import crosscheck, render
 # more. The bare loop never calls timed_window, so only the cell's path is slowed.
 SLOW_CELL = """
 import time
-import loaderbench.engine.window as w
+import loaderbench.engine.process.window as w
 _timed = w.timed_window
 def _slowed(step, *a, **k):
     def slow(*b):
@@ -29,14 +29,16 @@ w.timed_window = _slowed
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory, small_dataset):
-    return staged_disk(tmp_path_factory, small_dataset, "crosscheck", window={"max_seconds": 3, "min_seconds": 1.5},
-                       warmup_steps=2)  # fmt: skip
+    return staged_disk(
+        tmp_path_factory, small_dataset, "crosscheck", window={"max_seconds": 3, "min_seconds": 1.5}, warmup_steps=2
+    )
 
 
 def test_every_loader_kind_is_crosschecked_against_its_bare_loop(staged, tmp_path):
     tmp, cfg = staged
-    rows = crosscheck(cfg, ["torchvision", "dali-cpu", "synthetic"], "disk", 4, ["fp32"], 1, tmp / "disk.json",
-                      tmp_path)  # fmt: skip
+    rows = crosscheck(
+        cfg, ["torchvision", "dali-cpu", "synthetic"], "disk", 4, ["fp32"], 1, tmp / "disk.json", tmp_path
+    )
     assert [r["status"] for r in rows] == ["ok"] * 3, render(rows)
     saved = json.loads((tmp_path / "crosscheck.json").read_text())
     assert [r["loader"] for r in saved["rows"]] == ["torchvision", "dali-cpu", "synthetic"]
@@ -81,8 +83,12 @@ def test_the_cli_names_an_unknown_loader(staged, tmp_path):
     tmp, _ = staged
     cfg = tmp / "c.yaml"
     cfg.write_text("dataset: {name: ds}\nstorage: {disk: " + str(tmp / "tier") + "}\n")
-    out = subprocess.run([sys.executable, "-m", "loaderbench", "crosscheck", "--config", str(cfg), "--loaders",
-                          "nope"], capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "loaderbench", "crosscheck", "--config", str(cfg), "--loaders", "nope"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 2 and "--loaders: unknown loader 'nope'" in out.stderr and "module:factory" in out.stderr
 
 
@@ -94,15 +100,36 @@ def test_the_bundle_shows_the_crosscheck_of_its_results_folder(tmp_path):
 
     from conftest import snakemake, tiny_config, write_config
 
-    cfg = tiny_config(tmp_path, loaders=["torchvision"], precisions=["fp32"],
-                      storage={"disk-a": str(tmp_path / "tier-a")})  # fmt: skip
+    cfg = tiny_config(
+        tmp_path, loaders=["torchvision"], precisions=["fp32"], storage={"disk-a": str(tmp_path / "tier-a")}
+    )
     cfg_path = write_config(tmp_path, cfg)
     snakemake(tmp_path, "--configfile", str(cfg_path))
     index = tmp_path / "results/bundle/index.html"
     assert "Does the harness slow the loader?" not in index.read_text()
-    out = subprocess.run([sys.executable, "-m", "loaderbench", "crosscheck", "--config", str(cfg_path), "--loaders",
-                          "torchvision", "--batch-size", "4", "--rounds", "1", "--results", "results"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loaderbench",
+            "crosscheck",
+            "--config",
+            str(cfg_path),
+            "--loaders",
+            "torchvision",
+            "--batch-size",
+            "4",
+            "--rounds",
+            "1",
+            "--results",
+            "results",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "torchvision  fp32 cell" in out.stdout and "cell/bare" in out.stdout
     snakemake(tmp_path, "--configfile", str(cfg_path))
@@ -124,14 +151,47 @@ def test_a_crosschecks_cells_join_the_pipeline_as_measured(tmp_path):
     cfg_path = write_config(tmp_path, cfg)
     snakemake(tmp_path, "--configfile", str(cfg_path), "--until", "stage")
     lb = [sys.executable, "-m", "loaderbench"]
-    out = subprocess.run([*lb, "crosscheck", "--config", str(cfg_path), "--loaders", "torchvision", "--batch-size", "4",
-                          "--rounds", "1", "--results", "results"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [
+            *lb,
+            "crosscheck",
+            "--config",
+            str(cfg_path),
+            "--loaders",
+            "torchvision",
+            "--batch-size",
+            "4",
+            "--rounds",
+            "1",
+            "--results",
+            "results",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     cid = "torchvision_disk-a_g1_b4_fp32_dp_r0"
     assert (tmp_path / f"results/crosscheck/telemetry/{cid}.csv").is_file()
-    out = subprocess.run([*lb, "adopt", "--config", str(cfg_path), "--from", "results/crosscheck", "--snakefile",
-                          str(REPO / "Snakefile")], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [
+            *lb,
+            "adopt",
+            "--config",
+            str(cfg_path),
+            "--from",
+            "results/crosscheck",
+            "--snakefile",
+            str(REPO / "Snakefile"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert "1 records of this grid copied from results/crosscheck, 0 measured here already" in out.stdout
     assert "1 records in results/cells: 1 adopted" in out.stdout

@@ -40,13 +40,23 @@ def test_gpu_host_prep_stages_into_each_tiers_path(tmp_path):
     ram, disk = tmp_path / "shm tier", tmp_path / "disk"
     ram.mkdir()
     disk.mkdir()
-    cfg = {"dataset": {"images": 6, "classes": 2}, "storage": {"ram": {"kind": "ram", "path": str(ram)}, "disk": str(disk)},
-           "batch_sizes": [4],
-           "baseline": {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 4, "precision": "fp32"}}  # fmt: skip
+    cfg = {
+        "dataset": {"images": 6, "classes": 2},
+        "storage": {"ram": {"kind": "ram", "path": str(ram)}, "disk": str(disk)},
+        "batch_sizes": [4],
+        "baseline": {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 4, "precision": "fp32"},
+    }
     (checkout / "c.yaml").write_text(yaml.safe_dump(cfg))
     env = _with_python3(tmp_path)
-    proc = subprocess.run(["bash", "dev/gpu-host-prep.sh", "c.yaml"], cwd=checkout, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "dev/gpu-host-prep.sh", "c.yaml"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for tier, path in (("ram", ram), ("disk", disk)):
         manifest = json.loads((checkout / f"results/staging/{tier}.json").read_text())
@@ -61,16 +71,32 @@ def test_reuse_check_measures_cells_fresh_and_kept_and_compares_them(tmp_path_fa
     from tests.conftest import staged_disk
 
     staged, _ = staged_disk(tmp_path_factory, small_dataset, "reuse-check")
-    raw = {"dataset": {"name": "ds"}, "storage": {"disk": str(staged / "tier")}, "loaders": ["torchvision", "opencv"],
-           "gpus": [1], "batch_sizes": [4], "precisions": ["fp32"], "window": {"steps": 3}, "warmup_steps": 1,
-           "crop_size": 32, "workers": 1, "prefetch_factor": 1}  # fmt: skip
+    raw = {
+        "dataset": {"name": "ds"},
+        "storage": {"disk": str(staged / "tier")},
+        "loaders": ["torchvision", "opencv"],
+        "gpus": [1],
+        "batch_sizes": [4],
+        "precisions": ["fp32"],
+        "window": {"steps": 3},
+        "warmup_steps": 1,
+        "crop_size": 32,
+        "workers": 1,
+        "prefetch_factor": 1,
+    }
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
     (tmp_path / "results/staging").mkdir(parents=True)
     shutil.copy(staged / "disk.json", tmp_path / "results/staging/disk.json")
     cells = ["torchvision_disk_g1_b4_fp32_dp_r0", "opencv_disk_g1_b4_fp32_dp_r0"]
-    proc = subprocess.run(["bash", str(REPO / "dev/reuse-check.sh"), "c.yaml", "check", *cells], cwd=tmp_path,
-                          env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(REPO / "dev/reuse-check.sh"), "c.yaml", "check", *cells],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for n, mode in enumerate(["fresh", "kept", "fresh", "kept"], start=1):
         recs = [json.loads((tmp_path / f"check/{n}-{mode}/{c}.json").read_text()) for c in cells]
@@ -92,16 +118,31 @@ def test_gpu_study_stop_ends_the_whole_run_and_releases_the_lock(tmp_path):
     import psutil
 
     checkout = _checkout(tmp_path, "gpu-study.sh", ("Snakefile", "workflow", "profiles", "src"))
-    cfg = {"dataset": {"images": 24, "classes": 2}, "storage": {"disk": str(tmp_path / "tier")},
-           "loaders": ["torchvision"], "batch_sizes": [4], "precisions": ["fp32"], "crop_size": 32, "workers": 1,
-           "warmup_steps": 1, "window": {"seconds": 60}}  # fmt: skip
+    cfg = {
+        "dataset": {"images": 24, "classes": 2},
+        "storage": {"disk": str(tmp_path / "tier")},
+        "loaders": ["torchvision"],
+        "batch_sizes": [4],
+        "precisions": ["fp32"],
+        "crop_size": 32,
+        "workers": 1,
+        "warmup_steps": 1,
+        "window": {"seconds": 60},
+    }
     (checkout / "c.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "tier").mkdir()
     env = {**_with_python3(tmp_path), "CONFIG": "c.yaml"}
 
     def study(*args):
-        return subprocess.run(["bash", "dev/gpu-study.sh", *args], cwd=checkout, env=env, capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+        return subprocess.run(
+            ["bash", "dev/gpu-study.sh", *args],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     def in_checkout():
         out = []
@@ -112,9 +153,15 @@ def test_gpu_study_stop_ends_the_whole_run_and_releases_the_lock(tmp_path):
 
     assert study("start", "run", "5").returncode == 0
     deadline = time.time() + 240
-    while time.time() < deadline and not (checkout / "run/DONE").exists() and not any(
-            "loaderbench.engine.train" in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
-            if p.pid in in_checkout()):  # fmt: skip
+    while (
+        time.time() < deadline
+        and not (checkout / "run/DONE").exists()
+        and not any(
+            "loaderbench.engine.process.train" in " ".join(p.info["cmdline"] or [])
+            for p in psutil.process_iter(["cmdline"])
+            if p.pid in in_checkout()
+        )
+    ):
         time.sleep(1)
     assert list((checkout / ".snakemake/locks").iterdir()), "a measuring Snakemake holds its lock"
     t0 = time.time()
@@ -142,15 +189,32 @@ def test_gpu_study_start_measures_a_spreading_configuration_once_more(tmp_path):
     import time
 
     checkout = _checkout(tmp_path, "gpu-study.sh", ("Snakefile", "workflow", "profiles", "src"))
-    cfg = {"dataset": {"images": 24, "classes": 2}, "storage": {"disk": str(tmp_path / "tier")},
-           "loaders": ["synthetic"], "batch_sizes": [4], "precisions": ["fp32"], "crop_size": 32, "workers": 1,
-           "warmup_steps": 1, "window": {"steps": 3}, "repeats": 2, "spread_warn": 0.0,
-           "baseline": {"loader": "synthetic", "tier": "disk", "gpus": 1, "batch_size": 4, "precision": "fp32"}}  # fmt: skip
+    cfg = {
+        "dataset": {"images": 24, "classes": 2},
+        "storage": {"disk": str(tmp_path / "tier")},
+        "loaders": ["synthetic"],
+        "batch_sizes": [4],
+        "precisions": ["fp32"],
+        "crop_size": 32,
+        "workers": 1,
+        "warmup_steps": 1,
+        "window": {"steps": 3},
+        "repeats": 2,
+        "spread_warn": 0.0,
+        "baseline": {"loader": "synthetic", "tier": "disk", "gpus": 1, "batch_size": 4, "precision": "fp32"},
+    }
     (checkout / "c.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "tier").mkdir()
     env = {**_with_python3(tmp_path), "CONFIG": "c.yaml"}
-    proc = subprocess.run(["bash", "dev/gpu-study.sh", "start", "run", "5"], cwd=checkout, env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "dev/gpu-study.sh", "start", "run", "5"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     deadline = time.time() + 400
     while time.time() < deadline and not (checkout / "run/DONE").exists():

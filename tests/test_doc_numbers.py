@@ -21,17 +21,40 @@ SECTIONS = {"README.md": r"^## The answer on one H200\n.*?(?=^## )", "docs/FINDI
 
 # Numbers that are not measurements: settings, counts of things, names, dates, the interval's level.
 NOT_MEASURED = [
-    r"\b\d{4}-\d{2}-\d{2}\b", r"\bseed-1gpu\b",  # dates, a run's name
-    r"\b\d+ x H200\b", r"\bH200\b", r"\b\d+-GPU\b", r"\b\d+ (?:to|and|or) \d+ GPUs\b", r"\b\d+ GPUs?\b",
-    r"\b\d+ CPU cores\b", r"\b\d+-core\b", r"\b7200 rpm\b", r"\bMobileNetV2\b", r"\bResNet-50\b",
-    r"\bfp32\b", r"\bfloat(?:16|32)\b", r"\bb\d+\b", r"\bbatch-\d+\b",
-    r"\bbatch (?:sizes? )?\d+(?:(?:, \d+)* and \d+| over \d+)?\b", r"\bat \d+ the one pipeline\b", r"\bfrom 64 to 256\b",
-    r"(?m)^\*\*\d+b?\. ", r"\bobservation \d\b",  # the seed's numbered observations
+    r"\b\d{4}-\d{2}-\d{2}\b",
+    r"\bseed-1gpu\b",  # dates, a run's name
+    r"\b\d+ x H200\b",
+    r"\bH200\b",
+    r"\b\d+-GPU\b",
+    r"\b\d+ (?:to|and|or) \d+ GPUs\b",
+    r"\b\d+ GPUs?\b",
+    r"\b\d+ CPU cores\b",
+    r"\b\d+-core\b",
+    r"\b7200 rpm\b",
+    r"\bMobileNetV2\b",
+    r"\bResNet-50\b",
+    r"\bfp32\b",
+    r"\bfloat(?:16|32)\b",
+    r"\bb\d+\b",
+    r"\bbatch-\d+\b",
+    r"\bbatch (?:sizes? )?\d+(?:(?:, \d+)* and \d+| over \d+)?\b",
+    r"\bat \d+ the one pipeline\b",
+    r"\bfrom 64 to 256\b",
+    r"(?m)^\*\*\d+b?\. ",
+    r"\bobservation \d\b",  # the seed's numbered observations
     r"\| 1 (?=\|)",  # the ceiling's AU: 1 by definition
-    r"\b95%", r"\b\d+ (?:processes|repeats|workers|threads|DALI threads|WebDataset tar shards)\b",
-    r"\bon 15 threads\b", r"\bwith 15\b", r"\b150 s a loader\b",
-    r"\bexcludes 1\b", r"\brank 0\b", r"\bcard-[01]\b", r"\bcard [01]\b", r"\b1-GPU\b", r"\bat 1 GPU\b",
-]  # fmt: skip
+    r"\b95%",
+    r"\b\d+ (?:processes|repeats|workers|threads|DALI threads|WebDataset tar shards)\b",
+    r"\bon 15 threads\b",
+    r"\bwith 15\b",
+    r"\b150 s a loader\b",
+    r"\bexcludes 1\b",
+    r"\brank 0\b",
+    r"\bcard-[01]\b",
+    r"\bcard [01]\b",
+    r"\b1-GPU\b",
+    r"\bat 1 GPU\b",
+]
 
 
 def load_claims() -> Claims:
@@ -45,7 +68,7 @@ def claims() -> Claims:
 
 def section(doc: str) -> str:
     text = (REPO / doc).read_text()
-    m = re.search(SECTIONS[doc], text, re.M | re.S)
+    m = re.search(SECTIONS[doc], text, re.MULTILINE | re.DOTALL)
     assert m, f"{doc}: no section matching {SECTIONS[doc]!r}"
     return m.group(0)
 
@@ -62,9 +85,11 @@ def test_every_marked_number_is_what_its_records_give(claims, doc):
 @pytest.mark.parametrize("doc", DOCS)
 def test_no_measured_number_without_a_marker(doc):
     rest = unmarked(section(doc), NOT_MEASURED)
-    assert not rest, (f"{doc}: numbers in a results section with no claim marker (mark each with <!--c:ID--> and "
-                      "add ID to tests/doc_claims.yaml, or name the pattern in NOT_MEASURED if it is no "
-                      "measurement):\n" + "\n".join(rest))  # fmt: skip
+    assert not rest, (
+        f"{doc}: numbers in a results section with no claim marker (mark each with <!--c:ID--> and "
+        "add ID to tests/doc_claims.yaml, or name the pattern in NOT_MEASURED if it is no "
+        "measurement):\n" + "\n".join(rest)
+    )
 
 
 def test_every_claim_is_marked_in_a_document_and_cites_a_folder_it_links(claims):
@@ -85,7 +110,7 @@ def test_every_claim_is_marked_in_a_document_and_cites_a_folder_it_links(claims)
 def test_the_verdict_shown_is_the_one_the_quickstart_printed():
     """README's example verdict is the recorded output of that quickstart run, line for line."""
     text = (REPO / "README.md").read_text()
-    block = re.search(r"^## What you get\n.*?^```\n(.*?)^```", text, re.M | re.S).group(1).splitlines()
+    block = re.search(r"^## What you get\n.*?^```\n(.*?)^```", text, re.MULTILINE | re.DOTALL).group(1).splitlines()
     printed = (REPO / "docs/results/2026-12-02-cpu2/quickstart/verdict.txt").read_text().splitlines()
     assert block[0].startswith("bundle: ")
     assert block[1:] == printed

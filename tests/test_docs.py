@@ -15,7 +15,7 @@ def test_config_readme_describes_the_shipped_quickstart(tmp_path):
     raw = yaml.safe_load((REPO / "config/quickstart.yaml").read_text())
     cfg = validate_config(raw, base_dir=tmp_path)
     text = (REPO / "config/README.md").read_text()
-    entry = re.search(r"^- `quickstart\.yaml`:(.*?)(?=^- |\Z)", text, re.M | re.S).group(1)
+    entry = re.search(r"^- `quickstart\.yaml`:(.*?)(?=^- |\Z)", text, re.MULTILINE | re.DOTALL).group(1)
     entry = " ".join(entry.split())
     assert f"{cfg['dataset']['images']} generated images" in entry, entry
     for tier in cfg["tiers"]:

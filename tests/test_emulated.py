@@ -149,7 +149,7 @@ def test_content_matches_backing_and_sequential_reads_do_not_seek(tmp_path, moun
     assert after["seeks"] - before["seeks"] == 1
     assert after["requests"] - before["requests"] >= 3
     with pytest.raises(OSError) as e:
-        open(m.mountpoint / "new.txt", "w")
+        open(m.mountpoint / "new.txt", "w").close()
     assert e.value.errno == errno.EROFS
 
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from loaderbench.engine import placement
-from loaderbench.engine.batchmeans import relative_halfwidth
-from loaderbench.engine.bursts import burst_bounds, is_burst_start
-from loaderbench.engine.parallel import ReplicaThreads
-from loaderbench.engine.runcell import phases
+from loaderbench.engine.process.batchmeans import relative_halfwidth
+from loaderbench.engine.process.bursts import burst_bounds, is_burst_start
+from loaderbench.engine.process.parallel import ReplicaThreads
+from loaderbench.engine.process.window import StopRule, timed_window, warm_up
+from loaderbench.engine.runner.runcell import phases
 from loaderbench.engine.watchdog import Beat, Heartbeat, StallRule, describe, read
-from loaderbench.engine.window import StopRule, timed_window, warm_up
 from tests.conftest import BacklogLoader
 
 
@@ -127,8 +127,10 @@ def test_pinning_a_real_process_tree_puts_every_thread_but_the_launcher_on_the_o
     cpus = sorted(os.sched_getaffinity(0))
     launch, others = cpus[-1], set(cpus[:-1])
     # a process with a second thread and a child process (as a cell has DataLoader workers)
-    code = ("import subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(30,), daemon=True)"
-            ".start(); subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)")
+    code = (
+        "import subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(30,), daemon=True)"
+        ".start(); subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.time() + 20
@@ -168,8 +170,11 @@ def test_replica_threads_live_across_calls_and_carry_grad_mode_and_autocast():
     class Probe(torch.nn.Module):
         def forward(self, x):
             seen[(len(seen) // 3, int(x[0].item()) - 1)] = (
-                threading.get_native_id(), torch.is_grad_enabled(), torch.is_autocast_enabled("cuda"),
-                torch.get_autocast_dtype("cuda"))  # fmt: skip
+                threading.get_native_id(),
+                torch.is_grad_enabled(),
+                torch.is_autocast_enabled("cuda"),
+                torch.get_autocast_dtype("cuda"),
+            )
             return x * 2
 
     pool = ReplicaThreads(3)
@@ -189,8 +194,19 @@ def test_replica_threads_live_across_calls_and_carry_grad_mode_and_autocast():
 def test_phases_split_the_wall_time_at_the_measuring_process_marks():
     marks = {"setup_start": 12.0, "warmup_start": 14.0, "window_start": 17.0, "window_end": 27.0}
     p = phases(started=10.0, spawned=10.5, marks=marks, exited=27.3, ended=27.5)
-    assert p == pytest.approx({"wall": 17.5, "before_process": 0.5, "startup": 1.5, "setup": 2.0, "warmup": 3.0,
-                               "window": 10.0, "teardown": 0.3, "close": 0.2, "overhead": 7.5})  # fmt: skip
+    assert p == pytest.approx(
+        {
+            "wall": 17.5,
+            "before_process": 0.5,
+            "startup": 1.5,
+            "setup": 2.0,
+            "warmup": 3.0,
+            "window": 10.0,
+            "teardown": 0.3,
+            "close": 0.2,
+            "overhead": 7.5,
+        }
+    )
     assert phases(10.0, None, None, None, 11.0) == {"wall": 1.0}
 
 
@@ -201,7 +217,7 @@ class _Beat:
 
 def test_the_warm_up_ends_once_the_loader_made_a_step_wait():
     steps = []
-    step = lambda i: (steps.append(i), time.sleep(0.002))  # noqa: E731
+    step = lambda i: (steps.append(i), time.sleep(0.002))
     # 5 batches prepared during start-up, then 30 ms each for a 2 ms step: the 6th step waits, the backlog is gone
     durations, drained_at = warm_up(step, BacklogLoader(5, 0.03), 40, lambda: None, _Beat(), min_steps=2)
     assert drained_at == 6 and len(durations) == 6 and steps == list(range(1, 7))
@@ -212,8 +228,15 @@ def test_the_warm_up_ends_once_the_loader_made_a_step_wait():
     durations, drained_at = warm_up(step, BacklogLoader(0, 0.01), 40, lambda: None, _Beat(), min_steps=4)
     assert drained_at == 4
     votes = iter([False, False, True])
-    durations, drained_at = warm_up(step, BacklogLoader(0, 0.01), 40, lambda: None, _Beat(), min_steps=2,
-                                    agree_drained=lambda done: done and next(votes))
+    durations, drained_at = warm_up(
+        step,
+        BacklogLoader(0, 0.01),
+        40,
+        lambda: None,
+        _Beat(),
+        min_steps=2,
+        agree_drained=lambda done: done and next(votes),
+    )
     assert drained_at == 4
 
 
@@ -236,8 +259,19 @@ class _Bursts:
 
 
 def _window(loader, rule, step_s, lead_wait=0.0):
-    return timed_window(lambda *b: time.sleep(step_s), loader, rule, lambda: None, _Beat(), lambda v: v, None,
-                        "w", 1, False, lead_wait=lead_wait)  # fmt: skip
+    return timed_window(
+        lambda *b: time.sleep(step_s),
+        loader,
+        rule,
+        lambda: None,
+        _Beat(),
+        lambda v: v,
+        None,
+        "w",
+        1,
+        False,
+        lead_wait=lead_wait,
+    )
 
 
 def test_a_worker_fed_loaders_window_is_cut_to_whole_bursts():
@@ -270,8 +304,7 @@ def test_a_worker_fed_loaders_precision_is_judged_at_a_bursts_first_step_only():
     assert StopRule(max_seconds=3, burst=5).done(steady, burst_start=False)  # the maximum stops it anywhere
     # a burst's first step: a long wait; inside a burst, or a late worker's shorter wait: not
     waits, step_end = [0.0, 0.0, 0.5, 0.0, 0.1], ends([0.05, 0.05, 0.55, 0.05, 0.15])
-    assert [is_burst_start(waits, step_end, j, 0.5) for j in range(5)] == \
-        [False, False, True, False, False]  # fmt: skip
+    assert [is_burst_start(waits, step_end, j, 0.5) for j in range(5)] == [False, False, True, False, False]
     # bursts of 4 (a 0.5 s wait before each), a late worker's 0.1 s wait inside the second
     waits = [0, 0, 0, 0.5, 0, 0.1, 0, 0.5, 0, 0, 0, 0.5]
     step_end = ends([0.01 + w for w in waits])
@@ -298,7 +331,7 @@ def test_a_worker_fed_loader_stops_once_its_whole_bursts_know_the_rate():
 def test_batch_means_of_a_worker_fed_loader_follow_its_cycles_not_its_worker_count():
     """15 workers with 4 batches each ahead delivered about 32 batches a cycle on the 1-GPU H200 host: batches of 15
     steps cut across its cycles (+-35%); batches of whole cycles, between its burst starts, know the rate."""
-    from loaderbench.engine.batchmeans import cycle_batches
+    from loaderbench.engine.process.batchmeans import cycle_batches
 
     durations = ([0.5] + [0.03] * 31) * 8  # 8 cycles of 32 steps, each opened by a 0.5 s wait
     step_end = ends(durations)
@@ -331,7 +364,7 @@ def test_a_real_dataloaders_window_holds_whole_cycles():
     cycles. The window - after a warm-up that drains the backlog, as a cell's - is cut to its burst starts and its
     rate is the workers' rate."""
     loader = iter(torch.utils.data.DataLoader(_SlowImages(0.02), batch_size=8, num_workers=4, prefetch_factor=2))
-    step = lambda *b: time.sleep(0.002)  # noqa: E731 - a step far faster than the loader
+    step = lambda *b: time.sleep(0.002)
     waits = []
     warm_up(step, loader, 12, lambda: None, _Beat(), min_steps=2, waits=waits)
     win = _window(loader, StopRule(max_seconds=2.5, min_seconds=0.5, precision=0.01, burst=4), 0.002, waits[-1])
@@ -339,5 +372,3 @@ def test_a_real_dataloaders_window_holds_whole_cycles():
     # from a burst start to a burst start (its workers may drift apart into smaller bursts: those count too)
     assert cut["cycles"] >= 5 and win.steps == cut["steps"] and bounds[0] == -1 and bounds[-1] == win.steps - 1
     assert win.steps / win.elapsed_s == pytest.approx(4 / 0.16, rel=0.08)
-
-

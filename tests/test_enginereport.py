@@ -6,22 +6,43 @@ from __future__ import annotations
 import pytest
 
 
+def _record(cid, sps, overhead, window_s=5.0, converged=True, status="ok"):
+    """A cell record with its phases and an adaptive window that converged or did not."""
+    return {
+        "cell_id": cid,
+        "status": status,
+        "phases_s": {
+            "wall": overhead + window_s,
+            "overhead": overhead,
+            "startup": 2.0,
+            "setup": 1.0,
+            "warmup": overhead - 3.0,
+            "window": window_s,
+        },
+        "metrics": {
+            "samples_per_s": sps,
+            "time_s": window_s,
+            "warnings": [] if converged else [{"code": "not_converged", "text": "x"}],
+            "window": {
+                "mode": "adaptive",
+                "ci95_rel_halfwidth": 0.01 if converged else 0.04,
+                "converged": converged,
+            },
+        },
+    }
+
+
 def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_records():
     from loaderbench.report.enginereport import render, report
 
-    def rec(cid, sps, overhead, window_s=5.0, converged=True, status="ok"):
-        return {"cell_id": cid, "status": status, "phases_s": {"wall": overhead + window_s, "overhead": overhead,
-                "startup": 2.0, "setup": 1.0, "warmup": overhead - 3.0, "window": window_s},
-                "metrics": {"samples_per_s": sps, "time_s": window_s, "warnings": [] if converged else [{"code": "not_converged", "text": "x"}],
-                            "window": {"mode": "adaptive", "ci95_rel_halfwidth": 0.01 if converged else 0.04,
-                                       "converged": converged}}}  # fmt: skip
-
     records = [
-        rec("synthetic_ram_g2_b256_amp_dp_r0", 12000.0, 8.0), rec("synthetic_ram_g2_b256_amp_ddp_r0", 13500.0, 10.0),
-        rec("dali-cpu_ram_g1_b256_amp_ddp_r0", 6000.0, 6.0), rec("dali-cpu_ram_g1_b256_amp_ddp_r1", 6120.0, 7.0),
-        rec("dali-cpu_ram_g1_b256_amp_ddp_r2", 5940.0, 9.0, converged=False),
+        _record("synthetic_ram_g2_b256_amp_dp_r0", 12000.0, 8.0),
+        _record("synthetic_ram_g2_b256_amp_ddp_r0", 13500.0, 10.0),
+        _record("dali-cpu_ram_g1_b256_amp_ddp_r0", 6000.0, 6.0),
+        _record("dali-cpu_ram_g1_b256_amp_ddp_r1", 6120.0, 7.0),
+        _record("dali-cpu_ram_g1_b256_amp_ddp_r2", 5940.0, 9.0, converged=False),
         {"cell_id": "torchvision_ram_g2_b256_amp_dp_r0", "status": "failed", "reason": "x"},
-    ]  # fmt: skip
+    ]
     for r in records[:4]:
         r["process_start"] = [{"rank": 0, "pid": 1, "warm": True, "how": "forked", "reused": 0}]
     records[1]["process_start"][0]["reused"] = 2  # kept from 2 cells before (warmstart's reuse)
@@ -48,16 +69,30 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
     # worker-fed windows cut to whole bursts, and a cell profiled after its window (stepprofile)
     records[2]["metrics"]["window"]["whole_bursts"] = {"steps": 62, "cut_head_steps": 31, "cut_tail_steps": 5}
     records[3]["metrics"]["window"]["whole_bursts"] = {"steps": 93, "cut_head_steps": 0, "cut_tail_steps": 0}
-    records[3]["metrics"]["profile"] = [{"steps": 20, "gpus": {"0": {
-        "span_ms": 43.0, "busy_ms": 40.0, "main_idle_ms": 9.5, "overlap_ms": 4.0,
-        "streams": {"7": {"role": "main", "kernel_ms": 33.0, "copy_ms": 0.5}, "9": {"role": "other", "kernel_ms": 6.0,
-                                                                                       "copy_ms": 2.0}}}}}]  # fmt: skip
+    records[3]["metrics"]["profile"] = [
+        {
+            "steps": 20,
+            "gpus": {
+                "0": {
+                    "span_ms": 43.0,
+                    "busy_ms": 40.0,
+                    "main_idle_ms": 9.5,
+                    "overlap_ms": 4.0,
+                    "streams": {
+                        "7": {"role": "main", "kernel_ms": 33.0, "copy_ms": 0.5},
+                        "9": {"role": "other", "kernel_ms": 6.0, "copy_ms": 2.0},
+                    },
+                }
+            },
+        }
+    ]
     text = render(report(records))
     assert "whole bursts: 1 of 2 worker-fed windows cut (steps cut at the start [31], at the end [5])" in text
     (line,) = [x for x in text.splitlines() if x.startswith("profile ")]
     assert "dali-cpu_ram_g1_b256_amp_ddp_r1" in line and line.endswith(
         "per step 43.0 ms on GPU, busy 40.0; training stream kernels 33.0, idle 9.5; other streams' kernels 6.0 (4.0 "
-        "under the training stream's); copies 2.5")  # fmt: skip
+        "under the training stream's); copies 2.5"
+    )
 
 
 def test_engine_report_reads_repeats_against_the_hosts_steal():
@@ -68,16 +103,27 @@ def test_engine_report_reads_repeats_against_the_hosts_steal():
     def rec(cid, sps, foreign, split=None, contended=False):
         c = {"foreign_cpu_cores": foreign, "contended": contended}
         if split:
-            c["foreign_breakdown"] = {"irq": split[0], "steal": split[1],
-                                      "processes": [{"pid": 9, "name": "hog", "cores": split[2]}] if split[2] else []}
-        return {"cell_id": cid, "status": "ok", "contention": c,
-                "phases_s": {"wall": 10.0, "overhead": 5.0, "window": 5.0},
-                "metrics": {"samples_per_s": sps, "time_s": 5.0}}  # fmt: skip
+            c["foreign_breakdown"] = {
+                "irq": split[0],
+                "steal": split[1],
+                "processes": [{"pid": 9, "name": "hog", "cores": split[2]}] if split[2] else [],
+            }
+        return {
+            "cell_id": cid,
+            "status": "ok",
+            "contention": c,
+            "phases_s": {"wall": 10.0, "overhead": 5.0, "window": 5.0},
+            "metrics": {"samples_per_s": sps, "time_s": 5.0},
+        }
 
-    rep = report([rec("dali-cpu_ram_g1_b256_amp_dp_r0", 4400.0, 2.1, (0.1, 2.0, 0.0), True),
-                  rec("dali-cpu_ram_g1_b256_amp_dp_r1", 5500.0, 0.2, (0.05, 0.15, 0.0)),
-                  rec("dali-cpu_ram_g1_b256_amp_dp_r2", 5700.0, 0.3),
-                  rec("synthetic_ram_g1_b256_amp_dp_r0", 6700.0, 1.0, (0.1, 0.1, 0.8), True)])  # fmt: skip
+    rep = report(
+        [
+            rec("dali-cpu_ram_g1_b256_amp_dp_r0", 4400.0, 2.1, (0.1, 2.0, 0.0), True),
+            rec("dali-cpu_ram_g1_b256_amp_dp_r1", 5500.0, 0.2, (0.05, 0.15, 0.0)),
+            rec("dali-cpu_ram_g1_b256_amp_dp_r2", 5700.0, 0.3),
+            rec("synthetic_ram_g1_b256_amp_dp_r0", 6700.0, 1.0, (0.1, 0.1, 0.8), True),
+        ]
+    )
     (rp,) = rep["repeats"]
     assert rp["steal_cores"] == [2.0, 0.15, None] and rp["samples_per_s"] == [4400.0, 5500.0, 5700.0]
     f = rep["foreign_cpu"]
@@ -103,8 +149,17 @@ def test_engine_report_reads_a_sweeps_folders_and_keeps_its_variants_apart(tmp_p
         d.mkdir(exist_ok=True)
         cid = f"{loader}_ram_g1_b256_amp_dp_r{r}"
         spec = {"seed": r, "repeat": r, **spec, **({"optimizer_fused": True} if fused else {})}
-        (d / f"{cid}.json").write_text(_json.dumps({"cell_id": cid, "status": "ok", "spec": spec, "metrics": {
-            "samples_per_s": sps, "time_s": 3.0}, "phases_s": {"wall": 8.0, "overhead": 5.0}}))  # fmt: skip
+        (d / f"{cid}.json").write_text(
+            _json.dumps(
+                {
+                    "cell_id": cid,
+                    "status": "ok",
+                    "spec": spec,
+                    "metrics": {"samples_per_s": sps, "time_s": 3.0},
+                    "phases_s": {"wall": 8.0, "overhead": 5.0},
+                }
+            )
+        )
 
     for r, (a, b) in enumerate([(6300, 8750), (6800, 8650)]):
         rec("base", r, a, False)
@@ -118,9 +173,12 @@ def test_engine_report_reads_a_sweeps_folders_and_keeps_its_variants_apart(tmp_p
     records = load(tmp_path)
     assert len(records) == 9
     got = {r["config"]: sorted(r["samples_per_s"]) for r in report(records)["repeats"]}
-    assert got == {"synthetic_ram_1_256_amp_dp": [6300, 6800], "synthetic[fused]_ram_1_256_amp_dp": [8650, 8750],
-                   "dali-cpu[dali_threads=auto]_ram_1_256_amp_dp": [5300, 5800],
-                   "dali-cpu[dali_threads=8]_ram_1_256_amp_dp": [5800, 6300]}  # fmt: skip
+    assert got == {
+        "synthetic_ram_1_256_amp_dp": [6300, 6800],
+        "synthetic[fused]_ram_1_256_amp_dp": [8650, 8750],
+        "dali-cpu[dali_threads=auto]_ram_1_256_amp_dp": [5300, 5800],
+        "dali-cpu[dali_threads=8]_ram_1_256_amp_dp": [5800, 6300],
+    }
     # the t8 records gone, the older record and those with dali_threads=auto are one configuration's repeats
     for p in (tmp_path / "t8").iterdir():
         p.unlink()

@@ -5,6 +5,7 @@ the one unit test of the GPU part (this host has no GPU)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shlex
@@ -33,16 +34,29 @@ def staged(tmp_path_factory, small_dataset):
 def run_cell_cli(staged, out: Path, *options: str, timeout: float = 300) -> subprocess.CompletedProcess:
     tmp, cfg = staged
     spec = cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0")
-    cmd = [PY, "-m", "loaderbench", "run-cell", "--spec", json.dumps(spec.to_dict()), "--manifest",
-           str(tmp / "disk.json"), "--out", str(out), "--timeline", str(out.with_suffix(".csv")), *options]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    cmd = [
+        PY,
+        "-m",
+        "loaderbench",
+        "run-cell",
+        "--spec",
+        json.dumps(spec.to_dict()),
+        "--manifest",
+        str(tmp / "disk.json"),
+        "--out",
+        str(out),
+        "--timeline",
+        str(out.with_suffix(".csv")),
+        *options,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def hold_lock(lock_dir: Path, seconds: float) -> subprocess.Popen:
     """Another measurement: a process that holds the host lock for `seconds`, then prints when it let go."""
     code = textwrap.dedent(f"""
         import sys, time
-        from loaderbench.engine.hostlock import exclusive
+        from loaderbench.engine.runner.hostlock import exclusive
         with exclusive("test holder", [], {str(lock_dir)!r}, 5):
             print("held", flush=True)
             time.sleep({seconds})
@@ -54,24 +68,30 @@ def hold_lock(lock_dir: Path, seconds: float) -> subprocess.Popen:
 
 
 def test_lock_is_exclusive_reentrant_and_not_inherited(tmp_path):
-    from loaderbench.engine.hostlock import exclusive, read_holder
+    from loaderbench.engine.runner.hostlock import exclusive, read_holder
 
-    probe = [PY, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
-             "try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\nexcept BlockingIOError: print('taken')"]  # fmt: skip
+    probe = [
+        PY,
+        "-c",
+        (
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\nexcept BlockingIOError: print('taken')"
+        ),
+    ]
     lock = str(tmp_path / "cpus.lock")
     with exclusive("cell x", [], tmp_path, 1) as paths:
         assert paths == [lock]
-        assert subprocess.run([*probe, lock], capture_output=True, text=True).stdout.strip() == "taken"
+        assert subprocess.run([*probe, lock], capture_output=True, text=True, check=False).stdout.strip() == "taken"
         holder = read_holder(Path(lock))
         assert holder["pid"] == os.getpid() and holder["holder"] == "cell x" and holder["started_at"] <= time.time()
         with exclusive("nested", [], tmp_path, 0.5):  # the same process again: no wait, no HostBusy
             pass
-        assert subprocess.run([*probe, lock], capture_output=True, text=True).stdout.strip() == "taken"
+        assert subprocess.run([*probe, lock], capture_output=True, text=True, check=False).stdout.strip() == "taken"
         child = subprocess.Popen(["sleep", "30"])  # started while the lock is held
     try:
         # released on leaving, although the child (which would hold an inherited descriptor) still runs
         assert child.poll() is None
-        assert subprocess.run([*probe, lock], capture_output=True, text=True).stdout.strip() == "free"
+        assert subprocess.run([*probe, lock], capture_output=True, text=True, check=False).stdout.strip() == "free"
     finally:
         child.kill()
         child.wait()
@@ -151,13 +171,15 @@ def test_foreign_gpu_processes_are_those_outside_the_cell_tree():
     """NVML stand-in (this host has no GPU) for the process lists only; the filtering and the summary are real."""
     from types import SimpleNamespace as P
 
-    from loaderbench.engine.contention import foreign_gpu_processes, summarize, warning
+    from loaderbench.engine.runner.contention import foreign_gpu_processes, summarize, warning
 
     class StandInNvml:
         @staticmethod
         def nvmlDeviceGetComputeRunningProcesses(handle):
-            return {"h0": [P(pid=os.getpid(), usedGpuMemory=100 * 2**20), P(pid=4242, usedGpuMemory=512 * 2**20)],
-                    "h1": [P(pid=4343, usedGpuMemory=None)]}[handle]  # fmt: skip
+            return {
+                "h0": [P(pid=os.getpid(), usedGpuMemory=100 * 2**20), P(pid=4242, usedGpuMemory=512 * 2**20)],
+                "h1": [P(pid=4343, usedGpuMemory=None)],
+            }[handle]
 
         @staticmethod
         def nvmlDeviceGetGraphicsRunningProcesses(handle):
@@ -165,9 +187,11 @@ def test_foreign_gpu_processes_are_those_outside_the_cell_tree():
 
     found = foreign_gpu_processes(StandInNvml, ["h0", "h1"], [2, 3], {os.getpid()})
     assert [(p["pid"], p["gpu"], p["used_mb"]) for p in found] == [(4242, 2, 512.0), (4343, 3, None)]
-    rows = [{"t": 10.0, "host_busy_s": 0.0, "tree_cpu_s": 0.0},
-            {"t": 11.0, "host_busy_s": 1.0, "tree_cpu_s": 1.0, "gpu_foreign": found},
-            {"t": 13.0, "host_busy_s": 3.0, "tree_cpu_s": 3.0}]  # fmt: skip
+    rows = [
+        {"t": 10.0, "host_busy_s": 0.0, "tree_cpu_s": 0.0},
+        {"t": 11.0, "host_busy_s": 1.0, "tree_cpu_s": 1.0, "gpu_foreign": found},
+        {"t": 13.0, "host_busy_s": 3.0, "tree_cpu_s": 3.0},
+    ]
     c = summarize({"rows": rows, "gpu": "NVML"}, {"window_start": 10.5, "window_end": 12.5}, 0.5)
     assert c["foreign_cpu_cores"] == 0 and c["contended"] and len(c["foreign_gpu_processes"]) == 2
     assert warning(c)["code"] == "contended" and warning(c)["text"].startswith("foreign GPU processes: pid 4242")
@@ -185,18 +209,36 @@ def cell_processes(workdir: Path) -> list[psutil.Process]:
         cmd = p.info["cmdline"] or []
         if p.info["status"] == psutil.STATUS_ZOMBIE or p.info["cwd"] != str(workdir):
             continue
-        if "run-cell" in cmd or "loaderbench.engine.train" in cmd:
+        if "run-cell" in cmd or "loaderbench.engine.process.train" in cmd:
             out.append(p)
     return out
 
 
 def start_run(workdir: Path, cfg: dict, *targets: str) -> subprocess.Popen:
     cfg_path = write_config(workdir, cfg)
-    cmd = [PY, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2",
-           *targets, "--configfile", str(cfg_path)]  # fmt: skip (--configfile takes every argument after it)
-    log = open(workdir / "snakemake.out", "w")
-    return subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    cmd = [
+        PY,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "2",
+        *targets,
+        "--configfile",
+        str(cfg_path),
+    ]  # --configfile last: it takes every argument after it
+    log = open(workdir / "snakemake.out", "w")  # noqa: SIM115 - the Popen writes to it until the test ends
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 def wait_in_window(workdir: Path, proc: subprocess.Popen, timeout: float = 300) -> str:
@@ -210,7 +252,7 @@ def wait_in_window(workdir: Path, proc: subprocess.Popen, timeout: float = 300) 
     raise AssertionError(f"no cell reached its window:\n{(workdir / 'snakemake.out').read_text()}")
 
 
-ONE_CELL = dict(loaders=["torchvision"], precisions=["fp32"], window={"seconds": 40})  # outlives the 10 s checked
+ONE_CELL = {"loaders": ["torchvision"], "precisions": ["fp32"], "window": {"seconds": 40}}  # outlives the 10 s checked
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGINT", "SIGTERM"])
@@ -245,15 +287,39 @@ def test_a_cell_outlives_the_shell_that_started_a_detached_run(tmp_path):
     cfg = tiny_config(tmp_path, storage={"disk-a": str(tmp_path / "tier-a")}, **{**ONE_CELL, "window": {"seconds": 12}})
     cfg_path = write_config(tmp_path, cfg)
     release = tmp_path / "shell-may-end"
-    cmd = shlex.join([PY, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores",
-                      "2", "--configfile", str(cfg_path)])  # fmt: skip
-    shell = subprocess.Popen(["bash", "-c", f"setsid nohup {cmd} > {shlex.quote(str(tmp_path / 'snakemake.out'))} "
-                              f"2>&1 & echo $! > {shlex.quote(str(tmp_path / 'pid'))}; "
-                              f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.2; done"],
-                             cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    cmd = shlex.join(
+        [
+            PY,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--cores",
+            "2",
+            "--configfile",
+            str(cfg_path),
+        ]
+    )
+    shell = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            (
+                f"setsid nohup {cmd} > {shlex.quote(str(tmp_path / 'snakemake.out'))} "
+                f"2>&1 & echo $! > {shlex.quote(str(tmp_path / 'pid'))}; "
+                f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.2; done"
+            ),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     deadline = time.time() + 300
-    while not list((tmp_path / "logs/cells").glob("*.log")) or " steps in " not in next(
-            (tmp_path / "logs/cells").glob("*.log")).read_text():  # fmt: skip
+    while (
+        not list((tmp_path / "logs/cells").glob("*.log"))
+        or " steps in " not in next((tmp_path / "logs/cells").glob("*.log")).read_text()
+    ):
         assert time.time() < deadline and shell.poll() is None, (tmp_path / "snakemake.out").read_text()
         time.sleep(0.2)
     release.touch()  # the shell ends while the cell is in its window
@@ -272,7 +338,9 @@ def test_two_pipelines_at_once_never_overlap_their_windows(tmp_path, own_lock_di
     for w in runs:
         w.mkdir()
         cfg = tiny_config(w, storage={"disk-a": str(w / "tier-a")}, loaders=["torchvision"], window={"seconds": 3})
-        procs.append(start_run(w, cfg, *(f"results/cells/torchvision_disk-a_g1_b4_{p}_dp_r0.json" for p in ("fp32", "amp"))))
+        procs.append(
+            start_run(w, cfg, *(f"results/cells/torchvision_disk-a_g1_b4_{p}_dp_r0.json" for p in ("fp32", "amp")))
+        )
     for w, p in zip(runs, procs):
         assert p.wait(timeout=600) == 0, (w / "snakemake.out").read_text()
     windows = []
@@ -284,6 +352,6 @@ def test_two_pipelines_at_once_never_overlap_their_windows(tmp_path, own_lock_di
             windows.append((m["window_start"], m["window_end"], f"{w.name}/{f.stem}"))
     assert len(windows) == 4
     windows.sort()
-    for (s0, e0, a), (s1, e1, b) in zip(windows, windows[1:]):
+    for (s0, e0, a), (s1, e1, b) in itertools.pairwise(windows):
         assert e0 <= s1, f"{a} [{s0:.2f}, {e0:.2f}] overlaps {b} [{s1:.2f}, {e1:.2f}]"
     assert not list(own_lock_dir.glob("*.lock")) or all(not p.read_text() for p in own_lock_dir.glob("*.lock"))

@@ -50,11 +50,19 @@ def dali_output(path: Path, case, decode: str, size=224) -> torch.Tensor:
     from loaderbench.loaders.dali import pipeline
 
     ctx = LoaderContext(
-        data_root=path.parent.parent, allowed=frozenset([str(path.relative_to(path.parent.parent))]), batch_size=1,
-        crop_size=size, workers=0, prefetch_factor=1, seed=0, device=torch.device("cpu"), channels_last=False,
-    )  # fmt: skip
-    pipe = pipeline(ctx, decode=decode, batch_size=1, device_id=None, shard_id=0, num_shards=1, threads=1,
-                    fixed_crop=case)  # fmt: skip
+        data_root=path.parent.parent,
+        allowed=frozenset([str(path.relative_to(path.parent.parent))]),
+        batch_size=1,
+        crop_size=size,
+        workers=0,
+        prefetch_factor=1,
+        seed=0,
+        device=torch.device("cpu"),
+        channels_last=False,
+    )
+    pipe = pipeline(
+        ctx, decode=decode, batch_size=1, device_id=None, shard_id=0, num_shards=1, threads=1, fixed_crop=case
+    )
     out = next(iter(DALIGenericIterator([pipe], ["images", "labels"], reader_name="Reader")))[0]
     assert int(out["labels"].item()) == 0  # same label as ImageFolder gives this file (class_0000)
     return out["images"][0]
@@ -87,10 +95,28 @@ def dali_wds_output(path: Path, case, size=224) -> torch.Tensor:
 
     from loaderbench.loaders.dali import pipeline
 
-    ctx = LoaderContext(data_root=path.parent.parent, allowed=frozenset(), batch_size=1, crop_size=size, workers=0,
-                        prefetch_factor=1, seed=0, device=torch.device("cpu"), channels_last=False)  # fmt: skip
-    pipe = pipeline(ctx, decode="mixed", batch_size=1, device_id=None, shard_id=0, num_shards=1, threads=1,
-                    fixed_crop=case, shards=[one_shard(path)])  # fmt: skip
+    ctx = LoaderContext(
+        data_root=path.parent.parent,
+        allowed=frozenset(),
+        batch_size=1,
+        crop_size=size,
+        workers=0,
+        prefetch_factor=1,
+        seed=0,
+        device=torch.device("cpu"),
+        channels_last=False,
+    )
+    pipe = pipeline(
+        ctx,
+        decode="mixed",
+        batch_size=1,
+        device_id=None,
+        shard_id=0,
+        num_shards=1,
+        threads=1,
+        fixed_crop=case,
+        shards=[one_shard(path)],
+    )
     out = next(iter(DALIGenericIterator([pipe], ["images", "labels"], reader_name="Reader")))[0]
     assert int(out["labels"].item()) == 0  # the label staging wrote into the shard (class_0000)
     return out["images"][0]
@@ -121,7 +147,9 @@ def torchcodec_missing() -> str | None:
     from loaderbench.loaders.nvjpeg import jpeg_decoder
 
     name = jpeg_decoder()[0]
-    return None if name.startswith("torchcodec") else "TorchCodec is not installed for this torch (pip install torchcodec)"
+    return (
+        None if name.startswith("torchcodec") else "TorchCodec is not installed for this torch (pip install torchcodec)"
+    )
 
 
 LOADERS = {
@@ -160,9 +188,16 @@ def test_torchvision_and_opencv_loaders_label_files_alike(small_dataset):
     from torchvision.datasets import ImageFolder
 
     ctx = LoaderContext(
-        data_root=small_dataset, allowed=frozenset(str(p.relative_to(small_dataset)) for p in small_dataset.rglob("*.JPEG")),
-        batch_size=1, crop_size=32, workers=0, prefetch_factor=1, seed=0, device=torch.device("cpu"), channels_last=False,
-    )  # fmt: skip
+        data_root=small_dataset,
+        allowed=frozenset(str(p.relative_to(small_dataset)) for p in small_dataset.rglob("*.JPEG")),
+        batch_size=1,
+        crop_size=32,
+        workers=0,
+        prefetch_factor=1,
+        seed=0,
+        device=torch.device("cpu"),
+        channels_last=False,
+    )
     samples, _ = ctx.samples()
     assert ImageFolder(str(small_dataset)).samples == samples
 

@@ -37,8 +37,17 @@ def index(finished_run) -> str:
 
 
 def test_the_table_starts_with_the_nine_headline_columns_in_order(table):
-    assert list(table.columns[:9]) == ["Dataloader", "Disk", "GPU", "Batch size", "Time(s)", "Steps", "Samples/s",
-                                       "Speed", "GPU Efficiency"]  # fmt: skip
+    assert list(table.columns[:9]) == [
+        "Dataloader",
+        "Disk",
+        "GPU",
+        "Batch size",
+        "Time(s)",
+        "Steps",
+        "Samples/s",
+        "Speed",
+        "GPU Efficiency",
+    ]
 
 
 def test_the_table_has_one_ok_row_with_a_positive_rate_for_each_of_the_10_cells(table):
@@ -70,8 +79,11 @@ def test_every_cold_tier_cell_is_kept_cold_and_says_how_much_came_from_the_devic
     """A cold path tier is evicted again and again while its cell reads (so a second pass reads the device too), and
     the record gives the share of the window's bytes the device delivered - or why it cannot."""
     work, cfg_path = finished_run
-    cold = [r for r in (cell_record(work, c) for c in cell_ids(validate_config(yaml.safe_load(cfg_path.read_text()))))
-            if r["tier"]["cache"] == "cold" and r["tier"]["kind"] == "path" and r["spec"]["loader"] != "synthetic"]
+    cold = [
+        r
+        for r in (cell_record(work, c) for c in cell_ids(validate_config(yaml.safe_load(cfg_path.read_text()))))
+        if r["tier"]["cache"] == "cold" and r["tier"]["kind"] == "path" and r["spec"]["loader"] != "synthetic"
+    ]
     assert cold
     for r in cold:
         assert r["tier"]["keep_cold"]["sweeps"] >= 1 and r["tier"]["keep_cold"]["files"] > 0
@@ -130,20 +142,31 @@ def rendered(finished_run, tmp_path_factory) -> dict:
     profile = tmp_path_factory.mktemp("chromium")
     opts = Options()
     opts.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--window-size=1280,2000", f"--user-data-dir={profile / 'profile'}"):  # fmt: skip
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,2000",
+        f"--user-data-dir={profile / 'profile'}",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
     try:
         driver.get((work / "results/bundle/index.html").as_uri())
         images = driver.execute_script(
-            "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
+            "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])"
+        )
         links = driver.execute_script("return Array.from(document.links).map(a => a.getAttribute('href'))")
         first = driver.execute_script(
             "const h = document.querySelector('h2'), t = document.querySelector('h2 + p + table');"
-            "return [h.textContent, t ? t.getBoundingClientRect().bottom : null, window.innerHeight]")
+            "return [h.textContent, t ? t.getBoundingClientRect().bottom : null, window.innerHeight]"
+        )
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         shot = profile / "index.png"
         driver.save_screenshot(str(shot))
@@ -182,12 +205,18 @@ def test_the_verdict_is_printed_in_at_most_12_lines_and_matches_the_bundles(fini
     import sys
 
     work, _ = finished_run
-    out = subprocess.run([sys.executable, "-m", "loaderbench", "verdict", "--results", str(work / "results")],
-                         capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "loaderbench", "verdict", "--results", str(work / "results")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     verdict = json.loads((work / "results/tables/verdict.json").read_text())
     assert 2 <= len(out) <= 12 and out[0].startswith("verdict")
     for v in verdict:  # each (GPU count, tier) of the run, its reference's bottleneck in both
-        assert f"{v['gpus']} GPU, {v['tier']}: {v['reference']['what']} is {v['reference']['bottleneck']}" in "\n".join(out)
+        assert f"{v['gpus']} GPU, {v['tier']}: {v['reference']['what']} is {v['reference']['bottleneck']}" in "\n".join(
+            out
+        )
         assert f"<b>{v['reference']['bottleneck']}</b>" in index
     assert index.index("Verdict") < index.index("Table (the seed")
 

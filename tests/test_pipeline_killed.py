@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 def measuring_children(root: psutil.Process) -> list[psutil.Process]:
     try:
-        return [p for p in root.children(recursive=True) if "loaderbench.engine.train" in " ".join(p.cmdline())]
+        return [p for p in root.children(recursive=True) if "loaderbench.engine.process.train" in " ".join(p.cmdline())]
     except psutil.Error:
         return []
 
@@ -112,8 +112,13 @@ def killed_while_mounted_then_rerun(tmp_path_factory) -> KilledMounted:
     """A run of one emulated-tier cell SIGKILLed with its process group while the tier is mounted, then run again."""
     work = tmp_path_factory.mktemp("killed-mounted")
     mnt = work / "mnt-hdd"
-    cfg = tiny_config(work, loaders=["torchvision"], precisions=["fp32"], window={"seconds": 4},
-                      storage={"hdd": {"kind": "emulated", "path": str(work / "hdd"), "mount": str(mnt)}})  # fmt: skip
+    cfg = tiny_config(
+        work,
+        loaders=["torchvision"],
+        precisions=["fp32"],
+        window={"seconds": 4},
+        storage={"hdd": {"kind": "emulated", "path": str(work / "hdd"), "mount": str(mnt)}},
+    )
     args = ["--configfile", str(write_config(work, cfg))]
     proc = start_snakemake(work, *args)
     root = psutil.Process(proc.pid)

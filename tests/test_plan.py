@@ -90,8 +90,9 @@ def test_rules_predict_overhead_first_step_warmup_and_window(project):
 
 def test_dataset_generation_is_predicted_from_the_last_generations_log(project):
     (project / "logs").mkdir()
-    (project / "logs/make_dataset.log").write_text("make-dataset: 16/16\nwrote 16 images to resources/datasets/x/train: "
-                                                   "mean 85.2 KB, in 2.0 s\n")  # fmt: skip
+    (project / "logs/make_dataset.log").write_text(
+        "make-dataset: 16/16\nwrote 16 images to resources/datasets/x/train: mean 85.2 KB, in 2.0 s\n"
+    )
     cfg = validate_config(tiny_config(project), base_dir=project)  # 32 images
     generate = make_plan(cfg, [], host=CPU2).fixed[0]
     assert (generate.basis, generate.seconds) == ("log", pytest.approx(4.0))
@@ -105,10 +106,21 @@ def test_an_adaptive_window_of_unknown_rate_is_predicted_at_its_maximum(project)
 
 def test_an_emulated_tier_is_predicted_at_its_device_models_rate(project):
     slow = {"name": "slow-hdd", "access_ms": 20, "bandwidth_mb_s": 100, "concurrency": 1}
-    storage = {"disk-a": str(project / "tier-a"),
-               "hdd": {"kind": "emulated", "path": str(project / "hdd"), "model": slow, "mount": str(project / "mnt")}}  # fmt: skip
-    cfg = validate_config(tiny_config(project, storage=storage, loaders=["torchvision"], precisions=["fp32"],
-                                      batch_sizes=[16], window={"max_seconds": 8}), base_dir=project)  # fmt: skip
+    storage = {
+        "disk-a": str(project / "tier-a"),
+        "hdd": {"kind": "emulated", "path": str(project / "hdd"), "model": slow, "mount": str(project / "mnt")},
+    }
+    cfg = validate_config(
+        tiny_config(
+            project,
+            storage=storage,
+            loaders=["torchvision"],
+            precisions=["fp32"],
+            batch_sizes=[16],
+            window={"max_seconds": 8},
+        ),
+        base_dir=project,
+    )
     plan = make_plan(cfg, [], host=CPU2)
     by_tier = {c.cell.split("_")[1]: c for c in plan.cells}
     files_per_s = 1 / (20e-3 + 110e3 / 100e6)  # no dataset yet: 110 KB per generated file
@@ -206,7 +218,7 @@ def test_another_hosts_records_are_ignored_unless_planning_for_that_host(project
     assert cli.main(["plan", "--config", str(config), "--records", str(h200_records), "--cells"]) == 0
     out = capsys.readouterr().out
     assert "records: 12 read, 0 of this host" in out
-    assert re.search(r"^grid +12 +0 +12 +0 +\S+ \S+ +12 rules", out, re.M)
+    assert re.search(r"^grid +12 +0 +12 +0 +\S+ \S+ +12 rules", out, re.MULTILINE)
     assert cli.main(["plan", "--config", str(config), "--host-from", str(h200_records)]) == 0
     out = capsys.readouterr().out
     assert "for 2 x NVIDIA H200, 31 usable CPUs (the host of the records in" in out
@@ -215,16 +227,27 @@ def test_another_hosts_records_are_ignored_unless_planning_for_that_host(project
 
 def _study(tmp: Path, **over) -> dict:
     """Two parts: `main`, the baseline configuration; `extra`, two loaders x two tiers x 2 repeats."""
-    return tiny_config(tmp, precisions=["fp32"], parts=[
-        {"name": "main", "note": "the baseline", "loaders": ["torchvision"], "tiers": ["disk-a"]},
-        {"name": "extra", "loaders": ["torchvision", "opencv"], "repeats": 2},
-    ], **over)  # fmt: skip
+    return tiny_config(
+        tmp,
+        precisions=["fp32"],
+        parts=[
+            {"name": "main", "note": "the baseline", "loaders": ["torchvision"], "tiers": ["disk-a"]},
+            {"name": "extra", "loaders": ["torchvision", "opencv"], "repeats": 2},
+        ],
+        **over,
+    )
 
 
 def _measure(results: Path, cfg: dict, cid: str, host: dict) -> None:
     """A record of `cid` as the cell runner writes one (ok, wall, phases, the host's provenance)."""
-    rec = make_record(cell_spec(cfg, cid), "ok", metrics={"samples_per_s": 50.0, "time_s": 0.3, "warmup_s": 0.5},
-                      wall_s=6.0, provenance={"host": host}, phases_s={"wall": 6.0})  # fmt: skip
+    rec = make_record(
+        cell_spec(cfg, cid),
+        "ok",
+        metrics={"samples_per_s": 50.0, "time_s": 0.3, "warmup_s": 0.5},
+        wall_s=6.0,
+        provenance={"host": host},
+        phases_s={"wall": 6.0},
+    )
     atomic_write_json(results / "cells" / f"{cid}.json", rec)
 
 
@@ -234,7 +257,7 @@ def test_over_budget_without_trim_is_refused_with_the_figures(project, capsys):
     assert cli.main(["plan", "--config", str(path), "--json", str(project / "plan.json")]) == 2
     out = capsys.readouterr().out
     assert "REFUSED" in out and "set trim: true" in out
-    assert re.search(r"^main +1 +0 +1 +0 ", out, re.M) and re.search(r"^extra +7 +0 +7 +0 ", out, re.M)
+    assert re.search(r"^main +1 +0 +1 +0 ", out, re.MULTILINE) and re.search(r"^extra +7 +0 +7 +0 ", out, re.MULTILINE)
     saved = json.loads((project / "plan.json").read_text())
     assert saved["refused"] and saved["left_out"] == [] and saved["budget_s"] == 30
 
@@ -243,10 +266,16 @@ def test_trim_leaves_out_the_last_parts_last_cells_first_and_keeps_measured_ones
     raw = _study(project)
     cfg = validate_config(raw, base_dir=project)
     ids = cell_ids(cfg)
-    assert ids == ["torchvision_disk-a_g1_b4_fp32_dp_r0", "torchvision_disk-b_g1_b4_fp32_dp_r0",
-                   "opencv_disk-a_g1_b4_fp32_dp_r0", "opencv_disk-b_g1_b4_fp32_dp_r0",
-                   "torchvision_disk-a_g1_b4_fp32_dp_r1", "torchvision_disk-b_g1_b4_fp32_dp_r1",
-                   "opencv_disk-a_g1_b4_fp32_dp_r1", "opencv_disk-b_g1_b4_fp32_dp_r1"]  # fmt: skip
+    assert ids == [
+        "torchvision_disk-a_g1_b4_fp32_dp_r0",
+        "torchvision_disk-b_g1_b4_fp32_dp_r0",
+        "opencv_disk-a_g1_b4_fp32_dp_r0",
+        "opencv_disk-b_g1_b4_fp32_dp_r0",
+        "torchvision_disk-a_g1_b4_fp32_dp_r1",
+        "torchvision_disk-b_g1_b4_fp32_dp_r1",
+        "opencv_disk-a_g1_b4_fp32_dp_r1",
+        "opencv_disk-b_g1_b4_fp32_dp_r1",
+    ]
     results = project / "results"
     # measured here, on another host (its record costs nothing and stays, whatever its host)
     _measure(results, cfg, "opencv_disk-b_g1_b4_fp32_dp_r1", {"gpu_models": ["X"], "cpus_usable": 64})
@@ -257,10 +286,17 @@ def test_trim_leaves_out_the_last_parts_last_cells_first_and_keeps_measured_ones
     plan = make_plan(validate_config(raw, base_dir=project), [results / "cells"], host=CPU2)
     # leave-out order: extra's repeat 1 backwards (its measured cell stays), then extra's repeat 0 backwards
     assert [c for c in reversed(ids) if c in plan.left_out] == [
-        "opencv_disk-a_g1_b4_fp32_dp_r1", "torchvision_disk-b_g1_b4_fp32_dp_r1",
-        "torchvision_disk-a_g1_b4_fp32_dp_r1", "opencv_disk-b_g1_b4_fp32_dp_r0"]  # fmt: skip
-    assert plan.kept == ["torchvision_disk-a_g1_b4_fp32_dp_r0", "torchvision_disk-b_g1_b4_fp32_dp_r0",
-                         "opencv_disk-a_g1_b4_fp32_dp_r0", "opencv_disk-b_g1_b4_fp32_dp_r1"]  # fmt: skip
+        "opencv_disk-a_g1_b4_fp32_dp_r1",
+        "torchvision_disk-b_g1_b4_fp32_dp_r1",
+        "torchvision_disk-a_g1_b4_fp32_dp_r1",
+        "opencv_disk-b_g1_b4_fp32_dp_r0",
+    ]
+    assert plan.kept == [
+        "torchvision_disk-a_g1_b4_fp32_dp_r0",
+        "torchvision_disk-b_g1_b4_fp32_dp_r0",
+        "opencv_disk-a_g1_b4_fp32_dp_r0",
+        "opencv_disk-b_g1_b4_fp32_dp_r1",
+    ]
     assert not plan.refused and plan.total_s <= plan.budget_s and plan.total_s == pytest.approx(fixed_s + 3 * cell_s)
     extra = plan.parts[1]
     assert (extra.cells, extra.measured, extra.to_run, len(extra.left_out)) == (7, 1, 2, 4)
@@ -275,7 +311,7 @@ def test_trim_never_leaves_out_the_baseline_and_refuses_what_cannot_fit(project,
     assert cli.main(["plan", "--config", str(path)]) == 2
     out = capsys.readouterr().out
     assert "REFUSED" in out and "even with every cell that may go left out (7" in out
-    assert re.search(r"^main +1 +0 +1 +0 ", out, re.M)  # the baseline cell stays
+    assert re.search(r"^main +1 +0 +1 +0 ", out, re.MULTILINE)  # the baseline cell stays
 
 
 @pytest.mark.e2e
@@ -321,8 +357,12 @@ def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
     raw["repeats"] = 2
     host = host_of_records(h200_records)
     fresh = make_plan(validate_config(raw, base_dir=REPO), [], host=host, host_dirs=[h200_records])
-    kept = make_plan(validate_config({**raw, "host": {"reuse_processes": True}}, base_dir=REPO), [], host=host,
-                     host_dirs=[h200_records])  # fmt: skip
+    kept = make_plan(
+        validate_config({**raw, "host": {"reuse_processes": True}}, base_dir=REPO),
+        [],
+        host=host,
+        host_dirs=[h200_records],
+    )
     seconds = {c.cell: (f.seconds, c.seconds, c.detail) for f, c in zip(fresh.cells, kept.cells)}
     for cell, (was, now, detail) in seconds.items():
         rec = _record(h200_records / f"{configuration(cell)}_r0.json")
@@ -345,14 +385,17 @@ def test_profiled_steps_add_their_time_to_a_cells_prediction(project, h200_recor
     from loaderbench.plan.costmodel import PROFILE_SUMMARY_S, PROFILED_STEP_FACTOR
 
     raw = engine_raw()
-    plain = make_plan(validate_config(raw, base_dir=REPO), [], host=host_of_records(h200_records),
-                      host_dirs=[h200_records])  # fmt: skip
+    plain = make_plan(
+        validate_config(raw, base_dir=REPO), [], host=host_of_records(h200_records), host_dirs=[h200_records]
+    )
     raw["profile_steps"] = 20
-    profiled = make_plan(validate_config(raw, base_dir=REPO), [], host=host_of_records(h200_records),
-                         host_dirs=[h200_records])  # fmt: skip
+    profiled = make_plan(
+        validate_config(raw, base_dir=REPO), [], host=host_of_records(h200_records), host_dirs=[h200_records]
+    )
     before = {c.cell: c for c in plain.cells}["synthetic_ram_g1_b256_amp_dp_r0"]
     after = {c.cell: c for c in profiled.cells}["synthetic_ram_g1_b256_amp_dp_r0"]
     step_s = 256 / float(re.search(r"([0-9]+) samples/s", after.detail).group(1))
     assert "20 profiled steps" in after.detail and "profiled" not in before.detail
-    assert after.seconds - before.seconds == pytest.approx(20 * step_s * PROFILED_STEP_FACTOR + PROFILE_SUMMARY_S,
-                                                           abs=0.05)  # fmt: skip
+    assert after.seconds - before.seconds == pytest.approx(
+        20 * step_s * PROFILED_STEP_FACTOR + PROFILE_SUMMARY_S, abs=0.05
+    )

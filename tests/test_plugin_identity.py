@@ -14,8 +14,8 @@ import pytest
 from loaderbench.cli import main as cli
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import ConfigError, validate_config
-from loaderbench.core.records import make_record, spec_hash
 from loaderbench.core.pluginsource import find_module, plugin_identity, plugin_source
+from loaderbench.core.records import make_record, spec_hash
 from loaderbench.core.registry import installed_plugins
 from tests.conftest import REPO, cell_record, snakemake, tiny_config, write_config
 
@@ -111,8 +111,10 @@ def test_a_distributions_version_counts_beside_its_source(tmp_path, monkeypatch)
     assert plugin_source("dist_plugin:build")["editable"] is False
 
 
-@pytest.mark.skipif("threaded-pil" not in installed_plugins(), reason=(
-    "the example plugin is not installed: pip install -e examples/threaded-loader (make does)"))  # fmt: skip
+@pytest.mark.skipif(
+    "threaded-pil" not in installed_plugins(),
+    reason=("the example plugin is not installed: pip install -e examples/threaded-loader (make does)"),
+)
 def test_an_editable_install_is_named_by_its_version_and_the_source_it_runs():
     """examples/threaded-loader, installed editable: its version does not follow its source, the hash does."""
     import tomllib
@@ -155,13 +157,19 @@ def test_validate_config_refuses_a_plugin_module_that_cannot_be_found_naming_the
     storage = {"disk": str(tmp_path / "tier")}
     (tmp_path / "tier").mkdir()
     cases = [
-        ({"loaders": ["torchvision", "missing_plugin_mod:build"]},
-         "config key 'loaders': plugin 'missing_plugin_mod:build': module 'missing_plugin_mod' cannot be found here"),
-        ({"loaders": ["mine"], "plugins": {"mine": "found_plugin.sub:build"}},
-         "config key 'plugins.mine': module 'found_plugin.sub' cannot be found here"),
-        ({"parts": [{"name": "a", "loaders": ["torchvision"]}, {"name": "b", "loaders": ["gone_plugin:build"]}]},
-         "config key 'parts[1]' (b): config key 'loaders': plugin 'gone_plugin:build': module 'gone_plugin' cannot"),
-    ]  # fmt: skip
+        (
+            {"loaders": ["torchvision", "missing_plugin_mod:build"]},
+            "config key 'loaders': plugin 'missing_plugin_mod:build': module 'missing_plugin_mod' cannot be found here",
+        ),
+        (
+            {"loaders": ["mine"], "plugins": {"mine": "found_plugin.sub:build"}},
+            "config key 'plugins.mine': module 'found_plugin.sub' cannot be found here",
+        ),
+        (
+            {"parts": [{"name": "a", "loaders": ["torchvision"]}, {"name": "b", "loaders": ["gone_plugin:build"]}]},
+            "config key 'parts[1]' (b): config key 'loaders': plugin 'gone_plugin:build': module 'gone_plugin' cannot",
+        ),
+    ]
     for raw, message in cases:
         path = write_config(tmp_path, {"storage": storage, "batch_sizes": [4], **raw})
         assert cli(["validate-config", "--config", str(path)]) == 2, raw
@@ -185,12 +193,20 @@ def test_snakemake_measures_a_plugin_cell_again_when_the_plugin_changes_and_only
     src = write(plugins / "edited_plugin.py", BROKEN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(plugins), os.environ.get("PYTHONPATH")]))}
     env.pop("LOADERBENCH_WARM_SOCKET", None)  # a server started elsewhere has another path
-    cfg = tiny_config(tmp_path, storage={"disk-a": str(tmp_path / "tier-a")}, precisions=["fp32"],
-                      loaders=["torchvision", "edited_plugin:build"])  # fmt: skip
+    cfg = tiny_config(
+        tmp_path,
+        storage={"disk-a": str(tmp_path / "tier-a")},
+        precisions=["fp32"],
+        loaders=["torchvision", "edited_plugin:build"],
+    )
     plugin_cell, builtin_cell = "edited-plugin_disk-a_g1_b4_fp32_dp_r0", "torchvision_disk-a_g1_b4_fp32_dp_r0"
     # the two cells' records as targets (before --configfile, which takes every file after it)
-    args = [f"results/cells/{plugin_cell}.json", f"results/cells/{builtin_cell}.json", "--configfile",
-            str(write_config(tmp_path, cfg))]  # fmt: skip
+    args = [
+        f"results/cells/{plugin_cell}.json",
+        f"results/cells/{builtin_cell}.json",
+        "--configfile",
+        str(write_config(tmp_path, cfg)),
+    ]
     snakemake(tmp_path, *args, env=env)
     failed = cell_record(tmp_path, plugin_cell)
     assert failed["status"] == "failed" and "images of shape (4, 3, 33, 32)" in failed["reason"]
@@ -209,7 +225,7 @@ def test_snakemake_measures_a_plugin_cell_again_when_the_plugin_changes_and_only
     assert fixed_identity["source_sha256"] != broken_identity["source_sha256"]
     planned = snakemake(tmp_path, *args, "-n", env=env)
     out = planned.stdout + planned.stderr
-    assert re.search(r"^cell\s+1$", out, re.M), out  # the plugin's cell alone
+    assert re.search(r"^cell\s+1$", out, re.MULTILINE), out  # the plugin's cell alone
     assert f"cell={plugin_cell}" in out and f"cell={builtin_cell}" not in out
     assert "Params have changed since last execution" in out
 

@@ -12,7 +12,7 @@ import pytest
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import ConfigError, validate_config
 from loaderbench.core.registry import installed_plugins, reference_name
-from loaderbench.engine.runcell import run_cell
+from loaderbench.engine.runner.runcell import run_cell
 from tests.conftest import cell_record, cells_table, snakemake, staged_disk, tiny_config, write_config
 
 PLUGINS = {
@@ -95,11 +95,14 @@ def staged(tmp_path_factory, small_dataset):
     return folder, {k: v for k, v in cfg.items() if k not in ("parts", "plugins")}
 
 
-@pytest.mark.parametrize("module, reason", [
-    ("import_error_plugin", "cannot import 'import_error_plugin': ModuleNotFoundError"),
-    ("signature_plugin", "it must take one argument, the cell's LoaderContext"),
-    ("shape_plugin", "images of shape (4, 3, 33, 32)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "module, reason",
+    [
+        ("import_error_plugin", "cannot import 'import_error_plugin': ModuleNotFoundError"),
+        ("signature_plugin", "it must take one argument, the cell's LoaderContext"),
+        ("shape_plugin", "images of shape (4, 3, 33, 32)"),
+    ],
+)
 def test_a_broken_plugin_fails_its_cell_with_the_reason(staged, on_path, tmp_path, module, reason):
     folder, base = staged
     cfg = validate_config({**base, "loaders": [f"{module}:build"]})
@@ -118,8 +121,10 @@ def test_a_plugin_that_keeps_the_contract_is_measured(staged, on_path, tmp_path)
     assert json.loads((tmp_path / "c.json").read_text())["spec"]["loader_ref"] == "good_plugin:build"
 
 
-needs_example = pytest.mark.skipif("threaded-pil" not in installed_plugins(), reason=(
-    "the example plugin is not installed: pip install -e examples/threaded-loader (make does)"))  # fmt: skip
+needs_example = pytest.mark.skipif(
+    "threaded-pil" not in installed_plugins(),
+    reason=("the example plugin is not installed: pip install -e examples/threaded-loader (make does)"),
+)
 
 
 @needs_example
@@ -128,8 +133,12 @@ def test_the_installed_example_plugin_runs_through_the_pipeline_beside_built_ins
     """The example (examples/threaded-loader, entry point `threaded-pil`) beside torchvision and the ceiling, and a
     broken plugin in the same run: the table, the diagnosis and the bundle hold the plugin; the broken one's cell
     is a failed record with its reason, and the rest of the run goes on."""
-    cfg = tiny_config(tmp_path, storage={"disk-a": str(tmp_path / "tier-a")}, precisions=["fp32"],
-                      loaders=["torchvision", "threaded-pil", "synthetic", "shape_plugin:build"])  # fmt: skip
+    cfg = tiny_config(
+        tmp_path,
+        storage={"disk-a": str(tmp_path / "tier-a")},
+        precisions=["fp32"],
+        loaders=["torchvision", "threaded-pil", "synthetic", "shape_plugin:build"],
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin_dir), os.environ.get("PYTHONPATH")]))}
     env.pop("LOADERBENCH_WARM_SOCKET", None)
     snakemake(tmp_path, "--configfile", str(write_config(tmp_path, cfg)), env=env)

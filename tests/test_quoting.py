@@ -27,14 +27,38 @@ def test_hostile_dataset_path_and_checkout_path_run_end_to_end_without_running_a
     work = tmp_path / "work"
     work.mkdir()
     cell = "torchvision_disk-a_g1_b4_fp32_dp_r0"
-    cfg = tiny_config(work, loaders=["torchvision"], precisions=["fp32"], storage={"disk-a": str(work / f"tier {HOSTILE}")},
-                      dataset={"source": "path", "path": str(source)}, timeline_cells=[cell],
-                      probe={"readers": [1], "max_seconds": 0.5})  # fmt: skip
+    cfg = tiny_config(
+        work,
+        loaders=["torchvision"],
+        precisions=["fp32"],
+        storage={"disk-a": str(work / f"tier {HOSTILE}")},
+        dataset={"source": "path", "path": str(source)},
+        timeline_cells=[cell],
+        probe={"readers": [1], "max_seconds": 0.5},
+    )
     cfg_path = write_config(work, cfg)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(checkout / "Snakefile"), "--directory", str(work), "--cores",
-           "2", "--configfile", str(cfg_path)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(checkout / "Snakefile"),
+        "--directory",
+        str(work),
+        "--cores",
+        "2",
+        "--configfile",
+        str(cfg_path),
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [p for p in tmp_path.rglob("PWNED")] == []  # no command substitution ran anywhere
     name = "data_d_touch_PWNED_q_dq_e-train"  # derived from the path, safe as a folder name
@@ -45,6 +69,7 @@ def test_hostile_dataset_path_and_checkout_path_run_end_to_end_without_running_a
 
 def test_timeline_cells_must_be_cell_ids(tmp_path):
     with pytest.raises(ConfigError) as err:
-        validate_config({"storage": {"a": str(tmp_path)}, "timeline_cells": ["torchvision_a_g1_b128_fp32_dp_r0",
-                                                                               "$(touch X)"]})  # fmt: skip
+        validate_config(
+            {"storage": {"a": str(tmp_path)}, "timeline_cells": ["torchvision_a_g1_b128_fp32_dp_r0", "$(touch X)"]}
+        )
     assert str(err.value).startswith("config key 'timeline_cells[1]': '$(touch X)' is not a cell id")

@@ -18,8 +18,13 @@ CELL = "torchvision_disk-a_g1_b4_fp32_dp_r0"
 
 
 def one_cell_config(tmp_path):
-    return tiny_config(tmp_path, loaders=["torchvision"], storage={"disk-a": str(tmp_path / "tier-a")},
-                       precisions=["fp32"], probe={"readers": [1], "max_seconds": 0.5})  # fmt: skip
+    return tiny_config(
+        tmp_path,
+        loaders=["torchvision"],
+        storage={"disk-a": str(tmp_path / "tier-a")},
+        precisions=["fp32"],
+        probe={"readers": [1], "max_seconds": 0.5},
+    )
 
 
 @pytest.mark.e2e
@@ -32,7 +37,7 @@ def test_truncated_cell_record_is_moved_aside_named_and_measured_again(tmp_path,
     truncated = record.read_bytes()
     # a dry run names it and plans its cell again, and neither it nor lint moves or rewrites anything
     plan = snakemake(tmp_path, "--configfile", str(cfg_path), "-n")
-    assert re.search(r"^cell\s+1$", plan.stdout, re.M) and f"cell={CELL}" in plan.stdout, plan.stdout
+    assert re.search(r"^cell\s+1$", plan.stdout, re.MULTILINE) and f"cell={CELL}" in plan.stdout, plan.stdout
     assert f"cell record results/cells/{CELL}.json is unreadable (JSONDecodeError" in plan.stderr, plan.stderr
     snakemake(tmp_path, "--configfile", str(cfg_path), "--lint")
     assert record.read_bytes() == truncated and not (tmp_path / "results/cells/corrupt").exists()
@@ -81,5 +86,5 @@ def test_the_code_hash_changes_with_any_source_byte_and_not_with_the_folder_or_m
     b = tmp_path / "b" / "loaderbench"
     shutil.copytree(a, b)  # a second copy elsewhere, new mtimes
     assert tree_sha256(a) == tree_sha256(b) == code_sha256()
-    (b / "engine/window.py").write_text((b / "engine/window.py").read_text() + "\n# one more line\n")
+    (b / "engine/process/window.py").write_text((b / "engine/process/window.py").read_text() + "\n# one more line\n")
     assert tree_sha256(b) != tree_sha256(a)

@@ -13,11 +13,20 @@ from loaderbench.report.aggregate import aggregate
 def record(cid, sps, status="ok"):
     loader, tier, g, b, prec, par, r = cid.split("_")
     return {
-        "cell_id": cid, "status": status, "reason": None if status == "ok" else "x",
-        "spec": {"loader": loader, "tier": tier, "gpus": int(g[1:]), "batch_size": int(b[1:]), "precision": prec,
-                 "parallel": par, "repeat": int(r[1:])},
+        "cell_id": cid,
+        "status": status,
+        "reason": None if status == "ok" else "x",
+        "spec": {
+            "loader": loader,
+            "tier": tier,
+            "gpus": int(g[1:]),
+            "batch_size": int(b[1:]),
+            "precision": prec,
+            "parallel": par,
+            "repeat": int(r[1:]),
+        },
         "metrics": {"samples_per_s": sps, "time_s": 10.0, "steps": 10} if status == "ok" else None,
-    }  # fmt: skip
+    }
 
 
 def write(cells, records):
@@ -34,13 +43,20 @@ def test_spread_over_the_threshold_is_requeued_once(tmp_path):
     s = spreads(steady + noisy)
     assert round(s["opencv_ssd_g1_b128_fp32_dp"]["spread"], 3) == round(20 / 101, 3)
     assert respread(cells, 0.05, ledger) == ["opencv_ssd_g1_b128_fp32_dp"]
-    assert sorted(p.name for p in cells.glob("*.json")) == [f"torchvision_ssd_g1_b128_fp32_dp_r{i}.json" for i in range(3)]
+    assert sorted(p.name for p in cells.glob("*.json")) == [
+        f"torchvision_ssd_g1_b128_fp32_dp_r{i}.json" for i in range(3)
+    ]
     assert len(list((cells / "superseded").glob("opencv_*.json"))) == 3
     # the rerun is as noisy again: it is not requeued a second time
     write(cells, [record(f"opencv_ssd_g1_b128_fp32_dp_r{i}", v) for i, v in enumerate((90, 110, 100))])
     assert respread(cells, 0.05, ledger) == []
-    table = aggregate(sorted(cells.glob("*.json")), {"loader": "torchvision", "tier": "ssd", "gpus": 1,
-                      "batch_size": 128, "precision": "fp32"}, 0.05, tmp_path / "results/tables", ledger=ledger)  # fmt: skip
+    table = aggregate(
+        sorted(cells.glob("*.json")),
+        {"loader": "torchvision", "tier": "ssd", "gpus": 1, "batch_size": 128, "precision": "fp32"},
+        0.05,
+        tmp_path / "results/tables",
+        ledger=ledger,
+    )
     row = table[table["loader"] == "opencv"].iloc[0]
     assert row["spread_flag"] and round(row["spread_before_rerun"], 3) == round(20 / 101, 3)
     assert pd.isna(table[table["loader"] == "torchvision"].iloc[0]["spread_before_rerun"])
@@ -62,10 +78,14 @@ def test_a_contended_cell_requeues_its_configuration_once_and_says_why(tmp_path)
     assert sorted(got) == ["opencv_ssd_g1_b128_amp_dp", "opencv_ssd_g1_b128_fp32_dp"]
     assert got["opencv_ssd_g1_b128_fp32_dp"].startswith("contended window in opencv_ssd_g1_b128_fp32_dp_r1")
     assert "spread" not in got["opencv_ssd_g1_b128_fp32_dp"]  # its repeats agree: contention alone requeued it
-    assert sorted(p.name for p in cells.glob("*.json")) == [f"torchvision_ssd_g1_b128_fp32_dp_r{i}.json" for i in range(2)]
+    assert sorted(p.name for p in cells.glob("*.json")) == [
+        f"torchvision_ssd_g1_b128_fp32_dp_r{i}.json" for i in range(2)
+    ]
     assert len(list((cells / "superseded").glob("opencv_*.json"))) == 3
     entry = json.loads(ledger.read_text())["opencv_ssd_g1_b128_amp_dp"]
-    assert entry["spread"] is None and entry["cells"] == ["opencv_ssd_g1_b128_amp_dp_r0"] and "contended" in entry["why"]
+    assert (
+        entry["spread"] is None and entry["cells"] == ["opencv_ssd_g1_b128_amp_dp_r0"] and "contended" in entry["why"]
+    )
     # contended again after the rerun: not requeued a second time
     write(cells, busy + single)
     assert respread(cells, 0.05, ledger) == []

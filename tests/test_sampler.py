@@ -33,8 +33,9 @@ def test_ddp_ranks_take_disjoint_equal_shards_of_each_pass():
 
 def test_a_dataloader_over_it_never_ends_an_epoch():
     data = torch.utils.data.TensorDataset(torch.arange(12))
-    loader = torch.utils.data.DataLoader(data, batch_size=5, sampler=PassSampler(12, seed=0), drop_last=True,
-                                         num_workers=2, persistent_workers=True)  # fmt: skip
+    loader = torch.utils.data.DataLoader(
+        data, batch_size=5, sampler=PassSampler(12, seed=0), drop_last=True, num_workers=2, persistent_workers=True
+    )
     batches = list(itertools.islice(iter(loader), 12))  # 5 passes' worth from one iterator, no StopIteration
     seen = torch.cat([b[0] for b in batches])
     assert len(seen) == 60 and torch.bincount(seen).tolist() == [5] * 12  # every image once a pass

@@ -54,7 +54,7 @@ def read_index(path: Path) -> list[dict]:
 
 
 def test_staging_writes_every_image_once_with_its_label_and_an_index_dali_can_follow(staged):
-    man, tier = staged
+    man, _tier = staged
     root = Path(man["root"])
     by_digest = {hashlib.sha256((root / f["path"]).read_bytes()).hexdigest(): f["path"] for f in man["files"]}
     labels = {Path(p).relative_to(root).as_posix(): y for p, y in samples(root, [f["path"] for f in man["files"]])[0]}
@@ -93,7 +93,10 @@ def test_restaging_keeps_shards_rewrites_them_for_a_new_layout_and_removes_them_
     assert bigger["shards"]["kept"] is False and bigger["shards"]["count"] == 2
     assert sorted(p.name for p in folder.glob("*.tar")) == ["shard-000000.tar", "shard-000001.tar"]
     (folder / "shard-000001.tar").write_bytes(b"truncated")  # damaged: rewritten, not kept
-    assert stage(check, "t", tier, "ds", out, shards={**SHARDS, "min_shards": 2, "size_mb": 100})["shards"]["kept"] is False
+    assert (
+        stage(check, "t", tier, "ds", out, shards={**SHARDS, "min_shards": 2, "size_mb": 100})["shards"]["kept"]
+        is False
+    )
     off = stage(check, "t", tier, "ds", out)
     assert "shards" not in off and not folder.exists()
 
@@ -129,9 +132,18 @@ def test_shards_instead_of_files_refuse_a_loader_that_reads_files(tmp_path):
 
 
 def context(man: dict, workers=2, batch=4, **options) -> LoaderContext:
-    return LoaderContext(data_root=Path(man["root"]), allowed=frozenset(f["path"] for f in man["files"]),
-                         batch_size=batch, crop_size=32, workers=workers, prefetch_factor=2, seed=0,
-                         device=torch.device("cpu"), channels_last=False, options=options)  # fmt: skip
+    return LoaderContext(
+        data_root=Path(man["root"]),
+        allowed=frozenset(f["path"] for f in man["files"]),
+        batch_size=batch,
+        crop_size=32,
+        workers=workers,
+        prefetch_factor=2,
+        seed=0,
+        device=torch.device("cpu"),
+        channels_last=False,
+        options=options,
+    )
 
 
 @pytest.mark.parametrize("loader", ["wds", "dali-wds"])
@@ -183,8 +195,9 @@ def test_the_probe_streams_a_file_it_writes_or_the_tiers_shards(tmp_path, staged
     assert (Path(man["root"]).parent / SEQUENTIAL_FILE).stat().st_size == 100_000
     assert shards["files"] == 1 and shards["bytes"] == man["shards"]["files"][0]["size"]  # the first shard: >= 0.1 MB
     assert with_shards["dataset_bytes"] == man["counts"]["bytes"]
-    plain = probe_tier({k: v for k, v in man.items() if k != "shards"}, entry, readers=[1], max_seconds=2,
-                       sequential_mb=2)  # fmt: skip
+    plain = probe_tier(
+        {k: v for k, v in man.items() if k != "shards"}, entry, readers=[1], max_seconds=2, sequential_mb=2
+    )
     assert "shards" not in plain and plain["sequential"]["bytes"] == 2_000_000
     assert (Path(man["root"]).parent / SEQUENTIAL_FILE).stat().st_size == 2_000_000
 
@@ -226,11 +239,28 @@ def test_wds_workers_read_in_turn_so_a_one_head_disk_streams(big_shards):
 
 def cell(loader, tier, step_ms, kind="path", wait_ms=0.0, seq=160.0, image_kb=110.0, batch=128, files_s=110.0):
     rate = 1000 * batch / step_ms
-    return {"loader": loader, "tier": tier, "gpus": 1, "batch_size": batch, "precision": "fp32", "parallel": "dp",
-            "tier_kind": kind, "time_s": step_ms / 10, "steps": 100, "samples_per_s": rate, "data_wait_ms": wait_ms,
-            "device": "cuda", "status": "ok", "halfwidth": 0.03, "repeats_ok": 3, "contended": False,
-            "converged": True, "image_mb_s": rate * image_kb / 1e3, "tier_sequential_mb_s": seq,
-            "tier_files_s": files_s}  # fmt: skip
+    return {
+        "loader": loader,
+        "tier": tier,
+        "gpus": 1,
+        "batch_size": batch,
+        "precision": "fp32",
+        "parallel": "dp",
+        "tier_kind": kind,
+        "time_s": step_ms / 10,
+        "steps": 100,
+        "samples_per_s": rate,
+        "data_wait_ms": wait_ms,
+        "device": "cuda",
+        "status": "ok",
+        "halfwidth": 0.03,
+        "repeats_ok": 3,
+        "contended": False,
+        "converged": True,
+        "image_mb_s": rate * image_kb / 1e3,
+        "tier_sequential_mb_s": seq,
+        "tier_files_s": files_s,
+    }
 
 
 HDD = [
@@ -276,15 +306,23 @@ def shard_run(tmp_path_factory) -> Path:
     """A real run with both shard loaders beside torchvision on a plain tier and an emulated HDD (one head, 40 ms a
     positioning: a file loader pays one per image, a shard loader one per 1 MiB read)."""
     work = tmp_path_factory.mktemp("shard-run")
-    hdd = {"kind": "emulated", "path": str(work / "hdd"), "mount": str(work / "mnt"),
-           "model": {"name": "slow-hdd", "access_ms": 40, "bandwidth_mb_s": 100, "concurrency": 1}}  # fmt: skip
+    hdd = {
+        "kind": "emulated",
+        "path": str(work / "hdd"),
+        "mount": str(work / "mnt"),
+        "model": {"name": "slow-hdd", "access_ms": 40, "bandwidth_mb_s": 100, "concurrency": 1},
+    }
     if FUSE_PROBLEM:
         hdd = str(work / "hdd")
-    cfg = tiny_config(work, loaders=["torchvision", "wds", "dali-wds", "synthetic"], precisions=["fp32"],
-                      storage={"disk": str(work / "disk"), "hdd": hdd}, shards={"min_shards": 2},
-                      probe={"sequential_mb": 8, "max_seconds": 2},
-                      baseline={"loader": "torchvision", "tier": "disk", "gpus": 1, "batch_size": 4,
-                                "precision": "fp32"})  # fmt: skip
+    cfg = tiny_config(
+        work,
+        loaders=["torchvision", "wds", "dali-wds", "synthetic"],
+        precisions=["fp32"],
+        storage={"disk": str(work / "disk"), "hdd": hdd},
+        shards={"min_shards": 2},
+        probe={"sequential_mb": 8, "max_seconds": 2},
+        baseline={"loader": "torchvision", "tier": "disk", "gpus": 1, "batch_size": 4, "precision": "fp32"},
+    )
     snakemake(work, "--configfile", str(write_config(work, cfg)))
     return work
 
@@ -317,4 +355,3 @@ def test_on_the_emulated_hdd_files_are_seek_bound_and_the_shards_recommended(sha
     # torchvision positions for every image (<= 24 images/s); wds reads 16 images per 1.4 MB shard
     assert cells.loc[("wds", "hdd"), "Samples/s"] > 2 * cells.loc[("torchvision", "hdd"), "Samples/s"]
     assert d[(d["Dataloader"] == "wds") & (d["Disk"] == "hdd")].iloc[0]["Bottleneck"] != "seek-bound"
-

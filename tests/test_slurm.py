@@ -45,19 +45,29 @@ def bundle_structure(work: Path) -> set[str]:
 
 def test_tiny_grid_runs_as_slurm_jobs_and_matches_a_local_run(tmp_path, cluster):
     cfg = tiny_config(
-        tmp_path, precisions=["fp32"],
+        tmp_path,
+        precisions=["fp32"],
         slurm={"request_gpus": False, "cpus_per_gpu": 1, "mem_mb_per_gpu": 2000, "runtime_min": 10},
-    )  # fmt: skip
+    )
     slurm_work, local_work = tmp_path / "on-slurm", tmp_path / "local"
     for work in (slurm_work, local_work):
         work.mkdir()
     cfg_path = write_config(tmp_path, cfg)
 
     started = time.time()
-    out = snakemake(slurm_work, "--profile", str(REPO / "profiles/slurm"), "--configfile", str(cfg_path),
-                    "--slurm-no-account", env=cluster)  # fmt: skip
+    out = snakemake(
+        slurm_work,
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "--configfile",
+        str(cfg_path),
+        "--slurm-no-account",
+        env=cluster,
+    )
     slurm_s = time.time() - started
-    submitted = dict(re.findall(r"has been submitted with SLURM jobid (\d+) \(log: \S+/rule_(\w+)/", out.stdout + out.stderr))
+    submitted = dict(
+        re.findall(r"has been submitted with SLURM jobid (\d+) \(log: \S+/rule_(\w+)/", out.stdout + out.stderr)
+    )
     ids = cell_ids(validate_config(cfg))
     job_ids = {}
     for cid in ids:
@@ -68,7 +78,10 @@ def test_tiny_grid_runs_as_slurm_jobs_and_matches_a_local_run(tmp_path, cluster)
         assert [s["warm"] for s in rec["process_start"]] == [False] and "unset" in rec["process_start"][0]["how"]
     assert all(job_ids.values()) and len(set(job_ids.values())) == len(ids) == 4  # one Slurm job per cell
     assert set(submitted) == set(job_ids.values()) and set(submitted.values()) == {"cell"}  # nothing else went there
-    print(f"\nSlurm run: {slurm_s:.1f} s, cell jobs: " + ", ".join(f"{c}={j}" for c, j in sorted(job_ids.items())), file=sys.stderr)
+    print(
+        f"\nSlurm run: {slurm_s:.1f} s, cell jobs: " + ", ".join(f"{c}={j}" for c, j in sorted(job_ids.items())),
+        file=sys.stderr,
+    )
 
     snakemake(local_work, "--configfile", str(cfg_path))
     assert bundle_structure(slurm_work) == bundle_structure(local_work)
@@ -93,12 +106,14 @@ def test_a_cluster_left_by_a_killed_test_run_is_stopped_before_the_next(tmp_path
         "from tests.slurm_cluster import slurm_cluster\n"
         "with slurm_cluster(Path(sys.argv[2])):\n    print('up', flush=True); time.sleep(600)"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script, str(REPO), str(tmp_path / "killed")], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(REPO), str(tmp_path / "killed")], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "up"
     proc.send_signal(signal.SIGKILL)  # no teardown
     proc.wait()
     assert "loaderbench-test" in CONF.read_text()
     assert sorted(clean_stale()) == ["munged", "slurmctld", "slurmd"]
     assert not CONF.exists()
-    with slurm_cluster(tmp_path / "next") as (env, daemons):  # the ports are free again
+    with slurm_cluster(tmp_path / "next") as (_env, daemons):  # the ports are free again
         assert [n for n, _ in daemons] == ["munged", "slurmctld", "slurmd"]

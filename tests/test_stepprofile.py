@@ -11,8 +11,8 @@ import pytest
 
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.records import validate_record
-from loaderbench.engine.runcell import run_cell
-from loaderbench.engine.stepprofile import overlap_ns, run, summarize, union_ns
+from loaderbench.engine.process.stepprofile import overlap_ns, run, summarize, union_ns
+from loaderbench.engine.runner.runcell import run_cell
 from tests.conftest import staged_disk
 
 
@@ -22,8 +22,15 @@ def staged(tmp_path_factory, small_dataset):
 
 
 def gpu(name, stream, start_ms, end_ms, kind="kernel", device=0):
-    return {"name": name, "kind": kind, "gpu": True, "device": device, "stream": stream,
-            "start": int(start_ms * 1e6), "end": int(end_ms * 1e6)}  # fmt: skip
+    return {
+        "name": name,
+        "kind": kind,
+        "gpu": True,
+        "device": device,
+        "stream": stream,
+        "start": int(start_ms * 1e6),
+        "end": int(end_ms * 1e6),
+    }
 
 
 def test_union_and_overlap_of_intervals():
@@ -34,10 +41,22 @@ def test_union_and_overlap_of_intervals():
 def test_the_profile_splits_a_gpus_time_into_streams_idle_and_overlap():
     """2 steps in 20 ms on the training stream (7): kernels 0-6, 10-16 and 16-20, a 1 ms copy at 7-8; another
     stream (9, a loader's) runs a 3 ms kernel at 14-17, under the training stream's kernels."""
-    events = [gpu("conv", 7, 0, 6), gpu("Memcpy HtoD (Pinned -> Device)", 7, 7, 8, kind="gpu_memcpy"),
-              gpu("conv", 7, 10, 16), gpu("resize", 9, 14, 17), gpu("bn", 7, 16, 20),
-              {"name": "cudaLaunchKernel", "kind": "cuda_runtime", "gpu": False, "device": -1, "stream": 0,
-               "start": 0, "end": int(0.5e6)}]  # fmt: skip
+    events = [
+        gpu("conv", 7, 0, 6),
+        gpu("Memcpy HtoD (Pinned -> Device)", 7, 7, 8, kind="gpu_memcpy"),
+        gpu("conv", 7, 10, 16),
+        gpu("resize", 9, 14, 17),
+        gpu("bn", 7, 16, 20),
+        {
+            "name": "cudaLaunchKernel",
+            "kind": "cuda_runtime",
+            "gpu": False,
+            "device": -1,
+            "stream": 0,
+            "start": 0,
+            "end": int(0.5e6),
+        },
+    ]
     p = summarize(events, 2)
     g = p["gpus"]["0"]
     assert g["main_stream"] == 7 and g["span_ms"] == pytest.approx(10.0)  # 20 ms over 2 steps
@@ -53,11 +72,21 @@ def test_the_profile_splits_a_gpus_time_into_streams_idle_and_overlap():
 
 def test_events_without_an_activity_type_are_told_apart_by_name():
     """torch 2.11 (the GPU host's) has no activity_type() on its events: copies, memsets and runtime calls by name."""
-    events = [gpu("conv", 7, 0, 6, kind=None), gpu("Memcpy HtoD (Pinned -> Device)", 7, 7, 8, kind=None),
-              gpu("Memset (Device)", 7, 8, 9, kind=None),
-              {"name": "cudaStreamSynchronize", "kind": None, "gpu": False, "device": -1, "stream": 0, "start": 0,
-               "end": int(2e6)},
-              {"name": "aten::conv2d", "kind": None, "gpu": False, "device": -1, "stream": 0, "start": 0, "end": 10}]
+    events = [
+        gpu("conv", 7, 0, 6, kind=None),
+        gpu("Memcpy HtoD (Pinned -> Device)", 7, 7, 8, kind=None),
+        gpu("Memset (Device)", 7, 8, 9, kind=None),
+        {
+            "name": "cudaStreamSynchronize",
+            "kind": None,
+            "gpu": False,
+            "device": -1,
+            "stream": 0,
+            "start": 0,
+            "end": int(2e6),
+        },
+        {"name": "aten::conv2d", "kind": None, "gpu": False, "device": -1, "stream": 0, "start": 0, "end": 10},
+    ]
     s = summarize(events, 1)["gpus"]["0"]["streams"]["7"]
     assert (s["kernel_ms"], s["copy_ms"], s["memset_ms"]) == (6.0, 1.0, 1.0)
     assert summarize(events, 1)["host_runtime"] == [{"name": "cudaStreamSynchronize", "ms": 2.0, "calls": 1.0}]

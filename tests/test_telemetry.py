@@ -15,7 +15,7 @@ import types
 import pandas as pd
 import pytest
 
-from loaderbench.engine import telemetry
+from loaderbench.engine.runner import telemetry
 
 
 def _busy_child(seconds: float) -> subprocess.Popen:
@@ -61,14 +61,18 @@ def test_gpu_columns_with_a_stand_in_nvml(monkeypatch, tmp_path):
         return 2_000_000 if counter == 1 else 500_000  # KB/s
 
     fake = types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
         nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=90 + h, memory=10),
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=(h + 1) * 2**30),
-        nvmlDeviceGetPcieThroughput=pcie, NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1,
-        nvmlDeviceGetClockInfo=lambda h, clock: 1980 - 300 * h if clock == 1 else 0, NVML_CLOCK_SM=1,
+        nvmlDeviceGetPcieThroughput=pcie,
+        NVML_PCIE_UTIL_TX_BYTES=0,
+        NVML_PCIE_UTIL_RX_BYTES=1,
+        nvmlDeviceGetClockInfo=lambda h, clock: 1980 - 300 * h if clock == 1 else 0,
+        NVML_CLOCK_SM=1,
         nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4 | 0x40 if h else 0,  # GPU 1: power cap, thermal
-    )  # fmt: skip
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr(telemetry, "PCIE_PERIOD_S", 0.2)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from loaderbench.core.cells import cell_spec
-from loaderbench.engine import warmstart
-from loaderbench.engine.runcell import run_cell
+from loaderbench.engine import contract
+from loaderbench.engine.runner.runcell import run_cell
 from loaderbench.experiments.crosscheck import _bare_process
 from tests.conftest import staged_disk
 
@@ -27,8 +27,13 @@ def staged(tmp_path_factory, small_dataset):
 def host_default_threads() -> int:
     """torch.get_num_threads() of a fresh interpreter started without OMP_NUM_THREADS: what a plain script gets."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=env,
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(out.stdout)
 
 
@@ -44,11 +49,12 @@ def host_threads() -> int:
 def snakemake_threads(monkeypatch):
     """The environment of a Snakemake job of a rule without `threads:`, outside a warm-start server."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.delenv(warmstart.ENV_SOCKET, raising=False)
+    monkeypatch.delenv(contract.ENV_SOCKET, raising=False)
 
 
-def test_a_fresh_cell_under_omp_num_threads_1_trains_on_the_hosts_default(staged, tmp_path, host_threads,
-                                                                          snakemake_threads):  # fmt: skip
+def test_a_fresh_cell_under_omp_num_threads_1_trains_on_the_hosts_default(
+    staged, tmp_path, host_threads, snakemake_threads
+):
     tmp, cfg = staged
     rec = run_cell(cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0"), tmp / "disk.json", tmp_path / "c.json")
     assert rec["status"] == "ok", rec["reason"]
@@ -57,18 +63,20 @@ def test_a_fresh_cell_under_omp_num_threads_1_trains_on_the_hosts_default(staged
     assert rec["metrics"]["loader_info"]["workers"] == 1  # the loader's own settings are not the step's threads
 
 
-def test_a_warm_cell_under_omp_num_threads_1_trains_on_the_hosts_default(staged, tmp_path, host_threads,
-                                                                         snakemake_threads, monkeypatch):  # fmt: skip
+def test_a_warm_cell_under_omp_num_threads_1_trains_on_the_hosts_default(
+    staged, tmp_path, host_threads, snakemake_threads, monkeypatch
+):
     """The server itself started with OMP_NUM_THREADS=1 too (a driver's environment) and imported torch under it."""
     tmp, cfg = staged
     sock = tmp_path / "s.sock"
-    server = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.warmstart", str(sock)],
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "loaderbench.engine.process.warmstart", str(sock)], stdin=subprocess.DEVNULL
+    )
     try:
         deadline = time.time() + 120
         while not sock.exists() and server.poll() is None and time.time() < deadline:
             time.sleep(0.1)
-        monkeypatch.setenv(warmstart.ENV_SOCKET, str(sock))
+        monkeypatch.setenv(contract.ENV_SOCKET, str(sock))
         rec = run_cell(cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0"), tmp / "disk.json", tmp_path / "c.json")
     finally:
         server.terminate()
@@ -78,11 +86,11 @@ def test_a_warm_cell_under_omp_num_threads_1_trains_on_the_hosts_default(staged,
     assert rec["metrics"]["intra_op_threads"] == host_threads
 
 
-def test_a_ddp_rank_gets_its_share_of_the_cpus_not_omp_num_threads(staged, tmp_path, host_threads,
-                                                                  snakemake_threads):  # fmt: skip
+def test_a_ddp_rank_gets_its_share_of_the_cpus_not_omp_num_threads(staged, tmp_path, host_threads, snakemake_threads):
     tmp, cfg = staged
-    rec = run_cell(cell_spec(cfg, "torchvision_disk_g1_b4_fp32_ddp_r0", in_grid=False), tmp / "disk.json",
-                   tmp_path / "c.json")  # fmt: skip
+    rec = run_cell(
+        cell_spec(cfg, "torchvision_disk_g1_b4_fp32_ddp_r0", in_grid=False), tmp / "disk.json", tmp_path / "c.json"
+    )
     assert rec["status"] == "ok", rec["reason"]
     assert rec["metrics"]["intra_op_threads"] == len(os.sched_getaffinity(0))  # one rank: every CPU
 

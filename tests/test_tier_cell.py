@@ -7,14 +7,19 @@ import json
 
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import validate_config
-from loaderbench.engine.runcell import run_cell
+from loaderbench.engine.runner.runcell import run_cell
 
 
 def test_emulated_tier_without_fuse_gives_a_skipped_record_naming_the_fix(tmp_path, monkeypatch):
-    cfg = validate_config({"storage": {"hdd": {"kind": "emulated", "path": str(tmp_path / "backing"),
-                                               "mount": str(tmp_path / "mnt")}},
-                           "loaders": ["torchvision"], "batch_sizes": [4], "window": {"steps": 2}},
-                          base_dir=tmp_path)  # fmt: skip
+    cfg = validate_config(
+        {
+            "storage": {"hdd": {"kind": "emulated", "path": str(tmp_path / "backing"), "mount": str(tmp_path / "mnt")}},
+            "loaders": ["torchvision"],
+            "batch_sizes": [4],
+            "window": {"steps": 2},
+        },
+        base_dir=tmp_path,
+    )
     spec = cell_spec(cfg, "torchvision_hdd_g1_b4_fp32_dp_r0")
     manifest = tmp_path / "hdd.json"
     manifest.write_text(json.dumps({"tier": "hdd", "files": [], "sha256": "0"}))
@@ -39,10 +44,15 @@ def test_a_refused_mount_stays_a_failed_record(tmp_path):
         pytest.skip(f"FUSE is not usable here: {fuse_available()}")
     (tmp_path / "mnt").write_text("a file where the mount point should be")
     (tmp_path / "backing").mkdir()
-    cfg = validate_config({"storage": {"hdd": {"kind": "emulated", "path": str(tmp_path / "backing"),
-                                               "mount": str(tmp_path / "mnt")}},
-                           "loaders": ["torchvision"], "batch_sizes": [4], "window": {"steps": 2}},
-                          base_dir=tmp_path)  # fmt: skip
+    cfg = validate_config(
+        {
+            "storage": {"hdd": {"kind": "emulated", "path": str(tmp_path / "backing"), "mount": str(tmp_path / "mnt")}},
+            "loaders": ["torchvision"],
+            "batch_sizes": [4],
+            "window": {"steps": 2},
+        },
+        base_dir=tmp_path,
+    )
     manifest = tmp_path / "hdd.json"
     manifest.write_text(json.dumps({"tier": "hdd", "files": [], "sha256": "0"}))
     out = tmp_path / "cells/x.json"
@@ -54,7 +64,7 @@ def _share(proc_mb_s, steps, disk_mb_s=200.0, batch=8, time_s=10.0):
     """device_read_share of a cold path cell whose 8 files average 125 KB, on constructed telemetry."""
     from types import SimpleNamespace
 
-    from loaderbench.engine.tier_run import device_read_share
+    from loaderbench.engine.runner.tier_run import device_read_share
 
     spec = SimpleNamespace(cache="cold", tier_kind="path")
     manifest = {"files": [{}] * 8, "counts": {"bytes": 8 * 125_000}}

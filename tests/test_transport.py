@@ -34,7 +34,9 @@ def _batches(tmp, transport, **kw):
     return ctx, [next(batches) for _ in range(3)]
 
 
-@pytest.mark.parametrize("channels_last, dtype", [(True, torch.float32), (False, torch.float32), (True, torch.bfloat16)])
+@pytest.mark.parametrize(
+    "channels_last, dtype", [(True, torch.float32), (False, torch.float32), (True, torch.bfloat16)]
+)
 def test_uint8_transport_delivers_what_float32_delivers(staged, channels_last, dtype):
     tmp, _ = staged
     ctx32, ref = _batches(tmp, "float32", channels_last=channels_last, dtype=dtype)
@@ -100,10 +102,13 @@ def test_the_setting_is_torchvisions_alone(tmp_path):
     assert cell_spec(uint8, other) == cell_spec(base, other)
     assert spec_hash(cell_spec(uint8, other)) == spec_hash(cell_spec(base, other))
     # a part that sets it shares its other loaders' cells with a part that does not
-    parts = {**cfg, "parts": [
-        {"name": "a", "loaders": ["opencv"]},
-        {"name": "b", "loaders": ["torchvision", "opencv"], "torchvision": {"transport": "uint8"}},
-    ]}  # fmt: skip
+    parts = {
+        **cfg,
+        "parts": [
+            {"name": "a", "loaders": ["opencv"]},
+            {"name": "b", "loaders": ["torchvision", "opencv"], "torchvision": {"transport": "uint8"}},
+        ],
+    }
     shared = validate_config(parts)
     assert cell_spec(shared, other) == cell_spec(base, other)
     assert cell_spec(shared, "torchvision_disk-a_g1_b4_fp32_dp_r0").torchvision_transport == "uint8"

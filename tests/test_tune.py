@@ -31,10 +31,17 @@ def test_a_plugin_declares_what_tune_may_search():
 
     if "threaded-pil" not in installed_plugins():
         pytest.skip("the example plugin is not installed: pip install -e examples/threaded-loader (make does)")
-    cfg = validate_config({"loaders": ["threaded-pil", "plain"], "batch_sizes": [4],
-                           "plugins": {"plain": "loaderbench.loaders.synthetic:build"}})  # fmt: skip
+    cfg = validate_config(
+        {
+            "loaders": ["threaded-pil", "plain"],
+            "batch_sizes": [4],
+            "plugins": {"plain": "loaderbench.loaders.synthetic:build"},
+        }
+    )
     tier = cfg["tiers"][0]
-    assert knobs("threaded-pil", cell_spec(cfg, f"threaded-pil_{tier}_g1_b4_fp32_dp_r0"), cpus=8) == {"workers": [2, 4, 7]}
+    assert knobs("threaded-pil", cell_spec(cfg, f"threaded-pil_{tier}_g1_b4_fp32_dp_r0"), cpus=8) == {
+        "workers": [2, 4, 7]
+    }
     with pytest.raises(ConfigError, match="no settings to tune"):  # a factory that declares none
         knobs("plain", cell_spec(cfg, f"plain_{tier}_g1_b4_fp32_dp_r0"), cpus=8)
 
@@ -61,15 +68,36 @@ def staged(tmp_path_factory, small_dataset):
 
 
 def test_the_cli_tunes_at_the_configs_precision_and_an_explicit_one_wins(staged, tmp_path):
-    folder, cfg = staged
+    _folder, cfg = staged
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(cfg))
     for extra, expected in (([], "fp32"), (["--precision", "amp"], "amp")):
         out = tmp_path / f"{expected}.json"
-        proc = subprocess.run([sys.executable, "-m", "loaderbench", "tune", "--config", str(config), "--loader",
-                               "torchvision", "--budget-s", "1", "--results", str(tmp_path / "results"), "--out",
-                               str(tmp_path / expected), "--json", str(out), *extra],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "loaderbench",
+                "tune",
+                "--config",
+                str(config),
+                "--loader",
+                "torchvision",
+                "--budget-s",
+                "1",
+                "--results",
+                str(tmp_path / "results"),
+                "--out",
+                str(tmp_path / expected),
+                "--json",
+                str(out),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert proc.returncode == 1, proc.stderr  # a budget too small for a cell: nothing measured
         assert json.loads(out.read_text())["precision"] == expected
         assert f"batch 4 {expected}:" in proc.stdout
@@ -115,11 +143,20 @@ class _Scripted:
 
         rate = 1000.0 if loader == "synthetic" else self.rates[key(settings)]
         tuner.walls.append(1.0)
-        return {"status": "ok", "wall_s": 1.0, "metrics": {"samples_per_s": rate * (1 + 0.005 * (-1) ** r),
-                "data_wait_fraction": 0.3, "window": {"ci95_rel_halfwidth": 0.01}}}  # fmt: skip
+        return {
+            "status": "ok",
+            "wall_s": 1.0,
+            "metrics": {
+                "samples_per_s": rate * (1 + 0.005 * (-1) ** r),
+                "data_wait_fraction": 0.3,
+                "window": {"ci95_rel_halfwidth": 0.01},
+            },
+        }
 
 
-def test_a_clearly_worse_setting_is_dropped_after_one_round_and_a_better_one_wins_on_its_interval(monkeypatch, tmp_path):
+def test_a_clearly_worse_setting_is_dropped_after_one_round_and_a_better_one_wins_on_its_interval(
+    monkeypatch, tmp_path
+):
     from loaderbench.experiments import tune as tune_mod
 
     cfg = validate_config({"loaders": ["torchvision"], "batch_sizes": [4]})
@@ -150,13 +187,24 @@ def test_a_best_found_over_two_knobs_is_measured_beside_the_start_for_its_gain(m
     from loaderbench.experiments import tune as tune_mod
 
     def rate(settings: dict) -> float:
-        return 100.0 * (1.5 if settings.get("workers") == 4 else 1.0) * (1.2 if settings.get("prefetch_factor") == 4 else 1.0)
+        return (
+            100.0
+            * (1.5 if settings.get("workers") == 4 else 1.0)
+            * (1.2 if settings.get("prefetch_factor") == 4 else 1.0)
+        )
 
     def measure(self, loader, settings, r):
         self.walls.append(1.0)
         value = 1000.0 if loader == "synthetic" else rate(settings)
-        return {"status": "ok", "wall_s": 1.0, "metrics": {"samples_per_s": value * (1 + 0.005 * (-1) ** r),
-                "data_wait_fraction": 0.3, "window": {"ci95_rel_halfwidth": 0.01}}}  # fmt: skip
+        return {
+            "status": "ok",
+            "wall_s": 1.0,
+            "metrics": {
+                "samples_per_s": value * (1 + 0.005 * (-1) ** r),
+                "data_wait_fraction": 0.3,
+                "window": {"ci95_rel_halfwidth": 0.01},
+            },
+        }
 
     monkeypatch.setattr(tune_mod.Tuner, "measure", measure)
     monkeypatch.setattr(tune_mod.warmclient, "serving", contextlib.nullcontext)

@@ -12,12 +12,16 @@ BASELINE = {"loader": "torchvision", "gpus": 1, "batch_size": 128, "precision": 
 
 
 def test_the_best_fix_is_measured_against_the_baseline_loader_with_its_interval():
-    d = diagnose(table([
-        cell("synthetic", "ram", 100.0, kind="ram"),
-        cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0),
-        cell("dali-cpu", "ram", 125.0, kind="ram", wait_ms=20.0),  # 2x torchvision, tight repeats
-        cell("opencv", "ram", 200.0, kind="ram", wait_ms=100.0),
-    ]))  # fmt: skip
+    d = diagnose(
+        table(
+            [
+                cell("synthetic", "ram", 100.0, kind="ram"),
+                cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0),
+                cell("dali-cpu", "ram", 125.0, kind="ram", wait_ms=20.0),  # 2x torchvision, tight repeats
+                cell("opencv", "ram", 200.0, kind="ram", wait_ms=100.0),
+            ]
+        )
+    )
     (v,) = verdicts(d, BASELINE)
     assert (v["gpus"], v["tier"]) == (1, "ram")
     ref, fix = v["reference"], v["fix"]
@@ -25,8 +29,14 @@ def test_the_best_fix_is_measured_against_the_baseline_loader_with_its_interval(
     assert ref["au"] == 0.4 and ref["data_wait_ms"] == 150.0
     assert fix["verdict"] == "measured" and fix["what"] == "dali-cpu b128 fp32"
     assert fix["interval"]["value"] == 2.0 and fix["interval"]["low"] > 1.9 and "2.00x [" in fix["text"]
-    assert v["trust"] == {"cells": 3, "repeats": [3, 3], "halfwidth_median": 0.02, "converged": [3, 3], "contended": 0,
-                          "implausible": 0}
+    assert v["trust"] == {
+        "cells": 3,
+        "repeats": [3, 3],
+        "halfwidth_median": 0.02,
+        "converged": [3, 3],
+        "contended": 0,
+        "implausible": 0,
+    }
     lines = render_text([v])
     assert len(lines) == 3 and "CPU-prep-bound (AU 0.40, waits for data 60% of a step)" in lines[1]
     assert "fix: dali-cpu b128 fp32: 2.00x" in lines[2] and "3/3 windows converged" in lines[2]
@@ -34,13 +44,17 @@ def test_the_best_fix_is_measured_against_the_baseline_loader_with_its_interval(
 
 
 def test_equal_cells_within_noise_read_no_measurable_difference_and_a_contended_one_is_left_out():
-    d = diagnose(table([
-        cell("synthetic", "ram", 100.0, kind="ram"),
-        cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0, halfwidth=0.1),
-        cell("opencv", "ram", 245.0, kind="ram", wait_ms=140.0, halfwidth=0.1),  # 2% faster, +-10% each
-        cell("torchvision", "hdd", 650.0, wait_ms=550.0),
-        cell("dali-cpu", "hdd", 300.0, wait_ms=150.0, repeats=1, contended=True),
-    ]))  # fmt: skip
+    d = diagnose(
+        table(
+            [
+                cell("synthetic", "ram", 100.0, kind="ram"),
+                cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0, halfwidth=0.1),
+                cell("opencv", "ram", 245.0, kind="ram", wait_ms=140.0, halfwidth=0.1),  # 2% faster, +-10% each
+                cell("torchvision", "hdd", 650.0, wait_ms=550.0),
+                cell("dali-cpu", "hdd", 300.0, wait_ms=150.0, repeats=1, contended=True),
+            ]
+        )
+    )
     ram, hdd = verdicts(d, BASELINE)
     assert ram["fix"]["verdict"] == "no measurable difference" and "no measurable difference" in ram["fix"]["text"]
     assert hdd["reference"]["bottleneck"] == "I/O-bound" and hdd["fix"]["verdict"] == "left out"
@@ -73,18 +87,23 @@ def test_the_fix_is_the_fastest_cell_that_can_carry_a_verdict_and_an_unusable_re
 def test_a_reference_above_its_ceiling_is_implausible_and_no_implausible_cell_is_the_fix():
     """torchvision at 2.5x its ceiling on ram: its verdict names it implausible, with no limit made up for it, and no
     fix against it; on hdd a faster implausible cell is passed over for the fastest plausible one."""
-    d = diagnose(table([
-        cell("synthetic", "ram", 100.0, kind="ram", device="cpu"),
-        cell("torchvision", "ram", 40.0, kind="ram", device="cpu", wait_ms=1.0),
-        cell("opencv", "ram", 35.0, kind="ram", device="cpu", wait_ms=1.0),
-        cell("torchvision", "hdd", 650.0, device="cpu", wait_ms=550.0),
-        cell("fast-io", "hdd", 30.0, device="cpu", wait_ms=1.0),
-        cell("dali-cpu", "hdd", 300.0, device="cpu", wait_ms=150.0),
-    ]))  # fmt: skip
+    d = diagnose(
+        table(
+            [
+                cell("synthetic", "ram", 100.0, kind="ram", device="cpu"),
+                cell("torchvision", "ram", 40.0, kind="ram", device="cpu", wait_ms=1.0),
+                cell("opencv", "ram", 35.0, kind="ram", device="cpu", wait_ms=1.0),
+                cell("torchvision", "hdd", 650.0, device="cpu", wait_ms=550.0),
+                cell("fast-io", "hdd", 30.0, device="cpu", wait_ms=1.0),
+                cell("dali-cpu", "hdd", 300.0, device="cpu", wait_ms=150.0),
+            ]
+        )
+    )
     ram, hdd = verdicts(d, BASELINE)
     assert ram["reference"]["bottleneck"] == "implausible" and ram["reference"]["implausible"] is True
     assert ram["fix"]["verdict"] == "left out" and ram["fix"]["text"].startswith(
-        "left out: the reference torchvision/ram/g1/b128/fp32/dp delivered more than its compute ceiling (AU 2.50")
+        "left out: the reference torchvision/ram/g1/b128/fp32/dp delivered more than its compute ceiling (AU 2.50"
+    )
     assert ram["trust"]["implausible"] == 2
     lines = render_text([ram, hdd])
     assert "torchvision b128 fp32 is implausible (AU 2.50: above the compute ceiling; check its batches" in lines[1]

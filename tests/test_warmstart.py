@@ -1,4 +1,4 @@
-"""Warm starts (`loaderbench.engine.warmstart`): measuring processes forked by a server that has imported torch - the same
+"""Warm starts (`loaderbench.engine.process.warmstart`): measuring processes forked by a server that has imported torch - the same
 record as a plain start, a fallback that says why, and no process left behind when its runner is killed."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import pytest
 from loaderbench.core.cells import cell_ids, cell_spec
 from loaderbench.core.config import validate_config
 from loaderbench.core.records import validate_record
-from loaderbench.engine import warmclient, warmstart
-from loaderbench.engine.runcell import run_cell
+from loaderbench.engine import contract
+from loaderbench.engine.runner import warmclient
+from loaderbench.engine.runner.runcell import run_cell
 from tests.conftest import cell_record, snakemake, staged_disk, tiny_config, write_config
 from tests.test_threads import host_default_threads
 
@@ -37,8 +38,9 @@ def server(tmp_path_factory):
 def _served(tmp_path_factory, *flags: str):
     """(socket, process) of a server started with `flags`, stopped when the fixture ends."""
     sock = tmp_path_factory.mktemp("sock") / "s.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.warmstart", str(sock), *flags],
-                            stdin=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loaderbench.engine.process.warmstart", str(sock), *flags], stdin=subprocess.DEVNULL
+    )
     # listening before the first test asks it (a runner does not wait for a server that is not there yet)
     deadline = time.time() + 120
     while not sock.exists() and proc.poll() is None and time.time() < deadline:
@@ -59,10 +61,10 @@ def forked_by(server_proc) -> list[psutil.Process]:
 def test_a_warm_started_cell_gives_the_same_record_and_says_how_it_started(staged, tmp_path, server, monkeypatch):
     tmp, cfg = staged
     sock, proc = server
-    monkeypatch.setenv(warmstart.ENV_SOCKET, str(sock))
+    monkeypatch.setenv(contract.ENV_SOCKET, str(sock))
     spec = cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0")
     warm = run_cell(spec, tmp / "disk.json", tmp_path / "warm.json")
-    monkeypatch.delenv(warmstart.ENV_SOCKET)
+    monkeypatch.delenv(contract.ENV_SOCKET)
     plain = run_cell(spec, tmp / "disk.json", tmp_path / "plain.json")
     for rec in (warm, plain):
         validate_record(rec)
@@ -77,7 +79,7 @@ def test_a_warm_started_cell_gives_the_same_record_and_says_how_it_started(stage
 
 def test_ddp_ranks_are_forked_with_their_own_environment(staged, tmp_path, server, monkeypatch):
     tmp, cfg = staged
-    monkeypatch.setenv(warmstart.ENV_SOCKET, str(server[0]))
+    monkeypatch.setenv(contract.ENV_SOCKET, str(server[0]))
     spec = cell_spec(cfg, "opencv_disk_g2_b4_fp32_ddp_r0", in_grid=False)
     rec = run_cell(spec, tmp / "disk.json", tmp_path / "ddp.json")
     assert rec["status"] == "ok", rec["reason"]
@@ -86,17 +88,18 @@ def test_ddp_ranks_are_forked_with_their_own_environment(staged, tmp_path, serve
     assert [r["rank"] for r in ranks] == [0, 1]  # each rank read its RANK from the environment it was given
 
 
-def test_a_server_for_other_code_or_none_at_all_is_not_used_and_the_record_says_why(staged, tmp_path, server,
-                                                                                    monkeypatch):  # fmt: skip
+def test_a_server_for_other_code_or_none_at_all_is_not_used_and_the_record_says_why(
+    staged, tmp_path, server, monkeypatch
+):
     tmp, cfg = staged
     spec = cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0")
-    monkeypatch.setenv(warmstart.ENV_SOCKET, str(server[0]))
+    monkeypatch.setenv(contract.ENV_SOCKET, str(server[0]))
     # an import path the server was not started with: a forked process would not run what a started one would
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "") + os.pathsep + str(tmp_path / "elsewhere"))
     rec = run_cell(spec, tmp / "disk.json", tmp_path / "a.json")
     assert rec["status"] == "ok" and not rec["process_start"][0]["warm"]
     assert "differs from the runner's" in rec["process_start"][0]["how"]
-    monkeypatch.setenv(warmstart.ENV_SOCKET, str(tmp_path / "gone.sock"))
+    monkeypatch.setenv(contract.ENV_SOCKET, str(tmp_path / "gone.sock"))
     rec = run_cell(spec, tmp / "disk.json", tmp_path / "b.json")
     assert rec["status"] == "ok" and "not usable" in rec["process_start"][0]["how"]
 
@@ -106,17 +109,23 @@ def test_a_warm_process_dies_with_its_runner_killed_by_sigkill(staged, tmp_path,
     tmp, cfg = staged
     sock, proc = server
     spec = replace(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0"), window_steps=None, window_s=300.0)
-    script = ("import json, sys; from pathlib import Path; from loaderbench.core.cells import CellSpec; "
-              "from loaderbench.engine.runcell import run_cell; "
-              "run_cell(CellSpec.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]))")  # fmt: skip
-    runner = subprocess.Popen([sys.executable, "-c", script, json.dumps(spec.to_dict()), str(tmp / "disk.json"),
-                               str(tmp_path / "c.json")], env={**os.environ, warmstart.ENV_SOCKET: str(sock)})  # fmt: skip
+    script = (
+        "import json, sys; from pathlib import Path; from loaderbench.core.cells import CellSpec; "
+        "from loaderbench.engine.runner.runcell import run_cell; "
+        "run_cell(CellSpec.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3]))"
+    )
+    runner = subprocess.Popen(
+        [sys.executable, "-c", script, json.dumps(spec.to_dict()), str(tmp / "disk.json"), str(tmp_path / "c.json")],
+        env={**os.environ, contract.ENV_SOCKET: str(sock)},
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not forked_by(proc):
         time.sleep(0.2)
     children = forked_by(proc)
     assert children, "the server forked no measuring process"
-    assert "loaderbench.engine.train" in " ".join(children[0].cmdline()) and spec.cell_id in " ".join(children[0].cmdline())
+    assert "loaderbench.engine.process.train" in " ".join(children[0].cmdline()) and spec.cell_id in " ".join(
+        children[0].cmdline()
+    )
     family = [*children, *children[0].children(recursive=True)]
     time.sleep(3)
     runner.kill()
@@ -128,12 +137,11 @@ def test_a_warm_process_dies_with_its_runner_killed_by_sigkill(staged, tmp_path,
     assert proc.poll() is None and not (tmp_path / "c.json").exists()
 
 
-
 def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_otherwise(server, monkeypatch, tmp_path):
     """`start_server` (the workflow's onstart): a driver that runs Snakemake a part at a time names one server for
     all the runs; one that would fork other code is not used."""
     sock, _ = server
-    monkeypatch.setenv(warmstart.ENV_SOCKET, str(sock))
+    monkeypatch.setenv(contract.ENV_SOCKET, str(sock))
     before = {c.pid for c in psutil.Process().children()}
     assert warmclient.start_server(tmp_path) == sock
     assert {c.pid for c in psutil.Process().children()} == before, "a second server was started"
@@ -141,8 +149,8 @@ def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_othe
     path = warmclient.start_server(tmp_path)
     new = [c for c in psutil.Process().children() if c.pid not in before]
     try:
-        assert path != sock and os.environ[warmstart.ENV_SOCKET] == str(path)
-        assert len(new) == 1 and "loaderbench.engine.warmstart" in " ".join(new[0].cmdline())
+        assert path != sock and os.environ[contract.ENV_SOCKET] == str(path)
+        assert len(new) == 1 and "loaderbench.engine.process.warmstart" in " ".join(new[0].cmdline())
         assert warmclient.serves_this_code(path)  # the new one serves the code as it is now
     finally:
         for c in new:
@@ -151,7 +159,7 @@ def test_the_workflow_reuses_a_named_server_of_this_code_and_starts_its_own_othe
 
 PARENT = """
 import sys, time
-from loaderbench.engine import warmclient
+from loaderbench.engine.runner import warmclient
 path = warmclient.start_server(sys.argv[1])
 assert warmclient.serves_this_code(path), path
 print(path, flush=True)
@@ -168,7 +176,7 @@ def _gone(proc: psutil.Process) -> bool:
 
 def test_a_server_whose_parent_dies_removes_its_socket(tmp_path, monkeypatch):
     """The workflow's server dies with its Snakemake - here a parent SIGKILLed - and takes its socket with it."""
-    monkeypatch.delenv(warmstart.ENV_SOCKET, raising=False)
+    monkeypatch.delenv(contract.ENV_SOCKET, raising=False)
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
         sock = tmp_path / parent.stdout.readline().strip().rsplit("/", 1)[-1]
@@ -193,11 +201,11 @@ def _dead_socket(path) -> None:
 
 
 def test_a_stopped_server_removes_its_socket_and_one_killed_is_removed_by_the_next_start(tmp_path, monkeypatch):
-    monkeypatch.setenv(warmstart.ENV_SOCKET, "")  # none named; the one started here is unset again afterwards
+    monkeypatch.setenv(contract.ENV_SOCKET, "")  # none named; the one started here is unset again afterwards
     gone = subprocess.Popen(["true"])
     gone.wait()
     killed = tmp_path / f"{gone.pid}.sock"  # a real server SIGKILLed, its starter gone
-    server = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.warmstart", str(killed)])
+    server = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.process.warmstart", str(killed)])
     while not killed.exists() and server.poll() is None:
         time.sleep(0.05)
     server.kill()
@@ -234,11 +242,12 @@ def reuse_server(tmp_path_factory):
         yield sock, proc
 
 
-def test_a_kept_process_measures_the_next_dp_cell_but_never_a_repeat_of_its_own(staged, tmp_path, reuse_server,
-                                                                                 monkeypatch):  # fmt: skip
+def test_a_kept_process_measures_the_next_dp_cell_but_never_a_repeat_of_its_own(
+    staged, tmp_path, reuse_server, monkeypatch
+):
     tmp, cfg = staged
     sock, server = reuse_server
-    monkeypatch.setenv(warmstart.ENV_SOCKET, str(sock))
+    monkeypatch.setenv(contract.ENV_SOCKET, str(sock))
     first = run_cell(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r0"), tmp / "disk.json", tmp_path / "a.json")
     start = first["process_start"][0]
     assert start["warm"] and start["reused"] == 0 and "forked by" in start["how"], start
@@ -257,15 +266,17 @@ def test_a_kept_process_measures_the_next_dp_cell_but_never_a_repeat_of_its_own(
     # its start-up is counted from when it was given the cell, not from when the process started
     assert second["metrics"]["startup_s"] < second["phases_s"]["startup"] + second["phases_s"]["setup"] + 1
     # a repeat of a configuration the kept process measured: a new process, and the kept one is gone first
-    again = run_cell(cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r1", in_grid=False), tmp / "disk.json",
-                     tmp_path / "c.json")  # fmt: skip
+    again = run_cell(
+        cell_spec(cfg, "opencv_disk_g1_b4_fp32_dp_r1", in_grid=False), tmp / "disk.json", tmp_path / "c.json"
+    )
     assert again["status"] == "ok" and again["process_start"][0]["pid"] != pid
     assert again["process_start"][0]["reused"] == 0
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     # a ddp cell is never handed to a kept process, and the idle one goes before its ranks start
     idle = again["process_start"][0]["pid"]
-    ddp = run_cell(cell_spec(cfg, "opencv_disk_g2_b4_fp32_ddp_r0", in_grid=False), tmp / "disk.json",
-                   tmp_path / "d.json")  # fmt: skip
+    ddp = run_cell(
+        cell_spec(cfg, "opencv_disk_g2_b4_fp32_ddp_r0", in_grid=False), tmp / "disk.json", tmp_path / "d.json"
+    )
     assert ddp["status"] == "ok", ddp["reason"]
     assert idle not in [s["pid"] for s in ddp["process_start"]] and not psutil.pid_exists(idle)
     assert server.poll() is None
@@ -275,8 +286,14 @@ def test_a_kept_process_measures_the_next_dp_cell_but_never_a_repeat_of_its_own(
 def test_snakemake_hands_dp_cells_of_other_configurations_to_a_kept_process(workdir):
     """host.reuse_processes through the real workflow: its jobs reach the kept process with the same environment,
     so cells of other configurations are measured by it, while a configuration's repeats never share one."""
-    cfg = tiny_config(workdir, loaders=["torchvision", "opencv", "synthetic"], precisions=["fp32"], repeats=2,
-                      storage={"disk-a": str(workdir / "tier-a")}, host={"reuse_processes": True})  # fmt: skip
+    cfg = tiny_config(
+        workdir,
+        loaders=["torchvision", "opencv", "synthetic"],
+        precisions=["fp32"],
+        repeats=2,
+        storage={"disk-a": str(workdir / "tier-a")},
+        host={"reuse_processes": True},
+    )
     path = write_config(workdir, cfg)
     cells = cell_ids(validate_config(cfg))
     assert len(cells) == 6

@@ -3,26 +3,29 @@ a GPU's queue ahead of the host does not skew its batch means, and unequal cycle
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import time
 
 import pytest
 from conftest import BacklogLoader
 
-from loaderbench.engine.batchmeans import cycle_batches, relative_halfwidth
+from loaderbench.engine.process.batchmeans import cycle_batches, relative_halfwidth
+from loaderbench.engine.process.window import StopRule, timed_window, warm_up
 from loaderbench.engine.watchdog import Heartbeat
-from loaderbench.engine.window import StopRule, timed_window, warm_up
 
 
 def _window(loader, rule, step, sync=lambda: None, cuda_timer=None, lead_wait=0.0):
-    return timed_window(step, loader, rule, sync, Heartbeat(None), lambda v: v, cuda_timer, "w", 1, False,
-                        lead_wait=lead_wait)  # fmt: skip
+    return timed_window(
+        step, loader, rule, sync, Heartbeat(None), lambda v: v, cuda_timer, "w", 1, False, lead_wait=lead_wait
+    )
 
 
 def test_a_backlog_of_30_fast_steps_is_spent_before_the_window():
     """30 batches made during setup, then one each 20 ms for a 2 ms step: the warm-up runs until a step waits (the
     31st), so the window sees the loader's rate - 1/22 ms - and none of the backlog."""
-    step = lambda *b: time.sleep(0.002)  # noqa: E731
+    step = lambda *b: time.sleep(0.002)
     loader = BacklogLoader(30, 0.02)
     waits = []
     _, drained_at = warm_up(step, loader, 32, lambda: None, Heartbeat(None), min_steps=2, waits=waits)
@@ -105,7 +108,7 @@ def test_cycles_of_unequal_steps_are_weighted_by_them():
     by_hand = {6: 2.447}[k - 1] * math.sqrt(sum((d - mean * n) ** 2 for d, n in pairs) / (k - 1) * k) / steps / mean
     assert relative_halfwidth(step_end, bounds=bounds) == pytest.approx(by_hand)
     # cycles whose time follows their steps know the rate exactly, however unequal they are
-    even = [sum(([0.03] * n for n in [30, 34] * 4), [])[: i + 1] for i in range(256)]
+    even = [functools.reduce(operator.iadd, ([0.03] * n for n in [30, 34] * 4), [])[: i + 1] for i in range(256)]
     assert relative_halfwidth([sum(e) for e in even], bounds=bounds) == pytest.approx(0.0, abs=1e-9)
 
 
@@ -129,7 +132,7 @@ class _Stalls:
 def test_a_worker_fed_loader_that_stalls_now_and_then_keeps_every_step():
     """15 workers, 10 ms steps, 30 ms stalls at irregular steps (about 4% of the time): not bursts, so nothing is cut
     - a cut from the first stall to the last would drop most of the window - and the rate is that of every step."""
-    step = lambda *b: time.sleep(0.01)  # noqa: E731
+    step = lambda *b: time.sleep(0.01)
     stalls = {37, 52, 130, 141, 260}
     win = _window(_Stalls(0.03, stalls), StopRule(seconds=3.0, burst=15), step)
     cut = win.extra["whole_bursts"]
@@ -140,7 +143,7 @@ def test_a_worker_fed_loader_that_stalls_now_and_then_keeps_every_step():
 
 def test_delivery_in_bursts_needs_long_waits_in_a_rhythm():
     """Regular bursts whose waits set the rate are bursts; rare stalls, or long waits at irregular steps, are not."""
-    from loaderbench.engine.bursts import burst_bounds, delivers_in_bursts
+    from loaderbench.engine.process.bursts import burst_bounds, delivers_in_bursts
 
     def trace(durations, waits):
         return waits, [sum(durations[: i + 1]) for i in range(len(durations))]

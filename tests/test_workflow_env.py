@@ -15,4 +15,3 @@ def test_the_host_environment_installs_this_checkout_with_a_supported_python():
     assert (env_file.parent / editable[0]).resolve() == REPO
     assert (REPO / "pyproject.toml").is_file()
     assert any(str(d).startswith("python>=3.11") for d in env["dependencies"])
-

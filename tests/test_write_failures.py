@@ -67,11 +67,25 @@ def test_atomic_writes_give_the_mode_a_plain_open_would_under_the_umask(tmp_path
         atomic_write_text(tmp_path / "tables/group.csv", "a\n")
     finally:
         os.umask(before)
-    modes = {p: stat.S_IMODE((tmp_path / p).stat().st_mode) for p in ("cells/x.json", "tables/cells.csv",
-                                                                     "dataset/check.json", "dataset/check.txt",
-                                                                     "plain.txt", "tables/group.csv")}  # fmt: skip
-    assert modes == {"cells/x.json": 0o644, "tables/cells.csv": 0o644, "dataset/check.json": 0o644,
-                     "dataset/check.txt": 0o644, "plain.txt": 0o644, "tables/group.csv": 0o640}  # fmt: skip
+    modes = {
+        p: stat.S_IMODE((tmp_path / p).stat().st_mode)
+        for p in (
+            "cells/x.json",
+            "tables/cells.csv",
+            "dataset/check.json",
+            "dataset/check.txt",
+            "plain.txt",
+            "tables/group.csv",
+        )
+    }
+    assert modes == {
+        "cells/x.json": 0o644,
+        "tables/cells.csv": 0o644,
+        "dataset/check.json": 0o644,
+        "dataset/check.txt": 0o644,
+        "plain.txt": 0o644,
+        "tables/group.csv": 0o640,
+    }
 
 
 def test_a_write_to_a_full_disk_names_the_file_and_the_free_space_and_leaves_the_old_file(full_disk):
@@ -83,8 +97,10 @@ def test_a_write_to_a_full_disk_names_the_file_and_the_free_space_and_leaves_the
     with pytest.raises(WriteError) as err:
         atomic_write_json(path, {"new": "x" * 100_000})
     assert isinstance(err.value, OSError) and err.value.filename == str(path)
-    assert re.fullmatch(f"cannot write {re.escape(str(path))}: No space left on device "
-                        + FREE.format(re.escape(str(disk))), str(err.value)), str(err.value)  # fmt: skip
+    assert re.fullmatch(
+        f"cannot write {re.escape(str(path))}: No space left on device " + FREE.format(re.escape(str(disk))),
+        str(err.value),
+    ), str(err.value)
     assert json.loads(path.read_text()) == {"old": True}
     assert left_in(disk) == ["cells", "cells/x.json", "filler.bin"]  # no temporary file
 
@@ -98,8 +114,20 @@ def run_cell_cli(staged, out: Path, timeline: Path, when_measuring=None) -> subp
     """`loaderbench run-cell` of one small cell; `when_measuring()` is called once its measuring process beats."""
     tmp, cfg = staged
     spec = cell_spec(cfg, CELL)
-    cmd = [sys.executable, "-m", "loaderbench", "run-cell", "--spec", json.dumps(spec.to_dict()), "--manifest",
-           str(tmp / "disk.json"), "--out", str(out), "--timeline", str(timeline)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "loaderbench",
+        "run-cell",
+        "--spec",
+        json.dumps(spec.to_dict()),
+        "--manifest",
+        str(tmp / "disk.json"),
+        "--out",
+        str(out),
+        "--timeline",
+        str(timeline),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if when_measuring is not None:
         beat, deadline = out.parent / f".{out.name}.child.hb0", time.monotonic() + 120
@@ -121,9 +149,13 @@ def test_a_disk_that_fills_up_during_the_cell_keeps_its_record_and_says_so_in_on
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(f"cell {CELL}: cannot write {re.escape(str(timeline))}: No space left on device "
-                        + FREE.format(re.escape(str(disk))) + f"; its record {re.escape(str(out))} was written, "
-                        r"without the timeline \(an empty file stands in for it\)", last), last  # fmt: skip
+    assert re.fullmatch(
+        f"cell {CELL}: cannot write {re.escape(str(timeline))}: No space left on device "
+        + FREE.format(re.escape(str(disk)))
+        + f"; its record {re.escape(str(out))} was written, "
+        r"without the timeline \(an empty file stands in for it\)",
+        last,
+    ), last
     rec = json.loads(out.read_text())
     validate_record(rec)
     assert rec["status"] == "ok" and rec["metrics"]["steps"] == 3
@@ -142,8 +174,11 @@ def test_a_cell_whose_record_cannot_be_kept_is_not_measured_and_ends_with_one_li
     proc = run_cell_cli(staged, out, timeline)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(f"cell {CELL}: cannot write {re.escape(str(out))}: only \\d+ B free on {re.escape(str(disk))} "
-                        "\\(a record and its timeline need about 1.0 MB\\); not measured", last), last  # fmt: skip
+    assert re.fullmatch(
+        f"cell {CELL}: cannot write {re.escape(str(out))}: only \\d+ B free on {re.escape(str(disk))} "
+        "\\(a record and its timeline need about 1.0 MB\\); not measured",
+        last,
+    ), last
     assert left_in(disk) == ["cells", "filler.bin"] and not timeline.exists()
 
 
@@ -159,8 +194,11 @@ def test_the_bundle_zip_and_a_figure_on_a_full_disk_name_their_file_and_leave_no
     (folder / "index.html").write_bytes(os.urandom(200_000))  # incompressible: the zip cannot fit
     with pytest.raises(WriteError) as err:
         _zip(folder, disk / "bundle.zip")
-    assert re.fullmatch(f"cannot write {re.escape(str(disk / 'bundle.zip'))}: No space left on device "
-                        + FREE.format(re.escape(str(disk))), str(err.value)), str(err.value)  # fmt: skip
+    assert re.fullmatch(
+        f"cannot write {re.escape(str(disk / 'bundle.zip'))}: No space left on device "
+        + FREE.format(re.escape(str(disk))),
+        str(err.value),
+    ), str(err.value)
     fig, ax = plt.subplots()
     ax.plot([0, 1], [0, 1])
     with pytest.raises(WriteError) as err:
@@ -171,12 +209,18 @@ def test_the_bundle_zip_and_a_figure_on_a_full_disk_name_their_file_and_leave_no
 
 def test_the_host_lock_is_taken_on_a_full_disk_and_only_names_no_holder(full_disk):
     """The holder's name could not be written into the lock file: the lock was held, its file descriptor leaked."""
-    from loaderbench.engine.hostlock import exclusive, read_holder
+    from loaderbench.engine.runner.hostlock import exclusive, read_holder
 
     disk = full_disk(64)
-    probe = [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
-             "try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\nexcept BlockingIOError: print('taken')"]  # fmt: skip
+    probe = [
+        sys.executable,
+        "-c",
+        (
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\nexcept BlockingIOError: print('taken')"
+        ),
+    ]
     with exclusive("full-disk test", [], disk, wait_s=5) as paths:
-        assert subprocess.run([*probe, paths[0]], capture_output=True, text=True).stdout.strip() == "taken"
+        assert subprocess.run([*probe, paths[0]], capture_output=True, text=True, check=False).stdout.strip() == "taken"
         assert read_holder(Path(paths[0])) == {}
-    assert subprocess.run([*probe, paths[0]], capture_output=True, text=True).stdout.strip() == "free"
+    assert subprocess.run([*probe, paths[0]], capture_output=True, text=True, check=False).stdout.strip() == "free"

@@ -38,8 +38,9 @@ class ThreadedBatches:
 
     def __init__(self, samples: list[tuple[str, int]], ctx: LoaderContext, threads: int, depth: int):
         self.samples, self.ctx, self.depth = samples, ctx, depth
-        self.augment = T.Compose([T.RandomResizedCrop(ctx.crop_size, scale=CROP_SCALE, ratio=CROP_RATIO),
-                                  T.RandomHorizontalFlip()])  # fmt: skip
+        self.augment = T.Compose(
+            [T.RandomResizedCrop(ctx.crop_size, scale=CROP_SCALE, ratio=CROP_RATIO), T.RandomHorizontalFlip()]
+        )
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="threaded-pil")
         self.order = iter(PassSampler(len(samples), ctx.seed, ctx.rank, ctx.world))
 
@@ -62,5 +63,7 @@ class ThreadedBatches:
             if pin:
                 batch = batch.pin_memory()
             images = batch.to(self.ctx.device, non_blocking=True)
-            yield (normalize_uint8_nhwc(images, self.ctx.channels_last, self.ctx.dtype),
-                   labels.to(self.ctx.device, non_blocking=True))
+            yield (
+                normalize_uint8_nhwc(images, self.ctx.channels_last, self.ctx.dtype),
+                labels.to(self.ctx.device, non_blocking=True),
+            )

@@ -66,7 +66,7 @@ SRC = str(Path(workflow.basedir, "src").resolve())
 
 def lock_dir_to_bind(cfg):
     """The host lock directory a cell container must have bound, or None where it lies under /tmp (bound by default)."""
-    from loaderbench.engine.hostlock import lock_directory
+    from loaderbench.engine.runner.hostlock import lock_directory
 
     locks = lock_directory(cfg["host"]["lock_dir"])
     return None if str(locks.resolve()).startswith("/tmp/") else locks
@@ -94,7 +94,7 @@ def apptainer_args(cfg, existing):
     return " ".join([*map(shlex.quote, have), *map(shlex.quote, add)])
 
 
-# Exclusive measurement (config `host:`, src/loaderbench/engine/hostlock.py): the lock directory, wait limit and contention
+# Exclusive measurement (config `host:`, src/loaderbench/engine/runner/hostlock.py): the lock directory, wait limit and contention
 # thresholds reach run-cell and probe-tier as options. They are globals in the shell command, not params: params
 # (and spec fields) are rerun triggers, and these settings must not re-measure cells.
 HOST = CFG["host"]
@@ -111,13 +111,13 @@ onstart:
     set_aside_unreadable_records()
     make_bound_lock_dir()
     # SIGINT/SIGTERM to Snakemake's pid alone: stop the measuring job now instead of letting it finish
-    from loaderbench.engine.hostlock import stop_measurements_on_signals
+    from loaderbench.engine.runner.hostlock import stop_measurements_on_signals
 
     stop_measurements_on_signals()
     if HOST["warm_start"] and not USE_CONTAINER and workflow.local_exec:
         # the fork server the cells start their measuring processes from (dies with this Snakemake); not for jobs
         # that run elsewhere (Slurm: on other nodes) or in containers (other mounts)
-        from loaderbench.engine.warmclient import start_server
+        from loaderbench.engine.runner.warmclient import start_server
 
         start_server(reuse=HOST["reuse_processes"])
 

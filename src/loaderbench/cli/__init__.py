@@ -9,7 +9,7 @@ from loaderbench.core.config import ConfigError
 from loaderbench.core.util import WriteError
 from loaderbench.data.check import DatasetError
 from loaderbench.data.stage import StagingError
-from loaderbench.engine.hostlock import HostBusy
+from loaderbench.engine.runner.hostlock import HostBusy
 
 from . import experiments, pipeline, study
 

@@ -16,31 +16,40 @@ def config_of(a) -> dict:
 
 def host_settings(a, cfg: dict | None = None):
     """Host settings (lock directory, wait limit, contention thresholds): the command line's, else the config's."""
-    from loaderbench.engine.hostlock import HostSettings
+    from loaderbench.engine.runner.hostlock import HostSettings
 
     base = HostSettings.from_config(cfg)
-    over = {k: getattr(a, k, None) for k in ("lock_dir", "lock_wait_s", "contention_cpu_cores",
-                                            "contention_gpu_processes")}  # fmt: skip
+    over = {
+        k: getattr(a, k, None) for k in ("lock_dir", "lock_wait_s", "contention_cpu_cores", "contention_gpu_processes")
+    }
     return dataclasses.replace(base, **{k: v for k, v in over.items() if v is not None})
 
 
 def measuring_lock(a, holder: str, gpus: int, cfg: dict | None = None):
     """The host lock (and the ancestor watch) for a measuring command that is not a cell."""
-    from loaderbench.engine.hostlock import gpu_indices, measuring
+    from loaderbench.engine.runner.hostlock import gpu_indices, measuring
 
     return measuring(holder, gpu_indices(gpus), host_settings(a, cfg))
 
 
 def host_options(s, contention: bool = False) -> None:
     """The `host:` settings as options (Snakemake passes them to run-cell and probe-tier; they override a config's)."""
-    s.add_argument("--lock-dir", help="host lock directory (default: host.lock_dir, else env LOADERBENCH_LOCK_DIR, "
-                   "else /tmp/loaderbench-locks)")  # fmt: skip
+    s.add_argument(
+        "--lock-dir",
+        help="host lock directory (default: host.lock_dir, else env LOADERBENCH_LOCK_DIR, else /tmp/loaderbench-locks)",
+    )
     s.add_argument("--lock-wait-s", type=float, help="seconds to wait for a busy host before failing (default 1800)")
     if contention:
-        s.add_argument("--contention-cpu-cores", type=float,
-                       help="foreign CPU cores in the window above which the cell is contended (default 0.5)")
-        s.add_argument("--contention-gpu-processes", type=int,
-                       help="foreign GPU processes in the window above which the cell is contended (default 0)")
+        s.add_argument(
+            "--contention-cpu-cores",
+            type=float,
+            help="foreign CPU cores in the window above which the cell is contended (default 0.5)",
+        )
+        s.add_argument(
+            "--contention-gpu-processes",
+            type=int,
+            help="foreign GPU processes in the window above which the cell is contended (default 0)",
+        )
 
 
 def side_measurement(s, func) -> None:

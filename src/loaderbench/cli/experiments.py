@@ -37,8 +37,11 @@ def register(add) -> None:
     s.add_argument("--json", help="also write the figures as JSON here")
     side_measurement(s, cmd_ceiling)
 
-    s = add("crosscheck", help="cells against a bare training loop of the same loader: does the harness "
-                       "slow what it measures? (cell/bare with its interval)")  # fmt: skip
+    s = add(
+        "crosscheck",
+        help="cells against a bare training loop of the same loader: does the harness "
+        "slow what it measures? (cell/bare with its interval)",
+    )
     s.add_argument("--config", required=True, help="settings (window, warm-up, workers, ...) and the staged tier")
     s.add_argument("--loaders", nargs="+", required=True, help="built-in loader names (or plugins)")
     s.add_argument("--tier", help="default: the config's first")
@@ -50,8 +53,12 @@ def register(add) -> None:
 
     s = add("sweep", help="the same cells under variants of settings (a tuning experiment outside the grid)")
     s.add_argument("--config", required=True)
-    s.add_argument("--variant", action="append", required=True,
-                   help="name:field=value,... over cell settings, e.g. hw1:dali_hw_decoder_load=1.0 (repeatable)")
+    s.add_argument(
+        "--variant",
+        action="append",
+        required=True,
+        help="name:field=value,... over cell settings, e.g. hw1:dali_hw_decoder_load=1.0 (repeatable)",
+    )
     s.add_argument("--loaders", nargs="+", required=True)
     s.add_argument("--tier", help="default: the config's first")
     batch_and_precision(s)
@@ -59,15 +66,24 @@ def register(add) -> None:
     s.add_argument("--out", help="records folder (default <results>/sweep)")
     side_measurement(s, cmd_sweep)
 
-    s = add("tune", help="search one loader's settings on this host within a time budget, against the ceiling; "
-                 "the best with its interval and the config lines to paste")  # fmt: skip
+    s = add(
+        "tune",
+        help="search one loader's settings on this host within a time budget, against the ceiling; "
+        "the best with its interval and the config lines to paste",
+    )
     s.add_argument("--config", required=True, help="the starting settings and the staged tier")
-    s.add_argument("--loader", required=True, help="a loader of the registry (torchvision, dali-cpu, wds, ...) or a "
-                   "plugin that declares loaderbench_knobs")  # fmt: skip
+    s.add_argument(
+        "--loader",
+        required=True,
+        help="a loader of the registry (torchvision, dali-cpu, wds, ...) or a plugin that declares loaderbench_knobs",
+    )
     s.add_argument("--tier", help="default: the config's first")
     s.add_argument("--batch-size", type=int, help="default: the config's largest")
-    s.add_argument("--precision", choices=["fp32", "amp"],
-                   help="default: the config's (its baseline's where the config measures it, else its first)")
+    s.add_argument(
+        "--precision",
+        choices=["fp32", "amp"],
+        help="default: the config's (its baseline's where the config measures it, else its first)",
+    )
     s.add_argument("--budget-s", type=float, default=300.0, help="time for the search's cells (default 300)")
     s.add_argument("--out", help="records folder and tune.json (default <results>/tune/<loader>)")
     s.add_argument("--json", help="also write the report here")
@@ -87,10 +103,19 @@ def cmd_bench(a) -> int:
     tier = a.tier or cfg["tiers"][0]
     loaders = a.loaders or ["torchvision", "opencv"]
     with measuring_lock(a, "bench", 1, cfg):
-        r = bench(Path(Layout(a.results).manifest(tier)), loaders, a.batch_size, cfg["crop_size"], a.workers,
-                  a.seconds, a.rounds)  # fmt: skip
-    print(f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
-          f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:")  # fmt: skip
+        r = bench(
+            Path(Layout(a.results).manifest(tier)),
+            loaders,
+            a.batch_size,
+            cfg["crop_size"],
+            a.workers,
+            a.seconds,
+            a.rounds,
+        )
+    print(
+        f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
+        f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:"
+    )
     for lo, v in r["images_per_s"].items():
         runs = ", ".join(f"{x:.0f}" for x in r["images_per_s_all"][lo])
         print(f"  {lo:12s} {v:8.1f} images/s (median; rounds: {runs})")
@@ -111,18 +136,34 @@ def cmd_ceiling(a) -> int:
     if a.compile:
         spec = dataclasses.replace(spec, compile=True)
     with measuring_lock(a, "ceiling", 1, cfg):
-        r = ceiling(spec, Path(Layout(a.results).manifest(tier)), a.rounds, a.variant_steps,
-                    Path(Layout(a.results).ceiling), timeout_s=cfg["cell_timeout_s"], host=host_settings(a, cfg))  # fmt: skip
-    window = (f"{spec.window_steps} steps" if spec.window_steps else f"{spec.window_s:g} s" if spec.window_s
-              else f"adaptive (+-{100 * spec.window_precision:g}%, at most {spec.window_max_s:g} s)")  # fmt: skip
-    print(f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
-          f"channels_last={r['channels_last']}, compile={r['compile']}, cudnn.benchmark={r['cudnn_benchmark']}; "
-          f"window {window} after the cell's warm-up, {a.rounds} alternating rounds, each in a fresh process")  # fmt: skip
+        r = ceiling(
+            spec,
+            Path(Layout(a.results).manifest(tier)),
+            a.rounds,
+            a.variant_steps,
+            Path(Layout(a.results).ceiling),
+            timeout_s=cfg["cell_timeout_s"],
+            host=host_settings(a, cfg),
+        )
+    window = (
+        f"{spec.window_steps} steps"
+        if spec.window_steps
+        else f"{spec.window_s:g} s"
+        if spec.window_s
+        else f"adaptive (+-{100 * spec.window_precision:g}%, at most {spec.window_max_s:g} s)"
+    )
+    print(
+        f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
+        f"channels_last={r['channels_last']}, compile={r['compile']}, cudnn.benchmark={r['cudnn_benchmark']}; "
+        f"window {window} after the cell's warm-up, {a.rounds} alternating rounds, each in a fresh process"
+    )
     print(f"  placement (both loops): {json.dumps(r['placement'])}")
     for s_, b_, n, ph in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"], r["steps"], r["synthetic_phases"]):
-        print(f"  synthetic cell {s_:9.1f} Samples/s   bare loop {b_:9.1f} Samples/s   ({n} steps each)  ratio "
-              f"{s_ / b_:.4f}   (cell setup {ph['setup_s']:.1f} s, first step {ph['first_step_s']:.1f} s, warm-up "
-              f"{ph['warmup_steps']} steps {ph['warmup_s']:.1f} s)")  # fmt: skip
+        print(
+            f"  synthetic cell {s_:9.1f} Samples/s   bare loop {b_:9.1f} Samples/s   ({n} steps each)  ratio "
+            f"{s_ / b_:.4f}   (cell setup {ph['setup_s']:.1f} s, first step {ph['first_step_s']:.1f} s, warm-up "
+            f"{ph['warmup_steps']} steps {ph['warmup_s']:.1f} s)"
+        )
     print(f"  synthetic / bare loop (median of rounds) = {r['synthetic_over_bare']:.4f}")
     for name, ms in (r.get("input_variants_ms_per_step") or {}).items():
         print(f"  amp step, input {name:26s} {ms:8.2f} ms/step")
@@ -143,10 +184,21 @@ def cmd_crosscheck(a) -> int:
 
     loaders = resolve_loaders(cfg, a.loaders, "--loaders")  # built-ins, the config's plugins, or 'module:factory'
     with measuring_lock(a, "crosscheck", 1, cfg):
-        rows = crosscheck(cfg, loaders, tier, batch, a.precision, a.rounds, Path(Layout(a.results).manifest(tier)),
-                          out, host=host_settings(a, cfg))  # fmt: skip
-    print(f"crosscheck on tier {tier}, 1 GPU x batch {batch}: each cell against a bare loop of its loader, "
-          f"{a.rounds} alternating round(s) in fresh processes; cell/bare [95% interval]; {out / 'crosscheck.json'}")
+        rows = crosscheck(
+            cfg,
+            loaders,
+            tier,
+            batch,
+            a.precision,
+            a.rounds,
+            Path(Layout(a.results).manifest(tier)),
+            out,
+            host=host_settings(a, cfg),
+        )
+    print(
+        f"crosscheck on tier {tier}, 1 GPU x batch {batch}: each cell against a bare loop of its loader, "
+        f"{a.rounds} alternating round(s) in fresh processes; cell/bare [95% interval]; {out / 'crosscheck.json'}"
+    )
     print(render(rows))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
@@ -165,8 +217,17 @@ def cmd_tune(a) -> int:
     out = Path(a.out or Path(Layout(a.results).root) / "tune" / loader)
     precision = a.precision or config_precision(cfg)
     with measuring_lock(a, "tune", 1, cfg):
-        rep = tune(cfg, loader, tier, batch, precision, a.budget_s, Path(Layout(a.results).manifest(tier)), out,
-                   host=host_settings(a, cfg))  # fmt: skip
+        rep = tune(
+            cfg,
+            loader,
+            tier,
+            batch,
+            precision,
+            a.budget_s,
+            Path(Layout(a.results).manifest(tier)),
+            out,
+            host=host_settings(a, cfg),
+        )
     print(render(rep))
     write_json(a, rep)
     return 0 if rep["samples_per_s"] else 1
@@ -187,10 +248,21 @@ def cmd_sweep(a) -> int:
     cfg = config_of(a)
     tier = a.tier or cfg["tiers"][0]
     with measuring_lock(a, "sweep", max(cfg["gpus"]), cfg):  # held across its cells (each cell's own lock: a no-op)
-        rows = sweep(cfg, a.variant, a.loaders, tier, a.batch_size or cfg["batch_sizes"][-1], a.precision,
-                     a.repeats, Path(Layout(a.results).manifest(tier)), Path(a.out or Layout(a.results).sweep),
-                     host=host_settings(a, cfg))  # fmt: skip
-    print(f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
-          f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)")  # fmt: skip
+        rows = sweep(
+            cfg,
+            a.variant,
+            a.loaders,
+            tier,
+            a.batch_size or cfg["batch_sizes"][-1],
+            a.precision,
+            a.repeats,
+            Path(Layout(a.results).manifest(tier)),
+            Path(a.out or Layout(a.results).sweep),
+            host=host_settings(a, cfg),
+        )
+    print(
+        f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
+        f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)"
+    )
     print(render(rows))
     return 0

@@ -18,6 +18,13 @@ TITLE = "Pipeline steps (the workflow runs these)"
 
 def register(add) -> None:
     """Add this group's subcommands (`add` is `add_parser` that also lists the command under TITLE)."""
+    _add_data_steps(add)
+    _add_measure_steps(add)
+    _add_report_steps(add)
+
+
+def _add_data_steps(add) -> None:
+    """make-dataset, check and stage: the dataset made, checked and staged onto a tier."""
     s = add("make-dataset", help="write a deterministic ImageNet-like JPEG class-folder tree")
     s.add_argument("--out", required=True)
     for name, default in (("--images", 256), ("--classes", 4), ("--seed", 0), ("--quality", 90), ("--jobs", None)):
@@ -33,12 +40,22 @@ def register(add) -> None:
     s = add("stage", help="stage the checked dataset onto one tier and write its manifest")
     add_required(s, "--check", "--tier", "--tier-path", "--dataset", "--out")
     s.add_argument("--project-dir", default=".")
-    s.add_argument("--verify", action="store_true",
-                   help="checksum every staged file against the manifest and restage those that differ")
-    s.add_argument("--shards", default=None, metavar="JSON",
-                   help='also write WebDataset shards: {"size_mb": .., "min_shards": .., "seed": ..}; empty: none')
+    s.add_argument(
+        "--verify",
+        action="store_true",
+        help="checksum every staged file against the manifest and restage those that differ",
+    )
+    s.add_argument(
+        "--shards",
+        default=None,
+        metavar="JSON",
+        help='also write WebDataset shards: {"size_mb": .., "min_shards": .., "seed": ..}; empty: none',
+    )
     s.set_defaults(func=cmd_stage)
 
+
+def _add_measure_steps(add) -> None:
+    """run-cell and probe-tier: a cell measured, a tier's read rate probed."""
     s = add("run-cell", help="measure one cell and write its record")
     s.add_argument("--spec", help="cell spec as JSON (what Snakemake passes)")
     s.add_argument("--config", help="config file, with --cell")
@@ -59,12 +76,19 @@ def register(add) -> None:
     s.add_argument("--readers", type=int, nargs="+", default=[1, 8])
     s.add_argument("--max-files", type=int)
     s.add_argument("--max-seconds", type=float, default=20.0)
-    s.add_argument("--sequential-mb", type=float, default=64.0,
-                   help="MB read front to back by one reader (a file written for it, and its shards where it has them)")
+    s.add_argument(
+        "--sequential-mb",
+        type=float,
+        default=64.0,
+        help="MB read front to back by one reader (a file written for it, and its shards where it has them)",
+    )
     s.add_argument("--out", required=True)
     host_options(s)
     s.set_defaults(func=cmd_probe_tier)
 
+
+def _add_report_steps(add) -> None:
+    """aggregate, diagnose, figures and bundle: the records made into tables, diagnosis, figures and the bundle."""
     s = add("aggregate", help="cell records -> results tables")
     s.add_argument("--cells", nargs="+", required=True)
     s.add_argument("--baseline", required=True, help="baseline cell as JSON")
@@ -112,8 +136,11 @@ def cmd_make_dataset(a) -> int:
         DatasetParams(images=a.images, classes=a.classes, seed=a.seed, quality=a.quality), Path(a.out), jobs=a.jobs
     )
     # the duration is read back by `loaderbench plan` (fixedcosts.GENERATED_LOG_RE) to predict the next generation here
-    print(f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB, in "
-          f"{time.monotonic() - t0:.1f} s", file=sys.stderr)  # fmt: skip
+    print(
+        f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB, in "
+        f"{time.monotonic() - t0:.1f} s",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -128,22 +155,36 @@ def cmd_check(a) -> int:
 def cmd_stage(a) -> int:
     from loaderbench.data.stage import stage
 
-    m = stage(Path(a.check), a.tier, Path(a.tier_path), a.dataset, Path(a.out), project_dir=Path(a.project_dir),
-              verify=a.verify, shards=json.loads(a.shards) if a.shards else None)  # fmt: skip
+    m = stage(
+        Path(a.check),
+        a.tier,
+        Path(a.tier_path),
+        a.dataset,
+        Path(a.out),
+        project_dir=Path(a.project_dir),
+        verify=a.verify,
+        shards=json.loads(a.shards) if a.shards else None,
+    )
     c = m["counts"]
-    print(f"staged {c['files']} files ({c['bytes'] / 1e6:.1f} MB) on tier {a.tier} at {m['root']}: "
-          f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed"
-          + (f"; verified by checksum: {c['repaired']} differed and were restaged" if a.verify else "")
-          + (f"; {c['foreign']} foreign file(s) in the tier ignored" if c.get("foreign") else ""), file=sys.stderr)  # fmt: skip
+    print(
+        f"staged {c['files']} files ({c['bytes'] / 1e6:.1f} MB) on tier {a.tier} at {m['root']}: "
+        f"{c['copied']} copied, {c['kept']} unchanged, {c['removed']} removed"
+        + (f"; verified by checksum: {c['repaired']} differed and were restaged" if a.verify else "")
+        + (f"; {c['foreign']} foreign file(s) in the tier ignored" if c.get("foreign") else ""),
+        file=sys.stderr,
+    )
     if sh := m.get("shards"):
-        print(f"shards: {sh['count']} of {sh['bytes'] / 1e6:.1f} MB in all at {Path(m['root']).parent / sh['folder']}"
-              f" ({'unchanged' if sh['kept'] else 'written'})", file=sys.stderr)  # fmt: skip
+        print(
+            f"shards: {sh['count']} of {sh['bytes'] / 1e6:.1f} MB in all at {Path(m['root']).parent / sh['folder']}"
+            f" ({'unchanged' if sh['kept'] else 'written'})",
+            file=sys.stderr,
+        )
     return 0
 
 
 def cmd_run_cell(a) -> int:
     from loaderbench.core.cells import CellSpec
-    from loaderbench.engine.runcell import run_cell
+    from loaderbench.engine.runner.runcell import run_cell
     from loaderbench.engine.watchdog import StallRule
 
     cfg = None
@@ -160,10 +201,20 @@ def cmd_run_cell(a) -> int:
     out = Path(a.out or RESULTS.cell(spec.cell_id))
     timeline = Path(a.timeline or RESULTS.timeline(spec.cell_id))
     timeout_s = a.timeout_s or (cfg["cell_timeout_s"] if cfg else None)
-    stall = StallRule(floor_s=a.stall_s or (cfg["watchdog"]["stall_s"] if cfg else 60.0),
-                      factor=a.stall_factor or (cfg["watchdog"]["step_factor"] if cfg else 50.0))  # fmt: skip
-    run_cell(spec, manifest, out, timeline=timeline, position=a.position or "", host=host_settings(a, cfg),
-             timeout_s=timeout_s, stall=stall)  # fmt: skip
+    stall = StallRule(
+        floor_s=a.stall_s or (cfg["watchdog"]["stall_s"] if cfg else 60.0),
+        factor=a.stall_factor or (cfg["watchdog"]["step_factor"] if cfg else 50.0),
+    )
+    run_cell(
+        spec,
+        manifest,
+        out,
+        timeline=timeline,
+        position=a.position or "",
+        host=host_settings(a, cfg),
+        timeout_s=timeout_s,
+        stall=stall,
+    )
     return 0
 
 
@@ -178,21 +229,35 @@ def cmd_probe_tier(a) -> int:
     if result.get("error"):
         print(f"tier {result['tier']}: not probed: {result['error']}", file=sys.stderr)
     for run in result["runs"]:
-        pred = f", model predicts {run['predicted']['files_per_s']:.1f} (x{run['ratio']:.2f})" if run.get("ratio") else ""
-        print(f"tier {result['tier']} ({result['kind']}, {'cold' if result['cold'] else 'warm'}): {run['readers']} "
-              f"readers {run['files_per_s']:.1f} files/s, {run['mb_per_s']:.1f} MB/s{pred}", file=sys.stderr)  # fmt: skip
+        pred = (
+            f", model predicts {run['predicted']['files_per_s']:.1f} (x{run['ratio']:.2f})" if run.get("ratio") else ""
+        )
+        print(
+            f"tier {result['tier']} ({result['kind']}, {'cold' if result['cold'] else 'warm'}): {run['readers']} "
+            f"readers {run['files_per_s']:.1f} files/s, {run['mb_per_s']:.1f} MB/s{pred}",
+            file=sys.stderr,
+        )
     for name in ("sequential", "shards"):
         if seq := result.get(name):
-            print(f"tier {result['tier']}: one reader front to back ({name}, {seq['bytes'] / 1e6:.0f} MB) "
-                  f"{seq['mb_per_s']:.1f} MB/s", file=sys.stderr)  # fmt: skip
+            print(
+                f"tier {result['tier']}: one reader front to back ({name}, {seq['bytes'] / 1e6:.0f} MB) "
+                f"{seq['mb_per_s']:.1f} MB/s",
+                file=sys.stderr,
+            )
     return 0
 
 
 def cmd_aggregate(a) -> int:
     from loaderbench.report.aggregate import aggregate
 
-    table = aggregate([Path(p) for p in a.cells], json.loads(a.baseline), a.spread_warn, Path(a.out_dir),
-                      probes=[Path(p) for p in a.probes or []], ledger=Path(a.ledger))  # fmt: skip
+    table = aggregate(
+        [Path(p) for p in a.cells],
+        json.loads(a.baseline),
+        a.spread_warn,
+        Path(a.out_dir),
+        probes=[Path(p) for p in a.probes or []],
+        ledger=Path(a.ledger),
+    )
     print(f"aggregated {len(a.cells)} cell records into {len(table)} rows in {a.out_dir}/cells.csv", file=sys.stderr)
     return 0
 
@@ -200,9 +265,15 @@ def cmd_aggregate(a) -> int:
 def cmd_figures(a) -> int:
     from loaderbench.report.figures import make_figures
 
-    make_figures(Path(a.table), Path(a.repeats), Path(a.out_dir), diagnosis_csv=Path(a.diagnosis) if a.diagnosis else None,
-                 probe_csv=Path(a.probe) if a.probe else None, timeline_csvs=[Path(p) for p in a.timelines],
-                 timeline_cells=a.timeline_cells)  # fmt: skip
+    make_figures(
+        Path(a.table),
+        Path(a.repeats),
+        Path(a.out_dir),
+        diagnosis_csv=Path(a.diagnosis) if a.diagnosis else None,
+        probe_csv=Path(a.probe) if a.probe else None,
+        timeline_csvs=[Path(p) for p in a.timelines],
+        timeline_cells=a.timeline_cells,
+    )
     return 0
 
 
@@ -214,19 +285,31 @@ def cmd_diagnose(a) -> int:
     d = run(Path(a.table), baseline, Path(a.out_dir))
     write_verdict(d, baseline, Path(a.out_dir))
     for _, r in d.iterrows():
-        print(f"{r['loader']:>12} {r['tier']:>8} g{r['gpus']} b{r['batch_size']} {r['precision']:>4} "
-              f"{r['parallel']:>3}: {r['bottleneck']}", file=sys.stderr)  # fmt: skip
+        print(
+            f"{r['loader']:>12} {r['tier']:>8} g{r['gpus']} b{r['batch_size']} {r['precision']:>4} "
+            f"{r['parallel']:>3}: {r['bottleneck']}",
+            file=sys.stderr,
+        )
     return 0
 
 
 def cmd_bundle(a) -> int:
     from loaderbench.report.bundle import make_bundle
 
-    paths = lambda names: [Path(n) for n in names or []]  # noqa: E731
+    paths = lambda names: [Path(n) for n in names or []]
     index = make_bundle(
-        Path(a.config_json), paths(a.tables), paths(a.figures), Path(a.check), Path(a.check_report),
-        paths(a.manifests), paths(a.cells), Path(a.captions), Path(a.out_dir), Path(a.zip),
-        timeline_files=paths(a.timelines), crosscheck_files=paths(a.crosscheck),
-    )  # fmt: skip
+        Path(a.config_json),
+        paths(a.tables),
+        paths(a.figures),
+        Path(a.check),
+        Path(a.check_report),
+        paths(a.manifests),
+        paths(a.cells),
+        Path(a.captions),
+        Path(a.out_dir),
+        Path(a.zip),
+        timeline_files=paths(a.timelines),
+        crosscheck_files=paths(a.crosscheck),
+    )
     print(f"bundle: {index.resolve()}  (zip: {Path(a.zip).resolve()})")
     return 0

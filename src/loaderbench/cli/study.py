@@ -18,18 +18,30 @@ TITLE = "Run and read a study"
 
 def register(add) -> None:
     """Add this group's subcommands (`add` is `add_parser` that also lists the command under TITLE)."""
+    _add_config_commands(add)
+    _add_results_commands(add)
+
+
+def _add_config_commands(add) -> None:
+    """validate-config, fuse-check, cells and plan: a config checked, its cells listed and planned."""
     s = add("validate-config", help="validate a config file and print the cell count")
     s.add_argument("--config", required=True)
     s.add_argument("--show", action="store_true", help="print the config with defaults filled in")
-    s.add_argument("--skip-paths", action="store_true",
-                   help="do not check what lies on this machine: the dataset and tier paths, a path source's image "
-                   "count and the plugin loaders' modules (a config for another machine)")
+    s.add_argument(
+        "--skip-paths",
+        action="store_true",
+        help="do not check what lies on this machine: the dataset and tier paths, a path source's image "
+        "count and the plugin loaders' modules (a config for another machine)",
+    )
     s.set_defaults(func=cmd_validate)
 
     s = add("fuse-check", help="say whether the config's emulated tiers can be mounted here (FUSE)")
     s.add_argument("--config", required=True)
-    s.add_argument("--install", action="store_true",
-                   help="install fuse3 with apt-get when missing and running as root (LOADERBENCH_INSTALL=0: never)")
+    s.add_argument(
+        "--install",
+        action="store_true",
+        help="install fuse3 with apt-get when missing and running as root (LOADERBENCH_INSTALL=0: never)",
+    )
     s.set_defaults(func=cmd_fuse_check)
 
     s = add("cells", help="list the cell ids of a config")
@@ -40,20 +52,35 @@ def register(add) -> None:
     s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=cmd_cells)
 
-    s = add("plan", help="the study's cells, predicted run time per part, fixed costs, total and "
-                       "budget verdict (exit 2 when over budget_minutes without trim)")  # fmt: skip
+    s = add(
+        "plan",
+        help="the study's cells, predicted run time per part, fixed costs, total and "
+        "budget verdict (exit 2 when over budget_minutes without trim)",
+    )
     s.add_argument("--config", required=True)
-    s.add_argument("--results", default=RESULTS.root,
-                   help="results folder: its staging manifests, check and probes say what is done "
-                   "(default %(default)s)")
-    s.add_argument("--records", nargs="+", metavar="DIR",
-                   help=f"folders of cell records: measured cells and calibration (default {RESULTS.cells})")
-    s.add_argument("--host-from", metavar="DIR",
-                   help="plan for the host these records came from (and calibrate on them), not this machine")
+    s.add_argument(
+        "--results",
+        default=RESULTS.root,
+        help="results folder: its staging manifests, check and probes say what is done (default %(default)s)",
+    )
+    s.add_argument(
+        "--records",
+        nargs="+",
+        metavar="DIR",
+        help=f"folders of cell records: measured cells and calibration (default {RESULTS.cells})",
+    )
+    s.add_argument(
+        "--host-from",
+        metavar="DIR",
+        help="plan for the host these records came from (and calibrate on them), not this machine",
+    )
     s.add_argument("--json", metavar="FILE", help="also write the plan as JSON here")
     s.add_argument("--cells", action="store_true", help="list every cell with its predicted seconds and basis")
     s.set_defaults(func=cmd_plan)
 
+
+def _add_results_commands(add) -> None:
+    """verdict, where, respread and adopt: a run's results read, requeued and carried to another host."""
     s = add("verdict", help="print the run's verdict: per GPU count and tier, what limits it and the best fix")
     s.add_argument("--results", default=RESULTS.root)
     s.add_argument("--lines", type=int, default=12, help="at most this many lines (default 12)")
@@ -65,19 +92,32 @@ def register(add) -> None:
     s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=cmd_where)
 
-    s = add("respread", help="requeue (once) configurations whose repeats spread over spread_warn or that have a contended cell")
+    s = add(
+        "respread",
+        help="requeue (once) configurations whose repeats spread over spread_warn or that have a contended cell",
+    )
     s.add_argument("--config", required=True)
     s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=cmd_respread)
 
-    s = add("adopt", help="after staging on a fresh host: mark carried cell records that measured the "
-                       "current spec on the same data as up to date, so Snakemake measures only the missing cells")
+    s = add(
+        "adopt",
+        help="after staging on a fresh host: mark carried cell records that measured the "
+        "current spec on the same data as up to date, so Snakemake measures only the missing cells",
+    )
     s.add_argument("--config", required=True)
     s.add_argument("--results", default=RESULTS.root)
-    s.add_argument("--snakefile", default="Snakefile",
-                   help="the workflow whose stored metadata of the adopted records is cleared (default ./Snakefile)")
-    s.add_argument("--from", dest="source", metavar="DIR",
-                   help="first copy in the records of this grid from DIR/cells (a crosscheck's folder)")
+    s.add_argument(
+        "--snakefile",
+        default="Snakefile",
+        help="the workflow whose stored metadata of the adopted records is cleared (default ./Snakefile)",
+    )
+    s.add_argument(
+        "--from",
+        dest="source",
+        metavar="DIR",
+        help="first copy in the records of this grid from DIR/cells (a crosscheck's folder)",
+    )
     s.set_defaults(func=cmd_adopt)
 
 
@@ -93,7 +133,7 @@ def _fuse_problem() -> str | None:
     import subprocess
 
     code = "from loaderbench.data.emulated import fuse_available; print(fuse_available() or '')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False).stdout.strip()
     return out or None
 
 
@@ -114,9 +154,11 @@ def cmd_fuse_check(a) -> int:
         subprocess.run(["apt-get", "install", "-y", "-qq", "fuse3", "libfuse3-3"], env=env, check=False)
         problem = _fuse_problem()
     if problem:
-        print(f"loaderbench: FUSE is not usable here ({problem}). The emulated tier(s) {', '.join(emulated)} are "
-              "not measured: their cells are recorded 'skipped' with the fix, the other tiers run. Fix: as root "
-              "`apt install fuse3` (a container also needs --device /dev/fuse), then run again.")  # fmt: skip
+        print(
+            f"loaderbench: FUSE is not usable here ({problem}). The emulated tier(s) {', '.join(emulated)} are "
+            "not measured: their cells are recorded 'skipped' with the fix, the other tiers run. Fix: as root "
+            "`apt install fuse3` (a container also needs --device /dev/fuse), then run again."
+        )
     return 0
 
 
@@ -150,8 +192,13 @@ def cmd_plan(a) -> int:
 
     cfg = config_of(a)
     host = host_of_records(a.host_from) if a.host_from else None
-    plan = make_plan(cfg, a.records or [Layout(a.results).cells], host=host,
-                     host_dirs=[a.host_from] if a.host_from else [], results=a.results)  # fmt: skip
+    plan = make_plan(
+        cfg,
+        a.records or [Layout(a.results).cells],
+        host=host,
+        host_dirs=[a.host_from] if a.host_from else [],
+        results=a.results,
+    )
     print(plan.render(cells=a.cells))
     write_json(a, plan.to_dict())
     return 2 if plan.refused else 0
@@ -253,16 +300,28 @@ def _forget_metadata(outputs: list[Path], config: Path, snakefile: Path) -> str:
 
     if not snakefile.is_file():
         return f"Snakemake's stored metadata left as it is: no workflow at {snakefile} (--snakefile)"
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "--directory", str(Path.cwd()), "--cores", "1",
-           "--configfile", str(config), "--cleanup-metadata", *map(str, outputs)]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(snakefile),
+        "--directory",
+        str(Path.cwd()),
+        "--cores",
+        "1",
+        "--configfile",
+        str(config),
+        "--cleanup-metadata",
+        *map(str, outputs),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     # Snakemake clears what it has and exits 1 naming the outputs it had nothing for (a fresh host has nothing)
     absent = "because the metadata was not present" in out.stderr
     if out.returncode != 0 and not absent:
         raise RuntimeError(f"snakemake --cleanup-metadata failed ({out.returncode}): {out.stderr[-2000:]}")
     none = sum(str(p) in out.stderr.split("Files:", 1)[-1].split() for p in outputs) if absent else 0
-    return (f"Snakemake's stored metadata of the adopted outputs cleared: {len(outputs) - none} had some, "
-            f"{none} none")
+    return f"Snakemake's stored metadata of the adopted outputs cleared: {len(outputs) - none} had some, {none} none"
 
 
 def cmd_where(a) -> int:

@@ -10,9 +10,20 @@ process trees). The names below are imported on first use.
 
 from .util import lazy_exports
 
-_EXPORTS = {"CellSpec": "cells", "cell_ids": "cells", "cell_spec": "cells", "configuration": "cells",
-            "parse_cell_id": "cells", "ConfigError": "config", "load_config": "config", "validate_config": "config",
-            "RESULTS": "layout", "Layout": "layout", "load_records": "records", "make_record": "records",
-            "ratio": "uncertainty"}  # fmt: skip
-__all__ = sorted(_EXPORTS)
+_EXPORTS = {
+    "CellSpec": "cells",
+    "cell_ids": "cells",
+    "cell_spec": "cells",
+    "configuration": "cells",
+    "parse_cell_id": "cells",
+    "ConfigError": "config",
+    "load_config": "config",
+    "validate_config": "config",
+    "RESULTS": "layout",
+    "Layout": "layout",
+    "load_records": "records",
+    "make_record": "records",
+    "ratio": "uncertainty",
+}
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the names lazy_exports serves
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -95,8 +95,9 @@ class CellSpec:
     cold_step: str | bool = _from_config("cold_step", default="auto")  # a step on a random batch in setup (train)
     # what the torchvision loader's workers hand over: float32 (ToTensor + Normalize in the workers, the seed's
     # recipe) or uint8 (the same crop and flip; normalised on the device, as opencv does)
-    torchvision_transport: str = _from_config("torchvision.transport", since_records=True, loaders=("torchvision", "wds"),
-                                              default="float32")  # fmt: skip
+    torchvision_transport: str = _from_config(
+        "torchvision.transport", since_records=True, loaders=("torchvision", "wds"), default="float32"
+    )
     # steps profiled after the window (torch.profiler; stepprofile): a record's metrics.profile; 0: none
     profile_steps: int = _from_config("profile_steps", since_records=True, default=0)
     # SGD's fused implementation: under amp, GradScaler's overflow check stays on the device (no host sync a step)
@@ -105,8 +106,9 @@ class CellSpec:
     # loader shuffles among while reading
     shard_readers: int = _from_config("shards.readers", since_records=True, loaders=("wds",), default=1)
     shard_read_mb: float = _from_config("shards.read_mb", since_records=True, loaders=("wds",), default=16)
-    shuffle_buffer: int = _from_config("shards.shuffle_buffer", since_records=True, loaders=("wds", "dali-wds"),
-                                       default=1000)  # fmt: skip
+    shuffle_buffer: int = _from_config(
+        "shards.shuffle_buffer", since_records=True, loaders=("wds", "dali-wds"), default=1000
+    )
     # a plugin loader's factory, 'module:factory' (docs/plugins.md); None for a built-in loader
     loader_ref: str | None = field(default=None, metadata={"since_records": True})
     # the plugin's code as the spec was made (pluginsource.plugin_identity: its distribution's version and a hash of its
@@ -149,8 +151,10 @@ _LOADER_SCOPED = {f.name: (f.metadata["loaders"], f.default) for f in fields(Cel
 
 def loader_settings(settings: dict, loader: str) -> dict:
     """A part's settings as a cell of `loader` takes them: another loader's setting at its default."""
-    return {k: (v if k not in _LOADER_SCOPED or loader in _LOADER_SCOPED[k][0] else _LOADER_SCOPED[k][1])
-            for k, v in settings.items()}  # fmt: skip
+    return {
+        k: (v if k not in _LOADER_SCOPED or loader in _LOADER_SCOPED[k][0] else _LOADER_SCOPED[k][1])
+        for k, v in settings.items()
+    }
 
 
 def cell_id(loader: str, tier: str, gpus: int, batch_size: int, precision: str, parallel: str, repeat: int) -> str:
@@ -181,8 +185,13 @@ def part_cells(part: dict) -> list[str]:
     return [
         cell_id(lo, t, g, b, p, par, r)
         for r, par, g, lo, t, b, p in itertools.product(
-            range(part["repeats"]), part["parallel"], part["gpus"], part["loaders"], part["tiers"],
-            part["batch_sizes"], part["precisions"],
+            range(part["repeats"]),
+            part["parallel"],
+            part["gpus"],
+            part["loaders"],
+            part["tiers"],
+            part["batch_sizes"],
+            part["precisions"],
         )
         if _on_tier(part, lo, t)
     ]
@@ -193,10 +202,16 @@ def cell_part(cfg: dict, cid: str) -> dict | None:
     job asks for its own spec); None when no part has it."""
     d = parse_cell_id(cid)
     for part in cfg["parts"]:
-        if (d["loader"] in part["loaders"] and d["tier"] in part["tiers"] and d["gpus"] in part["gpus"]
-                and d["batch_size"] in part["batch_sizes"] and d["precision"] in part["precisions"]
-                and d["parallel"] in part["parallel"] and d["repeat"] < part["repeats"]
-                and _on_tier(part, d["loader"], d["tier"])):  # fmt: skip
+        if (
+            d["loader"] in part["loaders"]
+            and d["tier"] in part["tiers"]
+            and d["gpus"] in part["gpus"]
+            and d["batch_size"] in part["batch_sizes"]
+            and d["precision"] in part["precisions"]
+            and d["parallel"] in part["parallel"]
+            and d["repeat"] < part["repeats"]
+            and _on_tier(part, d["loader"], d["tier"])
+        ):
             return part
     return None
 
@@ -229,10 +244,19 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     tier = cfg["storage"][d["tier"]]
     settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
     ref = cfg.get("plugins", {}).get(d["loader"])
-    return CellSpec(**d, **loader_settings(settings, d["loader"]), tier_path=tier["path"],
-                    dataset=cfg["dataset"]["name"], seed=cfg["seed"] + d["repeat"], tier_kind=tier["kind"], cache=tier["cache"],
-                    read_path=tier_read_path(tier), device_model=tier["model"], loader_ref=ref,
-                    loader_identity=plugin_identity(ref) if ref else None)  # fmt: skip
+    return CellSpec(
+        **d,
+        **loader_settings(settings, d["loader"]),
+        tier_path=tier["path"],
+        dataset=cfg["dataset"]["name"],
+        seed=cfg["seed"] + d["repeat"],
+        tier_kind=tier["kind"],
+        cache=tier["cache"],
+        read_path=tier_read_path(tier),
+        device_model=tier["model"],
+        loader_ref=ref,
+        loader_identity=plugin_identity(ref) if ref else None,
+    )
 
 
 def config_value(cfg: dict, key: str):
@@ -240,6 +264,7 @@ def config_value(cfg: dict, key: str):
     for part in key.split("."):
         cfg = cfg[part]
     return cfg
+
 
 REPEAT = re.compile(r"_r\d+$")
 

@@ -15,16 +15,16 @@ import yaml
 from .cells import (
     CELL_ID_RE,
     CONFIG_KEYS,
+    TIERLESS,
     ConfigError,
     config_value,
     loader_settings,
     parse_cell_id,
     part_cells,
-    TIERLESS,
 )
-from .provenance import filesystem_of
-from .registry import LOADERS, PLUGIN_NAME, SHARD_LOADERS, REFERENCE, installed_plugins, reference_name
 from .pluginsource import find_module
+from .provenance import filesystem_of
+from .registry import LOADERS, PLUGIN_NAME, REFERENCE, SHARD_LOADERS, installed_plugins, reference_name
 from .util import stable_hash
 
 
@@ -56,8 +56,9 @@ def _key(path) -> str:
     return out or "(top level)"
 
 
-def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths: bool = False,
-                    find_plugins: bool | None = None) -> dict:  # fmt: skip
+def validate_config(
+    raw: dict | None, base_dir: Path | None = None, check_paths: bool = False, find_plugins: bool | None = None
+) -> dict:
     """Validate against the schema, fill defaults, check cross-key rules; return a new dict.
 
     check_paths: also check what lies on this machine - the dataset and tier paths (see _check_paths), the number of
@@ -89,13 +90,16 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
     win = cfg["window"]
     given = [k for k in ("steps", "seconds", "max_seconds") if (raw or {}).get("window", {}).get(k) is not None]
     if len(given) > 1:
-        raise ConfigError(f"config key 'window': give one of 'steps', 'seconds' (fixed) or 'max_seconds' (adaptive), "
-                          f"not {' and '.join(given)}")  # fmt: skip
+        raise ConfigError(
+            f"config key 'window': give one of 'steps', 'seconds' (fixed) or 'max_seconds' (adaptive), "
+            f"not {' and '.join(given)}"
+        )
     if given and given[0] != "max_seconds":
         win["max_seconds"] = None  # a fixed window: no adaptive stop
     if win["max_seconds"] is not None and win["min_seconds"] > win["max_seconds"]:
-        raise ConfigError(f"config key 'window.min_seconds': {win['min_seconds']} exceeds window.max_seconds "
-                          f"{win['max_seconds']}")  # fmt: skip
+        raise ConfigError(
+            f"config key 'window.min_seconds': {win['min_seconds']} exceeds window.max_seconds {win['max_seconds']}"
+        )
     if cfg["cell_timeout_s"] == "auto":
         cfg["cell_timeout_s"] = auto_timeout(win, cfg["compile"])
     ds = cfg["dataset"]
@@ -113,7 +117,9 @@ def validate_config(raw: dict | None, base_dir: Path | None = None, check_paths:
     bad = [(i, c) for i, c in enumerate(cfg["timeline_cells"]) if not CELL_ID_RE.match(c)]
     if bad:
         i, c = bad[0]
-        raise ConfigError(f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)")
+        raise ConfigError(
+            f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)"
+        )
     _resolve_parts(raw or {}, cfg, base_dir, find_plugins)
     _resolve_shards(cfg)
     if check_paths:
@@ -148,10 +154,12 @@ def _check_batches(cfg: dict, raw: dict, count_files: bool) -> None:
         where = f"config key 'parts[{i}]' ({part['name']}): " if raw.get("parts") else ""
         fits = sorted(x for x in part["batch_sizes"] if x * g <= have)
         step = f"batch {b} on {g} GPUs takes {b * g} images a step" if g > 1 else f"batch {b} takes {b} images a step"
-        raise ConfigError(f"{where}config key 'batch_sizes': {step}, but {what}; "
-                          + (f"use batch sizes up to {fits[-1]}" if fits else "lower the batch size")
-                          + (" or use fewer GPUs (config key 'gpus')" if g > 1 else "")
-                          + ", or give the dataset more images")  # fmt: skip
+        raise ConfigError(
+            f"{where}config key 'batch_sizes': {step}, but {what}; "
+            + (f"use batch sizes up to {fits[-1]}" if fits else "lower the batch size")
+            + (" or use fewer GPUs (config key 'gpus')" if g > 1 else "")
+            + ", or give the dataset more images"
+        )
 
 
 def _count_images(source: Path, enough: int) -> int:
@@ -178,15 +186,21 @@ def _resolve_shards(cfg: dict) -> None:
     if sh["stage"] == "auto":
         sh["stage"] = bool(readers) or not sh["files"]
     elif readers and not sh["stage"]:
-        raise ConfigError(f"config key 'shards.stage': false, but {', '.join(readers)} read(s) shards; set it to "
-                          "true or auto, or drop those loaders")  # fmt: skip
+        raise ConfigError(
+            f"config key 'shards.stage': false, but {', '.join(readers)} read(s) shards; set it to "
+            "true or auto, or drop those loaders"
+        )
     if not sh["files"]:
         if not sh["stage"]:
-            raise ConfigError("config key 'shards.files': false stages the shards instead of the files, but "
-                              "shards.stage is false: nothing would be staged")  # fmt: skip
+            raise ConfigError(
+                "config key 'shards.files': false stages the shards instead of the files, but "
+                "shards.stage is false: nothing would be staged"
+            )
         if file_readers := sorted(loaders - set(SHARD_LOADERS) - set(TIERLESS)):
-            raise ConfigError(f"config key 'shards.files': false stages only shards, but {', '.join(file_readers)} "
-                              "read(s) the files; set it to true or measure only wds and dali-wds")  # fmt: skip
+            raise ConfigError(
+                f"config key 'shards.files': false stages only shards, but {', '.join(file_readers)} "
+                "read(s) the files; set it to true or measure only wds and dali-wds"
+            )
 
 
 # Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).
@@ -213,8 +227,10 @@ def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'", find: bool = 
     declared = dict(cfg.get("plugins") or {})
     for name, ref in declared.items():
         if not PLUGIN_NAME.match(name) or name in LOADERS:
-            raise ConfigError(f"config key 'plugins.{name}': a plugin's name is lowercase letters, digits and '-', "
-                              f"and not a built-in loader's ({', '.join(LOADERS)})")  # fmt: skip
+            raise ConfigError(
+                f"config key 'plugins.{name}': a plugin's name is lowercase letters, digits and '-', "
+                f"and not a built-in loader's ({', '.join(LOADERS)})"
+            )
         if not REFERENCE.match(ref):
             raise ConfigError(f"config key 'plugins.{name}': {ref!r} is not a 'module:factory' reference")
     names, plugins, installed = [], {}, None
@@ -230,20 +246,27 @@ def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'", find: bool = 
             installed = installed_plugins() if installed is None else installed
             if entry not in installed:
                 known = ", ".join([*LOADERS, *declared, *installed])
-                raise ConfigError(f"{key}: unknown loader {entry!r}; known: {known}; or name a plugin's "
-                                  "factory as 'module:factory' (docs/plugins.md)")  # fmt: skip
+                raise ConfigError(
+                    f"{key}: unknown loader {entry!r}; known: {known}; or name a plugin's "
+                    "factory as 'module:factory' (docs/plugins.md)"
+                )
             name, ref = entry, installed[entry]
             where = f"{key}: plugin {entry!r} (an installed package's entry point, {ref!r})"
         if find and find_module(module := ref.partition(":")[0]) is None:
-            raise ConfigError(f"{where}: module {module!r} cannot be found here (not installed, not on PYTHONPATH, "
-                              "or a package above it fails to import); install its package, or put the folder that "
-                              "holds it on PYTHONPATH before starting snakemake (docs/plugins.md)")  # fmt: skip
+            raise ConfigError(
+                f"{where}: module {module!r} cannot be found here (not installed, not on PYTHONPATH, "
+                "or a package above it fails to import); install its package, or put the folder that "
+                "holds it on PYTHONPATH before starting snakemake (docs/plugins.md)"
+            )
         if name in LOADERS or not PLUGIN_NAME.match(name):
-            raise ConfigError(f"{key}: plugin {entry!r} would be named {name!r}, which is a built-in "
-                              "loader's or not a name; name it under 'plugins'")  # fmt: skip
+            raise ConfigError(
+                f"{key}: plugin {entry!r} would be named {name!r}, which is a built-in "
+                "loader's or not a name; name it under 'plugins'"
+            )
         if plugins.setdefault(name, ref) != ref:
-            raise ConfigError(f"{key}: {plugins[name]!r} and {ref!r} would both be named {name!r}; "
-                              "name them under 'plugins'")  # fmt: skip
+            raise ConfigError(
+                f"{key}: {plugins[name]!r} and {ref!r} would both be named {name!r}; name them under 'plugins'"
+            )
         names.append(name)
     if len(set(names)) < len(names):
         raise ConfigError(f"{key}: a loader is named twice ({', '.join(names)})")
@@ -276,11 +299,16 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path, find_plugins: bool = Fa
             raise ConfigError(f"{where}: the name is used by an earlier part")
         bad = sorted(set(p) - settable)
         if bad:
-            raise ConfigError(f"{where}: {', '.join(map(repr, bad))} cannot differ between parts; a part sets "
-                              f"{', '.join(sorted(settable - {'name', 'note'}))}")  # fmt: skip
+            raise ConfigError(
+                f"{where}: {', '.join(map(repr, bad))} cannot differ between parts; a part sets "
+                f"{', '.join(sorted(settable - {'name', 'note'}))}"
+            )
         try:
-            pc = validate_config(_merge(base, {k: v for k, v in p.items() if k not in ("name", "note")}), base_dir,
-                                 find_plugins=find_plugins)  # fmt: skip
+            pc = validate_config(
+                _merge(base, {k: v for k, v in p.items() if k not in ("name", "note")}),
+                base_dir,
+                find_plugins=find_plugins,
+            )
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
         cfg["plugins"].update(pc["plugins"])
@@ -292,8 +320,10 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path, find_plugins: bool = Fa
             mine, theirs = loader_settings(part["settings"], loader), loader_settings(other["settings"], loader)
             if other is not part and mine != theirs:
                 differ = sorted(k for k in mine if mine[k] != theirs[k])
-                raise ConfigError(f"{where}: cell {cid} is also in part {other['name']!r} with other settings "
-                                  f"({', '.join(differ)}); a cell has one spec")  # fmt: skip
+                raise ConfigError(
+                    f"{where}: cell {cid} is also in part {other['name']!r} with other settings "
+                    f"({', '.join(differ)}); a cell has one spec"
+                )
         parts.append(part)
     cfg["parts"] = parts
     cfg["tiers"] = list(dict.fromkeys(t for part in parts for t in part["tiers"]))
@@ -302,8 +332,12 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path, find_plugins: bool = Fa
 
 
 def _part(name: str, cfg: dict, note: str) -> dict:
-    return {"name": name, "note": note, **{k: cfg[k] for k in AXES},
-            "settings": {f: config_value(cfg, key) for f, key in CONFIG_KEYS.items()}}  # fmt: skip
+    return {
+        "name": name,
+        "note": note,
+        **{k: cfg[k] for k in AXES},
+        "settings": {f: config_value(cfg, key) for f, key in CONFIG_KEYS.items()},
+    }
 
 
 def auto_timeout(window: dict, compile_: bool) -> float:
@@ -322,8 +356,10 @@ def _check_paths(cfg: dict, project_dir: Path) -> None:
     if ds["source"] == "path":
         path = Path(ds["path"])
         if not path.exists():
-            raise ConfigError(f"config key 'dataset.path': {path} does not exist; point it at an ImageFolder root "
-                              "(<root>/<class>/<image>, e.g. ImageNet's train/)")  # fmt: skip
+            raise ConfigError(
+                f"config key 'dataset.path': {path} does not exist; point it at an ImageFolder root "
+                "(<root>/<class>/<image>, e.g. ImageNet's train/)"
+            )
         if not path.is_dir():
             raise ConfigError(f"config key 'dataset.path': {path} is not a directory; point it at an ImageFolder root")
     project = Path(os.path.realpath(project_dir))
@@ -332,15 +368,20 @@ def _check_paths(cfg: dict, project_dir: Path) -> None:
             continue
         path = Path(t["path"])
         if path.exists() and not path.is_dir():
-            raise ConfigError(f"config key 'storage.{name}': {path} is a file, not a directory; point the tier at "
-                              "a directory (staging writes into <dir>/loaderbench/)")  # fmt: skip
+            raise ConfigError(
+                f"config key 'storage.{name}': {path} is a file, not a directory; point the tier at "
+                "a directory (staging writes into <dir>/loaderbench/)"
+            )
         if not path.exists() and project not in Path(os.path.realpath(path)).parents:
-            raise ConfigError(f"config key 'storage.{name}': {path} does not exist; mount the {name} device there, "
-                              "create the directory, or point the key at an existing one (only directories inside "
-                              f"the project {project} are created by staging)")  # fmt: skip
+            raise ConfigError(
+                f"config key 'storage.{name}': {path} does not exist; mount the {name} device there, "
+                "create the directory, or point the key at an existing one (only directories inside "
+                f"the project {project} are created by staging)"
+            )
         if t["mount"] and Path(t["mount"]).exists() and not Path(t["mount"]).is_dir():
-            raise ConfigError(f"config key 'storage.{name}.mount': {t['mount']} is a file, not a directory; "
-                              "pick another mount point")  # fmt: skip
+            raise ConfigError(
+                f"config key 'storage.{name}.mount': {t['mount']} is a file, not a directory; pick another mount point"
+            )
 
 
 RAM_FILESYSTEMS = ("tmpfs", "ramfs")
@@ -348,8 +389,12 @@ RAM_FILESYSTEMS = ("tmpfs", "ramfs")
 
 def _check_distinct_tiers(storage: dict) -> None:
     """Two tiers on the same or nested paths (or mount points) would stage into each other's files."""
-    places = [(f"storage.{name}.{k}", Path(os.path.realpath(t[k]))) for name, t in storage.items()
-              for k in ("path", "mount") if t[k]]  # fmt: skip
+    places = [
+        (f"storage.{name}.{k}", Path(os.path.realpath(t[k])))
+        for name, t in storage.items()
+        for k in ("path", "mount")
+        if t[k]
+    ]
     for i, (key_a, a) in enumerate(places):
         for key_b, b in places[i + 1 :]:
             if key_a.rsplit(".", 1)[0] == key_b.rsplit(".", 1)[0]:
@@ -378,7 +423,9 @@ def _tier(name: str, value: str | dict, base_dir: Path, models: dict) -> dict:
             raise ConfigError(f"config key '{key}.model': {e}") from e
         t["mount"] = str(_resolve(t.get("mount") or f"resources/mnt/{name}", base_dir))
         if Path(t["mount"]) == Path(t["path"]) or Path(t["path"]) in Path(t["mount"]).parents:
-            raise ConfigError(f"config key '{key}.mount': the mount point must lie outside the backing path {t['path']}")
+            raise ConfigError(
+                f"config key '{key}.mount': the mount point must lie outside the backing path {t['path']}"
+            )
     else:
         for k in ("model", "mount"):
             if t.get(k) is not None:
@@ -415,8 +462,10 @@ def load_config(path: str | Path, base_dir: Path | None = None, check_paths: boo
         what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e)
         raise ConfigError(f"config file {path}{where}: not valid YAML: {what}") from e
     if raw is None:  # Snakemake refuses an empty --configfile too ("keys at top level")
-        raise ConfigError(f"config file {path} is empty: give the keys to set (config/README.md), or leave out "
-                          "--configfile for the embedded default config/quickstart.yaml")  # fmt: skip
+        raise ConfigError(
+            f"config file {path} is empty: give the keys to set (config/README.md), or leave out "
+            "--configfile for the embedded default config/quickstart.yaml"
+        )
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path}: the top level must be a mapping of keys to values")
     return validate_config(raw, base_dir, check_paths=check_paths)
@@ -448,5 +497,3 @@ def dataset_source_dir(cfg: dict) -> Path:
     if ds["source"] == "path":
         return Path(ds["path"])
     return Path("resources/datasets") / ds["name"] / "train"
-
-

@@ -126,8 +126,11 @@ def _source_files(chain: list):
         files = []
         for path in sorted(root.rglob("*")):
             rel = path.relative_to(root).parts
-            if path.suffix in SOURCE_SUFFIXES and path.is_file() and not any(p.startswith(".") or p == "__pycache__"
-                                                                             for p in rel):  # fmt: skip
+            if (
+                path.suffix in SOURCE_SUFFIXES
+                and path.is_file()
+                and not any(p.startswith(".") or p == "__pycache__" for p in rel)
+            ):
                 files.append(path)
         return root, files
     return None, []

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 import uuid
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 
@@ -56,10 +56,22 @@ def git_commit() -> dict:
         return {"commit": os.environ["LOADERBENCH_GIT_COMMIT"], "dirty": None}
     here = Path(__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        rev = subprocess.run(
+            ["git", "rev-parse", "--verify", "-q", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         commit = rev.stdout.strip() if rev.returncode == 0 else ""
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=10
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
@@ -75,7 +87,7 @@ def tree_sha256(root: Path) -> str:
     return h.hexdigest()
 
 
-@lru_cache(maxsize=None)
+@cache
 def code_sha256() -> str:
     """The loaderbench code that ran, by content (`tree_sha256` of the package). It names the code where the commit
     cannot: a tree copied without .git, or with changes not committed."""
@@ -131,16 +143,20 @@ def _text(value) -> str:
 
 def gpus_by_nvml() -> tuple[list[str], str | None]:
     """(GPU models, driver version) from NVML; ([], None) without a driver."""
-    return nvml_query(lambda nv: (
-        [_text(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i))) for i in range(nv.nvmlDeviceGetCount())],
-        _text(nv.nvmlSystemGetDriverVersion()),
-    ), ([], None))  # fmt: skip
+    return nvml_query(
+        lambda nv: (
+            [_text(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i))) for i in range(nv.nvmlDeviceGetCount())],
+            _text(nv.nvmlSystemGetDriverVersion()),
+        ),
+        ([], None),
+    )
 
 
 def gpu_memory_used_mb(gpus: int) -> list[float] | None:
     """Memory in use on GPUs 0..gpus-1 as NVML reports it (all processes, the CUDA contexts included)."""
-    return nvml_query(lambda nv: [nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).used / 2**20
-                                  for i in range(gpus)])  # fmt: skip
+    return nvml_query(
+        lambda nv: [nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).used / 2**20 for i in range(gpus)]
+    )
 
 
 def runtime() -> dict:

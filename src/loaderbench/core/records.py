@@ -13,8 +13,14 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "skipped", "failed")
 
 
-def make_record(spec: CellSpec, status: str, metrics: dict | None = None, reason: str | None = None,
-                detail: str | None = None, **parts) -> dict:  # fmt: skip
+def make_record(
+    spec: CellSpec,
+    status: str,
+    metrics: dict | None = None,
+    reason: str | None = None,
+    detail: str | None = None,
+    **parts,
+) -> dict:
     """The cell record, built here only (the cell runner calls it once, with everything it collected: `parts` are
     started_at, wall_s, tier, telemetry, contention, provenance, phases_s, process_start, stacks, manifest_sha256).
 

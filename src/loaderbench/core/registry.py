@@ -60,4 +60,3 @@ def installed_plugins() -> dict[str, str]:
     from importlib.metadata import entry_points
 
     return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-

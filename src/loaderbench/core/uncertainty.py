@@ -66,8 +66,13 @@ class Ratio:
         return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
     def to_dict(self) -> dict:
-        return {"value": self.value, "halfwidth": self.halfwidth, "low": self.low, "high": self.high,
-                "rounds": self.rounds}  # fmt: skip
+        return {
+            "value": self.value,
+            "halfwidth": self.halfwidth,
+            "low": self.low,
+            "high": self.high,
+            "rounds": self.rounds,
+        }
 
 
 def quotient(a: float, a_halfwidth: float, b: float, b_halfwidth: float) -> Ratio:

@@ -8,7 +8,12 @@ and write the manifest), `manifest` (the staged files and labels every reader ta
 
 from loaderbench.core.util import lazy_exports
 
-_EXPORTS = {"DatasetError": "check", "check_dataset": "check", "samples": "manifest", "StagingError": "stage",
-            "stage": "stage"}  # fmt: skip
-__all__ = sorted(_EXPORTS)
+_EXPORTS = {
+    "DatasetError": "check",
+    "check_dataset": "check",
+    "samples": "manifest",
+    "StagingError": "stage",
+    "stage": "stage",
+}
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the names lazy_exports serves
 __getattr__ = lazy_exports(__name__, _EXPORTS)

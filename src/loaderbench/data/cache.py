@@ -163,5 +163,9 @@ class KeepCold:
     def stop(self) -> dict:
         self._stop.set()
         self._thread.join()
-        return {"sweeps": self.sweeps, "files": len(self.paths), "interval_s": self.interval_s,
-                "sweep_ms_mean": round(1000 * self.sweep_s / self.sweeps, 3) if self.sweeps else None}  # fmt: skip
+        return {
+            "sweeps": self.sweeps,
+            "files": len(self.paths),
+            "interval_s": self.interval_s,
+            "sweep_ms_mean": round(1000 * self.sweep_s / self.sweeps, 3) if self.sweeps else None,
+        }

@@ -29,9 +29,17 @@ MAGIC = (
     (b"MM\x00*", "tiff"),
 )
 EXTENSIONS = {
-    ".jpg": "jpeg", ".jpeg": "jpeg", ".png": "png", ".gif": "gif", ".bmp": "bmp",
-    ".tif": "tiff", ".tiff": "tiff", ".webp": "webp", ".ppm": "ppm", ".pgm": "ppm",
-}  # fmt: skip
+    ".jpg": "jpeg",
+    ".jpeg": "jpeg",
+    ".png": "png",
+    ".gif": "gif",
+    ".bmp": "bmp",
+    ".tif": "tiff",
+    ".tiff": "tiff",
+    ".webp": "webp",
+    ".ppm": "ppm",
+    ".pgm": "ppm",
+}
 
 
 class DatasetError(ValueError):
@@ -155,8 +163,15 @@ def check_dataset(source: Path, out: Path, quarantine: Path, strict: bool = Fals
         for rel, res in progress(zip(todo, results), total=len(todo), label="check images"):
             entries[rel].update(res)
     ordered = [entries[r] for r in files]
-    counts = {"files": len(ordered), "ok": 0, "odd": 0, "bad": 0, "rechecked": len(todo), "stray": len(stray),
-              "empty_classes": len(empty)}  # fmt: skip
+    counts = {
+        "files": len(ordered),
+        "ok": 0,
+        "odd": 0,
+        "bad": 0,
+        "rechecked": len(todo),
+        "stray": len(stray),
+        "empty_classes": len(empty),
+    }
     issues: dict[str, int] = {}
     for e in ordered:
         counts[e["status"]] += 1
@@ -215,8 +230,9 @@ def render_report(result: dict) -> str:
     for key, why in (("empty_classes", "no files"), ("all_bad_classes", "every file undecodable")):
         if names := result.get(key):
             more = f" and {len(names) - 20} more" if len(names) > 20 else ""
-            lines.append(f"class folders left out ({why}; not classes of the staged dataset): "
-                         f"{', '.join(names[:20])}{more}")  # fmt: skip
+            lines.append(
+                f"class folders left out ({why}; not classes of the staged dataset): {', '.join(names[:20])}{more}"
+            )
     for e in result["files"]:
         if e["status"] != "ok":
             detail = f" ({e['error']})" if e.get("error") else ""

@@ -53,7 +53,7 @@ def render_image(params: DatasetParams, index: int) -> tuple[int, bytes]:
     src = photos[label % len(photos)] if rng.random() < 0.7 else photos[rng.integers(len(photos))]
     aspect = float(rng.choice(ASPECTS, p=ASPECT_WEIGHTS)) * float(rng.uniform(0.95, 1.05))
     width = int(rng.integers(params.min_width, params.max_width + 1))
-    height = max(64, int(round(width / aspect)))
+    height = max(64, round(width / aspect))
     # Crop a random window of the source with the target aspect, covering 25-100 % of its area.
     sh, sw = src.shape[:2]
     area = rng.uniform(0.25, 1.0) * sh * sw
@@ -98,11 +98,9 @@ def make_dataset(params: DatasetParams, out: Path, jobs: int | None = None) -> d
     for c in range(params.classes):
         (train / f"class_{c:04d}").mkdir(parents=True, exist_ok=True)
     jobs = jobs or len(os.sched_getaffinity(0))
-    sizes = []
     work = [(params, i, str(train)) for i in range(params.images)]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for size in progress(pool.map(_render_to, work, chunksize=16), total=len(work), label="make-dataset"):
-            sizes.append(size)
+        sizes = list(progress(pool.map(_render_to, work, chunksize=16), total=len(work), label="make-dataset"))
     sizes_kb = np.asarray(sizes) / 1000.0
     stats = {
         "params": asdict(params),

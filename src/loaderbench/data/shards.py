@@ -53,8 +53,11 @@ def _write_shard(path: Path, index_path: Path, items: list[tuple[int, str, int]]
     try:
         with tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as tar:
             for key, image, label in items:
-                parts = [("jpg", Path(image).read_bytes()), ("cls", str(label).encode()),
-                         ("label", int(label).to_bytes(4, "little", signed=True))]  # fmt: skip
+                parts = [
+                    ("jpg", Path(image).read_bytes()),
+                    ("cls", str(label).encode()),
+                    ("label", int(label).to_bytes(4, "little", signed=True)),
+                ]
                 line = []
                 for ext, data in parts:
                     name = f"{key:08d}.{ext}"
@@ -72,17 +75,34 @@ def _write_shard(path: Path, index_path: Path, items: list[tuple[int, str, int]]
         tmp.unlink(missing_ok=True)
         tmp_index.unlink(missing_ok=True)
         raise
-    return {"path": path.name, "index": index_path.name, "size": path.stat().st_size, "samples": len(items),
-            "sha256": digest.hexdigest()}  # fmt: skip
+    return {
+        "path": path.name,
+        "index": index_path.name,
+        "size": path.stat().st_size,
+        "samples": len(items),
+        "sha256": digest.hexdigest(),
+    }
 
 
 def _intact(folder: Path, listed: dict) -> bool:
-    return all((folder / f["path"]).is_file() and (folder / f["path"]).stat().st_size == f["size"]
-               and (folder / f["index"]).is_file() for f in listed["files"])  # fmt: skip
+    return all(
+        (folder / f["path"]).is_file()
+        and (folder / f["path"]).stat().st_size == f["size"]
+        and (folder / f["index"]).is_file()
+        for f in listed["files"]
+    )
 
 
-def stage_shards(root: Path, folder: Path, files: list[dict], size_mb: float, min_shards: int, seed: int,
-                 previous: dict | None = None, sources: dict[str, Path] | None = None) -> dict:  # fmt: skip
+def stage_shards(
+    root: Path,
+    folder: Path,
+    files: list[dict],
+    size_mb: float,
+    min_shards: int,
+    seed: int,
+    previous: dict | None = None,
+    sources: dict[str, Path] | None = None,
+) -> dict:
     """Write the shards of `files` (manifest entries under the staged `root`; read from `sources`, path -> file,
     when the tier holds no copy of them) into `folder`, unless `previous` (the last manifest's "shards") has the same
     content and settings and its files are intact; remove shard files the new set does not list. Returns what the
@@ -108,9 +128,19 @@ def stage_shards(root: Path, folder: Path, files: list[dict], size_mb: float, mi
         for name in (stale["path"], stale["index"]):
             if name not in keep:
                 (folder / name).unlink(missing_ok=True)
-    listed = {"folder": FOLDER, "key": key, "format": FORMAT, "size_mb": size_mb, "min_shards": min_shards,
-              "seed": seed, "count": n, "samples": len(pairs), "classes": classes,
-              "bytes": sum(f["size"] for f in written), "files": written}  # fmt: skip
+    listed = {
+        "folder": FOLDER,
+        "key": key,
+        "format": FORMAT,
+        "size_mb": size_mb,
+        "min_shards": min_shards,
+        "seed": seed,
+        "count": n,
+        "samples": len(pairs),
+        "classes": classes,
+        "bytes": sum(f["size"] for f in written),
+        "files": written,
+    }
     atomic_write_json(folder / INDEX, listed)
     return {**listed, "kept": False}
 
@@ -135,7 +165,9 @@ def read_index(folder: Path) -> dict:
     """The shard list staging wrote beside the shards (read through the tier, as the loader reads its shards)."""
     path = Path(folder) / INDEX
     if not path.is_file():
-        raise ShardsMissing(f"no shards at {folder} (missing {INDEX}): the tier was staged without them; set "
-                            "config key 'shards.stage' to true or auto with a shard loader in 'loaders', and stage "
-                            "again")  # fmt: skip
+        raise ShardsMissing(
+            f"no shards at {folder} (missing {INDEX}): the tier was staged without them; set "
+            "config key 'shards.stage' to true or auto with a shard loader in 'loaders', and stage "
+            "again"
+        )
     return json.loads(path.read_text())

@@ -59,8 +59,16 @@ def check_tier_path(tier: str, tier_path: Path, source: Path, project_dir: Path)
     return tier_path
 
 
-def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path, project_dir: Path = Path("."),
-          verify: bool = False, shards: dict | None = None) -> dict:  # fmt: skip
+def stage(
+    check_json: Path,
+    tier: str,
+    tier_path: Path,
+    dataset: str,
+    out: Path,
+    project_dir: Path = Path("."),
+    verify: bool = False,
+    shards: dict | None = None,
+) -> dict:
     """Copy what changed onto the tier; verify: also checksum every kept file against the manifest and restage
     those that differ (a file corrupted in place keeps its size, so size alone never notices). shards: {size_mb,
     min_shards, seed, files} to write the dataset as WebDataset shards too (`data.shards`; files false: instead of
@@ -76,9 +84,51 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
         old = json.loads(tier_manifest.read_text())
         previous, previous_shards = {f["path"]: f for f in old["files"]}, old.get("shards")
     # a name that is not valid UTF-8 is staged under a safe one (the manifest keeps the original as source_name)
-    wanted = [{**f, "source": f["path"], "path": safe_path(f["path"])} for f in check["files"] if f["status"] in ("ok", "odd")]
+    wanted = [
+        {**f, "source": f["path"], "path": safe_path(f["path"])} for f in check["files"] if f["status"] in ("ok", "odd")
+    ]
     with_files = not shards or shards.get("files", True)  # the file tree, or only the shards made from the source
     to_stage = wanted if with_files else []
+    todo, kept, repaired = _changed(tier, root, to_stage, previous, verify)
+    _check_free_space(tier, tier_path, root, todo)
+    for f in progress(todo, total=len(todo), label=f"stage {tier}"):
+        _copy(tier, source / f["source"], root / f["path"])
+    removed = _remove_unwanted(root, previous, {f["path"] for f in wanted} if with_files else set())
+    done = {"copied": len(todo), "kept": kept, "removed": removed, "repaired": len(repaired)}
+    manifest = _manifest(tier, tier_path, root, dataset, source, check, wanted, with_files, done)
+    folder = shard_folder(tier_path, dataset, project_dir)
+    if shards:
+        free = shutil.disk_usage(tier_path).free
+        if free < manifest["counts"]["bytes"] - (previous_shards or {}).get("bytes", 0):
+            raise StagingError(
+                f"config key 'storage.{tier}': {tier_path} has {free / 1e6:.1f} MB free but the shards "
+                f"need about {manifest['counts']['bytes'] / 1e6:.1f} MB; free space there or set "
+                "'shards.stage: false'"
+            )
+        sources = None if with_files else {f["path"]: source / f["source"] for f in wanted}
+        manifest["shards"] = stage_shards(
+            root,
+            folder,
+            manifest["files"],
+            shards["size_mb"],
+            shards["min_shards"],
+            shards["seed"],
+            previous_shards,
+            sources,
+        )
+    else:
+        remove_shards(folder, previous_shards)
+    if verify:
+        manifest["verified"] = {"files": len(wanted), "repaired": repaired[:100]}
+    atomic_write_json(tier_manifest, manifest)
+    atomic_write_json(out, manifest)
+    return manifest
+
+
+def _changed(
+    tier: str, root: Path, to_stage: list[dict], previous: dict, verify: bool
+) -> tuple[list[dict], int, list[str]]:
+    """(files to copy, how many are kept as staged, paths restaged because their checksum differed under verify)."""
     todo, kept, repaired = [], 0, []
     for f in progress(to_stage, total=len(to_stage), label=f"verify {tier}") if verify else to_stage:
         dst = root / f["path"]
@@ -89,22 +139,44 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
                 continue
             repaired.append(f["path"])
         todo.append(f)
-    _check_free_space(tier, tier_path, root, todo)
-    for f in progress(todo, total=len(todo), label=f"stage {tier}"):
-        _copy(tier, source / f["source"], root / f["path"])
-    copied = len(todo)
-    wanted_paths = {f["path"] for f in wanted} if with_files else set()
+    return todo, kept, repaired
+
+
+def _remove_unwanted(root: Path, previous: dict, wanted_paths: set[str]) -> int:
+    """Remove the files the previous manifest listed that are no longer wanted (and folders left empty); how many."""
     removed = 0
     for rel in previous:
         if rel not in wanted_paths and (root / rel).is_file():
             (root / rel).unlink()
             removed += 1
             _prune_empty(root / rel, stop=root)
-    files = [{"path": f["path"], "size": f["size"], "sha256": f["sha256"],
-              **({"source_name": printable(f["source"])} if f["source"] != f["path"] else {})} for f in wanted]  # fmt: skip
+    return removed
+
+
+def _manifest(
+    tier: str,
+    tier_path: Path,
+    root: Path,
+    dataset: str,
+    source: Path,
+    check: dict,
+    wanted: list[dict],
+    with_files: bool,
+    done: dict,
+) -> dict:
+    """The tier's manifest: where the dataset was staged, its files and counts (`done`: what staging did)."""
+    files = [
+        {
+            "path": f["path"],
+            "size": f["size"],
+            "sha256": f["sha256"],
+            **({"source_name": printable(f["source"])} if f["source"] != f["path"] else {}),
+        }
+        for f in wanted
+    ]
     # files in the tier that staging did not put there (kept, by design): every reader ignores them
     foreign = foreign_files(root, [f["path"] for f in files])
-    manifest = {
+    return {
         "tier": tier,
         "tier_path": str(tier_path),
         "root": str(root),
@@ -114,10 +186,7 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
         "counts": {
             "files": len(files),
             "bytes": sum(f["size"] for f in files),
-            "copied": copied,
-            "kept": kept,
-            "removed": removed,
-            "repaired": len(repaired),
+            **done,
             "renamed": sum(f["source"] != f["path"] for f in wanted),
             "odd": sum(f["status"] == "odd" for f in wanted),
             "quarantined": check["counts"]["bad"],
@@ -129,23 +198,6 @@ def stage(check_json: Path, tier: str, tier_path: Path, dataset: str, out: Path,
         "files": files,
         "files_staged": with_files,  # false: the files are listed (labels, sizes) but only the shards are on the tier
     }
-    folder = shard_folder(tier_path, dataset, project_dir)
-    if shards:
-        free = shutil.disk_usage(tier_path).free
-        if free < manifest["counts"]["bytes"] - (previous_shards or {}).get("bytes", 0):
-            raise StagingError(f"config key 'storage.{tier}': {tier_path} has {free / 1e6:.1f} MB free but the shards "
-                               f"need about {manifest['counts']['bytes'] / 1e6:.1f} MB; free space there or set "
-                               "'shards.stage: false'")  # fmt: skip
-        sources = None if with_files else {f["path"]: source / f["source"] for f in wanted}
-        manifest["shards"] = stage_shards(root, folder, files, shards["size_mb"], shards["min_shards"],
-                                          shards["seed"], previous_shards, sources)  # fmt: skip
-    else:
-        remove_shards(folder, previous_shards)
-    if verify:
-        manifest["verified"] = {"files": len(wanted), "repaired": repaired[:100]}
-    atomic_write_json(tier_manifest, manifest)
-    atomic_write_json(out, manifest)
-    return manifest
 
 
 def _check_free_space(tier: str, tier_path: Path, root: Path, todo: list[dict]) -> None:

@@ -105,9 +105,15 @@ def read_files(paths: Sequence[str], readers: int, max_seconds: float) -> dict:
     }
 
 
-def probe(root: str | os.PathLike, files: Iterable[str | os.PathLike | dict], readers: Iterable[int] = (1, 8),
-          max_files: int | None = None, max_seconds: float = 10.0, cold: bool = True,
-          model: DeviceModel | None = None) -> dict:  # fmt: skip
+def probe(
+    root: str | os.PathLike,
+    files: Iterable[str | os.PathLike | dict],
+    readers: Iterable[int] = (1, 8),
+    max_files: int | None = None,
+    max_seconds: float = 10.0,
+    cold: bool = True,
+    model: DeviceModel | None = None,
+) -> dict:
     """Measured whole-file read rate of `files` (relative to `root`) for each reader count."""
     root = Path(root)
     if not root.is_dir():
@@ -142,15 +148,28 @@ def probe(root: str | os.PathLike, files: Iterable[str | os.PathLike | dict], re
     }
 
 
-def probe_manifest(manifest: dict, readers: Iterable[int] = (1, 8), max_files: int | None = None,
-                   max_seconds: float = 10.0, model: DeviceModel | None = None, cold: bool = True) -> dict:  # fmt: skip
+def probe_manifest(
+    manifest: dict,
+    readers: Iterable[int] = (1, 8),
+    max_files: int | None = None,
+    max_seconds: float = 10.0,
+    model: DeviceModel | None = None,
+    cold: bool = True,
+) -> dict:
     """`probe()` over a staging manifest ({"tier", "root", "files": [{"path", "size", "sha256"}]})."""
     tier = manifest.get("tier", "?") if isinstance(manifest, dict) else "?"
     for key in ("root", "files"):
         if not isinstance(manifest, dict) or key not in manifest:
             raise ProbeError(f"staging manifest of tier '{tier}' has no '{key}' key; re-run the stage step")
-    result = probe(manifest["root"], manifest["files"], readers=readers, max_files=max_files,
-                   max_seconds=max_seconds, cold=cold, model=model)  # fmt: skip
+    result = probe(
+        manifest["root"],
+        manifest["files"],
+        readers=readers,
+        max_files=max_files,
+        max_seconds=max_seconds,
+        cold=cold,
+        model=model,
+    )
     return {"tier": manifest.get("tier"), **result}
 
 
@@ -163,8 +182,7 @@ def sequential_file(manifest: dict, read_path: str | Path, mb: float) -> Path:
         with writing(target):
             try:
                 with open(tmp, "wb") as f:
-                    for start in range(0, size, CHUNK):
-                        f.write(os.urandom(min(CHUNK, size - start)))
+                    f.writelines(os.urandom(min(CHUNK, size - start)) for start in range(0, size, CHUNK))
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, target)
@@ -201,18 +219,35 @@ def sequential(source: str, paths: Sequence[Path], cold: bool = True) -> dict:
     """One reader reading `paths` front to back in 1 MiB reads: the tier's streaming rate."""
     eviction = cache.evict([str(p) for p in paths]) if cold else None
     run = read_files([str(p) for p in paths], readers=1, max_seconds=float("inf"))
-    return {"source": source, "files": run["files"], "bytes": run["bytes"], "seconds": run["seconds"],
-            "mb_per_s": run["mb_per_s"], "eviction": eviction}  # fmt: skip
+    return {
+        "source": source,
+        "files": run["files"],
+        "bytes": run["bytes"],
+        "seconds": run["seconds"],
+        "mb_per_s": run["mb_per_s"],
+        "eviction": eviction,
+    }
 
 
-def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_files: int | None = None,
-               max_seconds: float = 10.0, sequential_mb: float | None = 64) -> dict:  # fmt: skip
+def probe_tier(
+    manifest: dict,
+    tier: dict,
+    readers: Iterable[int] = (1, 8),
+    max_files: int | None = None,
+    max_seconds: float = 10.0,
+    sequential_mb: float | None = 64,
+) -> dict:
     """The probe job: a configured tier (config's full storage entry) read as the cells read it - an emulated
     tier through its FUSE mount (mounted for the probe and always unmounted), cold unless the tier is RAM."""
     from .emulated import mount
 
-    base = {"tier": manifest.get("tier"), "kind": tier["kind"], "cache": tier["cache"],
-            "dataset_files": len(manifest["files"]), "dataset_bytes": manifest.get("counts", {}).get("bytes")}  # fmt: skip
+    base = {
+        "tier": manifest.get("tier"),
+        "kind": tier["kind"],
+        "cache": tier["cache"],
+        "dataset_files": len(manifest["files"]),
+        "dataset_bytes": manifest.get("counts", {}).get("bytes"),
+    }
     cold = tier["kind"] != "ram"
     files = manifest.get("files_staged", True)  # false: only shards on the tier, no files to read at random
     no_files = {"root": manifest.get("root"), "cold": cold, "runs": [], "note": "only shards staged: no files"}
@@ -225,8 +260,11 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
     try:
         with mount(tier["path"], tier["mount"], model) as m:
             root = read_root(manifest, tier["mount"])
-            result = (probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
-                      if files else {**no_files, "model": model.to_dict()})  # fmt: skip
+            result = (
+                probe(root, manifest["files"], readers, max_files, max_seconds, cold=True, model=model)
+                if files
+                else {**no_files, "model": model.to_dict()}
+            )
             if sequential_mb:
                 result.update(streams(manifest, tier["mount"], sequential_mb, cold=True))
             result["emulated_stats"] = m.stats()
@@ -235,8 +273,23 @@ def probe_tier(manifest: dict, tier: dict, readers: Iterable[int] = (1, 8), max_
     return {**base, **result}
 
 
-PROBE_COLUMNS = ["Tier", "Kind", "Cold", "Readers", "Files", "Mean file KB", "Files/s", "MB/s", "Sequential MB/s",
-                 "Shards MB/s", "Model", "Predicted files/s", "Measured/predicted", "Eviction", "Error"]  # fmt: skip
+PROBE_COLUMNS = [
+    "Tier",
+    "Kind",
+    "Cold",
+    "Readers",
+    "Files",
+    "Mean file KB",
+    "Files/s",
+    "MB/s",
+    "Sequential MB/s",
+    "Shards MB/s",
+    "Model",
+    "Predicted files/s",
+    "Measured/predicted",
+    "Eviction",
+    "Error",
+]
 
 
 def probe_rows(results: list[dict]) -> list[dict]:
@@ -245,18 +298,36 @@ def probe_rows(results: list[dict]) -> list[dict]:
     for res in results:
         seq, shards = res.get("sequential") or {}, res.get("shards") or {}
         if res.get("error"):
-            rows.append({"Tier": res["tier"], "Kind": res["kind"], "Cold": res.get("cold"), "Readers": None,
-                         "Model": (res.get("model") or {}).get("name"), "Error": res["error"]})  # fmt: skip
+            rows.append(
+                {
+                    "Tier": res["tier"],
+                    "Kind": res["kind"],
+                    "Cold": res.get("cold"),
+                    "Readers": None,
+                    "Model": (res.get("model") or {}).get("name"),
+                    "Error": res["error"],
+                }
+            )
         for run in res["runs"]:
             pred = run.get("predicted") or {}
-            rows.append({
-                "Tier": res["tier"], "Kind": res["kind"], "Cold": res["cold"], "Readers": run["readers"],
-                "Files": run["files"], "Mean file KB": run["mean_file_bytes"] / 1e3, "Files/s": run["files_per_s"],
-                "MB/s": run["mb_per_s"], "Sequential MB/s": seq.get("mb_per_s"), "Shards MB/s": shards.get("mb_per_s"),
-                "Model": (res.get("model") or {}).get("name"),
-                "Predicted files/s": pred.get("files_per_s"), "Measured/predicted": run.get("ratio"),
-                "Eviction": (run.get("eviction") or {}).get("method"),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "Tier": res["tier"],
+                    "Kind": res["kind"],
+                    "Cold": res["cold"],
+                    "Readers": run["readers"],
+                    "Files": run["files"],
+                    "Mean file KB": run["mean_file_bytes"] / 1e3,
+                    "Files/s": run["files_per_s"],
+                    "MB/s": run["mb_per_s"],
+                    "Sequential MB/s": seq.get("mb_per_s"),
+                    "Shards MB/s": shards.get("mb_per_s"),
+                    "Model": (res.get("model") or {}).get("name"),
+                    "Predicted files/s": pred.get("files_per_s"),
+                    "Measured/predicted": run.get("ratio"),
+                    "Eviction": (run.get("eviction") or {}).get("method"),
+                }
+            )
     return rows
 
 
@@ -266,7 +337,9 @@ def tier_rates(results: list[dict]) -> dict[str, dict]:
     out = {}
     for res in results:
         files, size = res.get("dataset_files"), res.get("dataset_bytes")
-        out[res["tier"]] = {"sequential_mb_s": (res.get("sequential") or {}).get("mb_per_s"),
-                            "files_s": max((run["files_per_s"] for run in res.get("runs", [])), default=None),
-                            "mean_image_bytes": size / files if files and size else None}  # fmt: skip
+        out[res["tier"]] = {
+            "sequential_mb_s": (res.get("sequential") or {}).get("mb_per_s"),
+            "files_s": max((run["files_per_s"] for run in res.get("runs", [])), default=None),
+            "mean_image_bytes": size / files if files and size else None,
+        }
     return out

@@ -1,15 +1,21 @@
-"""The measuring engine: one cell job from start to record.
+"""The measuring engine: one cell job from start to record, split where its processes split.
 
-`runcell` starts the measuring processes (forked by the `warmstart` server or fresh) under the host lock
-(`hostlock`), watches them (`watchdog`, `telemetry`, `contention`) and writes the record; each process trains
-(`train`: the loader, the model's step, `parallel` for dp and ddp, `placement` of threads on cores) for a timed
-window (`window`) and turns it into the cell's metrics (`metrics`); `stepprofile` splits a step on the GPU.
+- `runner/`: the cell job's side (the Snakemake job, `run-cell`): `runcell` starts the measuring processes under the
+  host lock (`hostlock`), forked by the warm-start server (`warmclient`) or fresh, prepares the tier (`tier_run`),
+  watches the processes (`telemetry`, `contention`, the heartbeats) and writes the record.
+- `process/`: a measuring process: `train` takes its order, trains the cell (`measure`: the loader, the step,
+  `parallel` for dp and ddp) for a timed window (`window`, `bursts`, `batchmeans`), turns it into the cell's
+  metrics (`metrics`), splits a step on the GPU (`stepprofile`), and hands back its outcome; `warmstart` is the fork
+  server those processes start from.
+- shared by both: `contract` (the order and the outcome they exchange, and the warm-start protocol), `watchdog`
+  (heartbeats and stall rules), `placement` (threads on cores), `step` (the training step and the devices).
+
 Importing this package imports none of its modules (a module run with `python -m` must not be imported before it
 runs); `run_cell` is imported on first use.
 """
 
 from loaderbench.core.util import lazy_exports
 
-_EXPORTS = {"run_cell": "runcell"}
-__all__ = sorted(_EXPORTS)
+_EXPORTS = {"run_cell": "runner.runcell"}
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the names lazy_exports serves
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -138,8 +138,10 @@ def default_threads() -> int:
         cmd = [sys.executable, "-c", "import torch; print(torch.get_num_threads())"]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
         if out.returncode != 0 or not out.stdout.strip().isdigit():
-            raise RuntimeError(f"torch's default thread count: `{' '.join(cmd)}` failed ({out.returncode}): "
-                               f"{out.stderr.strip()[-500:]}")  # fmt: skip
+            raise RuntimeError(
+                f"torch's default thread count: `{' '.join(cmd)}` failed ({out.returncode}): "
+                f"{out.stderr.strip()[-500:]}"
+            )
         _DEFAULT_THREADS[cpus] = int(out.stdout.strip())
     return _DEFAULT_THREADS[cpus]
 

@@ -20,8 +20,9 @@ def available_devices() -> tuple[str, int]:
     return "cpu", 1
 
 
-def resolve_workers(spec: CellSpec, place: placement.Placement | None = None, ranks: int = 1,
-                    usable: int | None = None) -> int:  # fmt: skip
+def resolve_workers(
+    spec: CellSpec, place: placement.Placement | None = None, ranks: int = 1, usable: int | None = None
+) -> int:
     """`auto`: the CPUs left once the launching threads have theirs (every usable CPU but one when unpinned), shared
     among a ddp cell's `ranks`. `usable`: the usable CPUs (default this process's; `loaderbench plan` gives a host's)."""
     if spec.workers != "auto":
@@ -39,8 +40,9 @@ def configure_cudnn(spec: CellSpec) -> None:
 
     torch.backends.cudnn.benchmark = spec.cudnn_benchmark
     # set every time (None: torch's default), so a process kept from another cell does not keep that cell's limit
-    torch.backends.cudnn.benchmark_limit = TORCH_BENCHMARK_LIMIT if spec.cudnn_benchmark_limit is None \
-        else spec.cudnn_benchmark_limit  # fmt: skip
+    torch.backends.cudnn.benchmark_limit = (
+        TORCH_BENCHMARK_LIMIT if spec.cudnn_benchmark_limit is None else spec.cudnn_benchmark_limit
+    )
 
 
 def dtypes(spec: CellSpec, kind: str):
@@ -72,8 +74,13 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
     # fused: one kernel set for the update, and GradScaler passes it the overflow flag on the device instead of
     # reading it on the host mid-step (GradScaler.step's .item(): a synchronisation after which the GPU idles until
     # the host launches again: config/README.md, `optimizer.fused`)
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay,
-                                fused=spec.optimizer_fused or None)  # fmt: skip
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=spec.lr,
+        momentum=spec.momentum,
+        weight_decay=spec.weight_decay,
+        fused=spec.optimizer_fused or None,
+    )
     if spec.compile:  # compiled by the first step (the cell's warm-up), outside the window
         model = torch.compile(model)
     scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
@@ -112,8 +119,15 @@ def cold_batch(ctx, classes: int):
     return images(n, ctx.device), labels
 
 
-def loader_context(spec: CellSpec, data_root: Path, allowed: frozenset[str], device, place: placement.Placement | None,
-                   rank: int = 0, world: int = 1):  # fmt: skip
+def loader_context(
+    spec: CellSpec,
+    data_root: Path,
+    allowed: frozenset[str],
+    device,
+    place: placement.Placement | None,
+    rank: int = 0,
+    world: int = 1,
+):
     """The LoaderContext a cell builds its loader from (the cell and the crosscheck's bare loop alike). dp: one process
     takes the global batch (DataParallel splits it); ddp (`world` > 1): each rank loads its own share."""
     from loaderbench.loaders.common import LoaderContext

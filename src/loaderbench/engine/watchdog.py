@@ -50,7 +50,7 @@ class Heartbeat:
                 f.flush()
                 self._map = mmap.mmap(f.fileno(), _SIZE)
         if stacks is not None:
-            self._stacks = open(stacks, "w")  # kept open: faulthandler writes to its fd from a signal handler
+            self._stacks = open(stacks, "w")  # noqa: SIM115 - kept open: faulthandler writes to its fd from a signal handler
             faulthandler.register(STACK_SIGNAL, file=self._stacks, all_threads=True)
         self._write()
 

@@ -11,8 +11,17 @@ from pathlib import Path
 from loaderbench.data.manifest import Staged
 
 
-def loader_images_per_s(loader: str, data_root: Path, allowed: frozenset[str], batch_size: int, crop_size: int,
-                        workers: int, seconds: float, device, seed: int = 0) -> float:  # fmt: skip
+def loader_images_per_s(
+    loader: str,
+    data_root: Path,
+    allowed: frozenset[str],
+    batch_size: int,
+    crop_size: int,
+    workers: int,
+    seconds: float,
+    device,
+    seed: int = 0,
+) -> float:
     """Images/s that `loader` delivers to the training device (the GPU if there is one, else the CPU) over
     `seconds`, after a warm-up that drains the prefetch backlog; the device is synchronised before each clock."""
     import torch
@@ -22,9 +31,16 @@ def loader_images_per_s(loader: str, data_root: Path, allowed: frozenset[str], b
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     ctx = LoaderContext(
-        data_root=data_root, allowed=allowed, batch_size=batch_size, crop_size=crop_size, workers=workers,
-        prefetch_factor=2, seed=seed, device=device, channels_last=True,
-    )  # fmt: skip
+        data_root=data_root,
+        allowed=allowed,
+        batch_size=batch_size,
+        crop_size=crop_size,
+        workers=workers,
+        prefetch_factor=2,
+        seed=seed,
+        device=device,
+        channels_last=True,
+    )
     batches = get_loader(loader).build(ctx)
     for _ in range(ctx.info["prefetch_batches"] + 2):  # start-up and the prefetch backlog stay outside the window
         next(batches)
@@ -40,8 +56,15 @@ def loader_images_per_s(loader: str, data_root: Path, allowed: frozenset[str], b
     return n / elapsed
 
 
-def bench(manifest: Path, loaders: list[str], batch_size: int, crop_size: int, workers: int | None,
-          seconds: float, rounds: int) -> dict:  # fmt: skip
+def bench(
+    manifest: Path,
+    loaders: list[str],
+    batch_size: int,
+    crop_size: int,
+    workers: int | None,
+    seconds: float,
+    rounds: int,
+) -> dict:
     import torch
 
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")

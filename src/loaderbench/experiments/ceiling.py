@@ -78,18 +78,38 @@ def input_variants(spec: CellSpec, classes: int, steps: int, warmup: int, device
 
 def _bare_process(spec: CellSpec, classes: int, steps: int, warmup: int, variant_steps: int = 0) -> dict:
     """The bare loop in a fresh process (as a cell gets one): its Samples/s, and the input variants if asked."""
-    cmd = [sys.executable, "-m", "loaderbench.experiments.ceiling", "--spec", json.dumps(spec.to_dict()), "--classes", str(classes),
-           "--steps", str(steps), "--warmup", str(warmup), "--variant-steps", str(variant_steps)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "loaderbench.experiments.ceiling",
+        "--spec",
+        json.dumps(spec.to_dict()),
+        "--classes",
+        str(classes),
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--variant-steps",
+        str(variant_steps),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"bare loop failed ({out.returncode}): {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def ceiling(spec: CellSpec, manifest: Path, rounds: int, variant_steps: int, out_dir: Path,
-            timeout_s: float | None = None, host=None) -> dict:  # fmt: skip
+def ceiling(
+    spec: CellSpec,
+    manifest: Path,
+    rounds: int,
+    variant_steps: int,
+    out_dir: Path,
+    timeout_s: float | None = None,
+    host=None,
+) -> dict:
     """Alternate synthetic cells (real cell jobs) and bare loops of as many steps; report both and their ratio."""
-    from loaderbench.engine.runcell import run_cell
+    from loaderbench.engine.runner.runcell import run_cell
 
     man = json.loads(Path(manifest).read_text())
     classes = len(Staged.from_manifest(man).classes)

@@ -26,24 +26,25 @@ from loaderbench.core.layout import read_root
 from loaderbench.core.uncertainty import ratio
 from loaderbench.core.util import atomic_write_json
 from loaderbench.data.manifest import Staged, class_names
-from loaderbench.engine import warmclient
-from loaderbench.engine.batchmeans import relative_halfwidth
-from loaderbench.engine.bursts import burst_bounds, delivers_in_bursts
+from loaderbench.engine.process.batchmeans import relative_halfwidth
+from loaderbench.engine.process.bursts import burst_bounds, delivers_in_bursts
+from loaderbench.engine.process.window import hold_collection, warm_up
+from loaderbench.engine.runner import warmclient
 from loaderbench.engine.watchdog import Heartbeat
-from loaderbench.engine.window import hold_collection, warm_up
 
 
 def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     """The loader and step of `spec`'s cell in a plain loop, in this process: its Samples/s and what it ran."""
     import torch
 
-    from loaderbench.engine import parallel, placement
+    from loaderbench.engine import placement
+    from loaderbench.engine.process import parallel
     from loaderbench.engine.step import configure_cudnn, loader_context, training_step
     from loaderbench.loaders import BACKLOG, get_loader
 
     if spec.parallel != "dp":
         raise ConfigError("crosscheck runs dp cells only (one process)")
-    from loaderbench.engine.tier_run import keep_cold
+    from loaderbench.engine.runner.tier_run import keep_cold
 
     manifest_data = json.loads(Path(manifest).read_text())
     allowed = Staged.from_manifest(manifest_data).allowed
@@ -57,13 +58,15 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     ctx = loader_context(spec, read_root(manifest_data, spec.read_path or spec.tier_path), allowed, device, None)
     batches = get_loader(spec.loader, spec.loader_ref).build(ctx)
     prescattered = bool(ctx.info.get("prescattered"))
-    _, step = training_step(spec, len(class_names(allowed)), device,
-                            wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
+    _, step = training_step(
+        spec, len(class_names(allowed)), device, wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered)
+    )
     backlog = ctx.info["prefetch_batches"]
     hold_collection()  # as a cell does: no collection pauses in the warm-up and the loop
     cold = keep_cold(spec, manifest_data, evict_first=True)  # a cold tier read as a cell reads it
-    warm, _ = warm_up(step, batches, max(spec.warmup_steps, backlog + 2), sync, Heartbeat(None),
-                      min_steps=spec.warmup_steps)
+    warm, _ = warm_up(
+        step, batches, max(spec.warmup_steps, backlog + 2), sync, Heartbeat(None), min_steps=spec.warmup_steps
+    )
     waits, ends, events = [], [], []
     clock = time.perf_counter
     # on a GPU the device's clock, as a cell's: an event where the loop starts and one after each step (recording
@@ -99,25 +102,50 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
         kept = [e - base for e in ends[first + 1 : last + 1]]
         steps, span = last - first, kept[-1]
         hw = relative_halfwidth(kept, bounds=[j - first - 1 for j in bounds])
-    return {"samples_per_s": steps * spec.batch_size * spec.gpus / span, "steps": steps, "seconds": span,
-            "halfwidth": hw, "warmup_steps": len(warm), "workers": ctx.info.get("workers"), "intra_op_threads": threads,
-            "loader_info": {k: v for k, v in ctx.info.items() if isinstance(v, (str, int, float, bool))}}  # fmt: skip
+    return {
+        "samples_per_s": steps * spec.batch_size * spec.gpus / span,
+        "steps": steps,
+        "seconds": span,
+        "halfwidth": hw,
+        "warmup_steps": len(warm),
+        "workers": ctx.info.get("workers"),
+        "intra_op_threads": threads,
+        "loader_info": {k: v for k, v in ctx.info.items() if isinstance(v, (str, int, float, bool))},
+    }
 
 
 def _bare_process(spec: CellSpec, manifest: Path, seconds: float, timeout_s: float) -> dict:
-    cmd = [sys.executable, "-m", "loaderbench.experiments.crosscheck", "--spec", json.dumps(spec.to_dict()), "--manifest",
-           str(manifest), "--seconds", str(seconds)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "loaderbench.experiments.crosscheck",
+        "--spec",
+        json.dumps(spec.to_dict()),
+        "--manifest",
+        str(manifest),
+        "--seconds",
+        str(seconds),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s)
     if out.returncode != 0:
         raise RuntimeError(f"bare loop of {spec.cell_id} failed ({out.returncode}): {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def crosscheck(cfg: dict, loaders: list[str], tier: str, batch_size: int, precisions: list[str], rounds: int,
-               manifest: Path, out_dir: Path, host=None) -> list[dict]:  # fmt: skip
+def crosscheck(
+    cfg: dict,
+    loaders: list[str],
+    tier: str,
+    batch_size: int,
+    precisions: list[str],
+    rounds: int,
+    manifest: Path,
+    out_dir: Path,
+    host=None,
+) -> list[dict]:
     """Per (loader, precision): `rounds` cells (real cell jobs, forked warm as in a pipeline run) and as many bare
     loops, alternating which goes first; one row each with both rates and cell/bare with its interval."""
-    from loaderbench.engine.runcell import run_cell
+    from loaderbench.engine.runner.runcell import run_cell
 
     rows = []
     with warmclient.serving():
@@ -130,8 +158,13 @@ def crosscheck(cfg: dict, loaders: list[str], tier: str, batch_size: int, precis
                     order = ("cell", "bare") if r % 2 == 0 else ("bare", "cell")
                     for what in order:
                         if what == "cell":
-                            rec = run_cell(spec, manifest, Path(out_dir) / "cells" / f"{spec.cell_id}.json",
-                                           Path(out_dir) / "telemetry" / f"{spec.cell_id}.csv", host=host)
+                            rec = run_cell(
+                                spec,
+                                manifest,
+                                Path(out_dir) / "cells" / f"{spec.cell_id}.json",
+                                Path(out_dir) / "telemetry" / f"{spec.cell_id}.csv",
+                                host=host,
+                            )
                             if rec["status"] != "ok":
                                 reasons.append(f"cell {rec['status']}: {rec.get('reason')}")
                             cells.append(rec)
@@ -146,8 +179,10 @@ def crosscheck(cfg: dict, loaders: list[str], tier: str, batch_size: int, precis
                             atomic_write_json(Path(out_dir) / "bare" / f"{spec.cell_id}.json", bare)
                 rows.append(_row(lo, precision, batch_size, tier, cells, bares, reasons))
                 # after every configuration: an interrupted crosscheck keeps what it measured
-                atomic_write_json(Path(out_dir) / "crosscheck.json",
-                                  {"tier": tier, "batch_size": batch_size, "rounds": rounds, "rows": rows})  # fmt: skip
+                atomic_write_json(
+                    Path(out_dir) / "crosscheck.json",
+                    {"tier": tier, "batch_size": batch_size, "rounds": rounds, "rows": rows},
+                )
     return rows
 
 
@@ -156,19 +191,28 @@ def _window_s(cells: list[dict]) -> float | None:
     return ok[-1] if ok else None
 
 
-def _row(loader: str, precision: str, batch_size: int, tier: str, cells: list[dict], bares: list[dict],
-         reasons: list[str]) -> dict:  # fmt: skip
+def _row(
+    loader: str, precision: str, batch_size: int, tier: str, cells: list[dict], bares: list[dict], reasons: list[str]
+) -> dict:
     ok = [c["metrics"] for c in cells if c["status"] == "ok"]
-    row = {"loader": loader, "precision": precision, "batch_size": batch_size, "tier": tier,
-           "cell_samples_per_s": [m["samples_per_s"] for m in ok],
-           "cell_halfwidth": [m["window"]["ci95_rel_halfwidth"] for m in ok],
-           "bare_samples_per_s": [b["samples_per_s"] for b in bares], "bare_halfwidth": [b["halfwidth"] for b in bares],
-           "reasons": reasons}  # fmt: skip
+    row = {
+        "loader": loader,
+        "precision": precision,
+        "batch_size": batch_size,
+        "tier": tier,
+        "cell_samples_per_s": [m["samples_per_s"] for m in ok],
+        "cell_halfwidth": [m["window"]["ci95_rel_halfwidth"] for m in ok],
+        "bare_samples_per_s": [b["samples_per_s"] for b in bares],
+        "bare_halfwidth": [b["halfwidth"] for b in bares],
+        "reasons": reasons,
+    }
     if reasons or len(ok) != len(bares) or not ok:
         row["status"] = "failed"
         return row
-    pairs = [(m["samples_per_s"], b["samples_per_s"], m["window"]["ci95_rel_halfwidth"], b["halfwidth"])
-             for m, b in zip(ok, bares)]  # fmt: skip
+    pairs = [
+        (m["samples_per_s"], b["samples_per_s"], m["window"]["ci95_rel_halfwidth"], b["halfwidth"])
+        for m, b in zip(ok, bares)
+    ]
     row.update(status="ok", cell_over_bare=ratio(pairs).to_dict())
     return row
 
@@ -181,12 +225,19 @@ def render(rows: list[dict]) -> str:
             lines.append(f"{head} failed: {'; '.join(r['reasons'])}")
             continue
         q = r["cell_over_bare"]
-        verdict = "harness costs the loader" if q["high"] < 1 else "harness faster than bare?" if q["low"] > 1 else \
-            "no measurable difference"  # fmt: skip
+        verdict = (
+            "harness costs the loader"
+            if q["high"] < 1
+            else "harness faster than bare?"
+            if q["low"] > 1
+            else "no measurable difference"
+        )
         cells = ", ".join(f"{x:.0f}" for x in r["cell_samples_per_s"])
         bares = ", ".join(f"{x:.0f}" for x in r["bare_samples_per_s"])
-        lines.append(f"{head} cell {cells} | bare {bares} Samples/s | cell/bare {q['value']:.3f} "
-                     f"[{q['low']:.3f}, {q['high']:.3f}] ({q['rounds']} rounds): {verdict}")  # fmt: skip
+        lines.append(
+            f"{head} cell {cells} | bare {bares} Samples/s | cell/bare {q['value']:.3f} "
+            f"[{q['low']:.3f}, {q['high']:.3f}] ({q['rounds']} rounds): {verdict}"
+        )
     return "\n".join(lines)
 
 
@@ -204,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from loaderbench.engine import placement
-    from loaderbench.engine.train import exit_now
+    from loaderbench.engine.process.train import exit_now
 
     placement.remember_default_threads()  # a fresh process: torch's own count, unless the environment set one
     exit_now(main())

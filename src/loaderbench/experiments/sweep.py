@@ -19,14 +19,20 @@ import yaml
 
 from loaderbench.core.cells import CellSpec, cell_id, cell_spec, loader_settings
 from loaderbench.core.config import ConfigError
-from loaderbench.engine import warmclient
+from loaderbench.engine.runner import warmclient
 
 FIELDS = {f.name for f in dataclasses.fields(CellSpec)}
 TYPES = {f.name: f.type for f in dataclasses.fields(CellSpec)}
 # Settings that only change how files are read and prepared: the `synthetic` cell (no file) is the same under them,
 # so a variant touching only these reuses the first variant's synthetic cell instead of measuring it again.
-LOADER_ONLY = {"dali_threads", "dali_prefetch", "dali_hw_decoder_load", "workers", "prefetch_factor",
-               "torchvision_transport"}
+LOADER_ONLY = {
+    "dali_threads",
+    "dali_prefetch",
+    "dali_hw_decoder_load",
+    "workers",
+    "prefetch_factor",
+    "torchvision_transport",
+}
 # CellSpec's `_fixed` fields: the cell's identity, and where its tier lies (`cache` stays settable: cold vs warm is an
 # experiment of its own)
 FIXED = {f.name for f in dataclasses.fields(CellSpec) if f.metadata.get("fixed")}
@@ -47,10 +53,20 @@ def parse_variant(text: str) -> tuple[str, dict]:
     return name, overrides
 
 
-def sweep(cfg: dict, variants: list[str], loaders: list[str], tier: str, batch_size: int, precision: str,
-          repeats: int, manifest: Path, out_dir: Path, host=None) -> list[dict]:  # fmt: skip
+def sweep(
+    cfg: dict,
+    variants: list[str],
+    loaders: list[str],
+    tier: str,
+    batch_size: int,
+    precision: str,
+    repeats: int,
+    manifest: Path,
+    out_dir: Path,
+    host=None,
+) -> list[dict]:
     """Run every (repeat, variant, loader) cell; returns one summary row per (variant, loader)."""
-    from loaderbench.engine.runcell import run_cell
+    from loaderbench.engine.runner.runcell import run_cell
 
     parsed = [parse_variant(v) for v in variants]
     if len({n for n, _ in parsed}) != len(parsed):
@@ -96,15 +112,20 @@ def sweep(cfg: dict, variants: list[str], loaders: list[str], tier: str, batch_s
 
 
 def render(rows: list[dict]) -> str:
-    lines = [f"{'variant':14s} {'loader':12s} {'Samples/s':>10s} {'AU':>6s} {'device ms':>9s} {'wait ms':>8s} "
-             f"{'setup s':>7s}  runs"]  # fmt: skip
+    lines = [
+        (
+            f"{'variant':14s} {'loader':12s} {'Samples/s':>10s} {'AU':>6s} {'device ms':>9s} {'wait ms':>8s} "
+            f"{'setup s':>7s}  runs"
+        )
+    ]
     for r in rows:
         if r["median"] is None:
             lines.append(f"{r['variant']:14s} {r['loader']:12s} {r['status']}: {r['reason']}")
             continue
         au = f"{r['au']:.3f}" if r["au"] else "-"
         runs = ", ".join(f"{x:.0f}" for x in r["samples_per_s"])
-        lines.append(f"{r['variant']:14s} {r['loader']:12s} {r['median']:10.1f} {au:>6s} {r['compute_ms']:9.1f} "
-                     f"{r['data_wait_ms']:8.1f} {r['setup_s']:7.1f}  {runs}")  # fmt: skip
+        lines.append(
+            f"{r['variant']:14s} {r['loader']:12s} {r['median']:10.1f} {au:>6s} {r['compute_ms']:9.1f} "
+            f"{r['data_wait_ms']:8.1f} {r['setup_s']:7.1f}  {runs}"
+        )
     return "\n".join(lines)
-

@@ -23,7 +23,7 @@ from loaderbench.core.cells import CONFIG_KEYS, cell_id, cell_spec
 from loaderbench.core.config import ConfigError
 from loaderbench.core.registry import BACKLOG
 from loaderbench.core.uncertainty import Ratio, ratio
-from loaderbench.engine import warmclient
+from loaderbench.engine.runner import warmclient
 from loaderbench.report.diagnose import WAIT_SHARE  # a step waiting less than this share of itself had its batch
 
 
@@ -31,9 +31,15 @@ def knobs(loader: str, spec, cpus: int) -> dict[str, list]:
     """The settings `tune` searches for `loader`, each with its coarse values (the config's own first). A plugin
     declares its own as its factory's `loaderbench_knobs`: names of these settings that it reads from the context."""
     counts = sorted({max(1, cpus // 4), max(1, cpus // 2), max(1, cpus - 1)})
-    values = {"workers": counts, "prefetch_factor": [2, 4], "torchvision_transport": ["float32", "uint8"],
-              "dali_threads": counts, "dali_prefetch": [2, 3], "dali_hw_decoder_load": [0.65, 1.0],
-              "shard_readers": [1, 2, 0]}  # fmt: skip
+    values = {
+        "workers": counts,
+        "prefetch_factor": [2, 4],
+        "torchvision_transport": ["float32", "uint8"],
+        "dali_threads": counts,
+        "dali_prefetch": [2, 3],
+        "dali_hw_decoder_load": [0.65, 1.0],
+        "shard_readers": [1, 2, 0],
+    }
     kind = BACKLOG.get(loader)
     if kind == "workers":
         names = ["workers", "prefetch_factor"] + (["torchvision_transport"] if loader in ("torchvision", "wds") else [])
@@ -45,13 +51,16 @@ def knobs(loader: str, spec, cpus: int) -> dict[str, list]:
 
         names = list(getattr(factory(spec.loader_ref), "loaderbench_knobs", ()))
         if bad := [n for n in names if n not in values]:
-            raise ConfigError(f"plugin {spec.loader_ref}: loaderbench_knobs names {', '.join(bad)}; it may name "
-                              f"{', '.join(values)}")  # fmt: skip
+            raise ConfigError(
+                f"plugin {spec.loader_ref}: loaderbench_knobs names {', '.join(bad)}; it may name {', '.join(values)}"
+            )
     else:
         names = []
     if not names:
-        raise ConfigError(f"--loader {loader}: it has no settings to tune (tunable: torchvision, opencv, nvjpeg, "
-                          "dali-cpu, dali-sc, dali-mc, and plugins that declare loaderbench_knobs)")  # fmt: skip
+        raise ConfigError(
+            f"--loader {loader}: it has no settings to tune (tunable: torchvision, opencv, nvjpeg, "
+            "dali-cpu, dali-sc, dali-mc, and plugins that declare loaderbench_knobs)"
+        )
     out = {name: list(values[name]) for name in names}
     for name, vals in out.items():
         start = getattr(spec, name)
@@ -85,8 +94,18 @@ def effective(spec, name: str, cpus: int):
 class Tuner:
     """The search's state: every measured setting's rates by round, the ceiling's, and the time left."""
 
-    def __init__(self, cfg: dict, loader: str, tier: str, batch: int, precision: str, manifest: Path, out: Path,
-                 budget_s: float, host=None):  # fmt: skip
+    def __init__(
+        self,
+        cfg: dict,
+        loader: str,
+        tier: str,
+        batch: int,
+        precision: str,
+        manifest: Path,
+        out: Path,
+        budget_s: float,
+        host=None,
+    ):
         self.cfg, self.loader, self.tier, self.batch, self.precision = cfg, loader, tier, batch, precision
         self.manifest, self.out, self.host = manifest, Path(out), host
         self.deadline = time.monotonic() + budget_s
@@ -104,7 +123,7 @@ class Tuner:
         return time.monotonic() + (max(self.walls) if self.walls else 30.0) < self.deadline
 
     def measure(self, loader: str, settings: dict, r: int) -> dict:
-        from loaderbench.engine.runcell import run_cell
+        from loaderbench.engine.runner.runcell import run_cell
 
         spec = self.spec(loader, settings, r)
         folder = self.out / ("ceiling" if loader == "synthetic" else key(settings))
@@ -129,8 +148,11 @@ class Tuner:
     def against(self, a: dict, b: dict) -> Ratio | None:
         """a's rate over b's, paired by the round both ran in (each round's processes share the host's state)."""
         ra, rb = self.runs.get(key(a), {}), self.runs.get(key(b), {})
-        pairs = [(ra[r]["metrics"]["samples_per_s"], rb[r]["metrics"]["samples_per_s"], _hw(ra[r]), _hw(rb[r]))
-                 for r in sorted(ra.keys() & rb.keys()) if ra[r]["status"] == rb[r]["status"] == "ok"]  # fmt: skip
+        pairs = [
+            (ra[r]["metrics"]["samples_per_s"], rb[r]["metrics"]["samples_per_s"], _hw(ra[r]), _hw(rb[r]))
+            for r in sorted(ra.keys() & rb.keys())
+            if ra[r]["status"] == rb[r]["status"] == "ok"
+        ]
         if not pairs or (len(pairs) == 1 and None in pairs[0][2:]):
             return None  # one round without the windows' intervals: nothing known of the noise
         return ratio(pairs)
@@ -168,8 +190,18 @@ def _finer(values: list, best) -> list:
     return sorted({(best + n) // 2 for n in near} - set(ordered))
 
 
-def tune(cfg: dict, loader: str, tier: str, batch: int, precision: str | None, budget_s: float, manifest: Path,
-         out: Path, host=None, cpus: int | None = None) -> dict:  # fmt: skip
+def tune(
+    cfg: dict,
+    loader: str,
+    tier: str,
+    batch: int,
+    precision: str | None,
+    budget_s: float,
+    manifest: Path,
+    out: Path,
+    host=None,
+    cpus: int | None = None,
+) -> dict:
     """Search `loader`'s settings at `precision` (None: the config's, `config_precision`); the report (also written
     to `out`/tune.json)."""
     cpus = cpus or len(os.sched_getaffinity(0))
@@ -181,8 +213,11 @@ def tune(cfg: dict, loader: str, tier: str, batch: int, precision: str | None, b
         for name, values in space.items():
             # a value the start already runs at (`auto` resolved on this host) is no candidate
             start = effective(t.spec(loader, best, 0), name, cpus)
-            options = [{**best, name: v} for v in values
-                       if effective(t.spec(loader, {**best, name: v}, 0), name, cpus) != start]  # fmt: skip
+            options = [
+                {**best, name: v}
+                for v in values
+                if effective(t.spec(loader, {**best, name: v}, 0), name, cpus) != start
+            ]
             if options:
                 best = _better(t, best, options)
             current = best.get(name, start)
@@ -215,37 +250,65 @@ def _report(t: Tuner, best: dict, space: dict) -> dict:
             node = node.setdefault(p, {})
         node[leaf] = value
     return {
-        "loader": t.loader, "tier": t.tier, "batch_size": t.batch, "precision": t.precision,
-        "searched": {k: list(v) for k, v in space.items()}, "rounds": t.rounds, "cells": len(t.walls),
-        "best": best, "samples_per_s": rate, "gain": gain.to_dict() if gain else None,
-        "au": rate / statistics.median(ceiling) if rate and ceiling else None, "ceiling_samples_per_s": ceiling,
+        "loader": t.loader,
+        "tier": t.tier,
+        "batch_size": t.batch,
+        "precision": t.precision,
+        "searched": {k: list(v) for k, v in space.items()},
+        "rounds": t.rounds,
+        "cells": len(t.walls),
+        "best": best,
+        "samples_per_s": rate,
+        "gain": gain.to_dict() if gain else None,
+        "au": rate / statistics.median(ceiling) if rate and ceiling else None,
+        "ceiling_samples_per_s": ceiling,
         "data_wait_fraction": wait,
-        "limit": None if wait is None else ("the loader: the step still waits for data" if wait > WAIT_SHARE
-                                            else "the training step: batches are ready"),
+        "limit": None
+        if wait is None
+        else (
+            "the loader: the step still waits for data" if wait > WAIT_SHARE else "the training step: batches are ready"
+        ),
         "snippet": yaml.safe_dump(snippet, sort_keys=False) if snippet else "",
-        "measured": {k: {r: (rec["metrics"]["samples_per_s"] if rec["status"] == "ok" else rec["status"])
-                         for r, rec in v.items()} for k, v in t.runs.items()},
-    }  # fmt: skip
+        "measured": {
+            k: {
+                r: (rec["metrics"]["samples_per_s"] if rec["status"] == "ok" else rec["status"]) for r, rec in v.items()
+            }
+            for k, v in t.runs.items()
+        },
+    }
 
 
 def render(rep: dict) -> str:
-    lines = [f"tune {rep['loader']} on {rep['tier']}, batch {rep['batch_size']} {rep['precision']}: {rep['cells']} "
-             f"cells in {rep['rounds']} rounds; Samples/s by setting and round:"]  # fmt: skip
-    lines += [f"  {k:50s} " + ", ".join(f"r{r} {v if isinstance(v, str) else f'{v:.0f}'}" for r, v in vals.items())
-              for k, vals in rep["measured"].items()]  # fmt: skip
+    lines = [
+        (
+            f"tune {rep['loader']} on {rep['tier']}, batch {rep['batch_size']} {rep['precision']}: {rep['cells']} "
+            f"cells in {rep['rounds']} rounds; Samples/s by setting and round:"
+        )
+    ]
+    lines += [
+        f"  {k:50s} " + ", ".join(f"r{r} {v if isinstance(v, str) else f'{v:.0f}'}" for r, v in vals.items())
+        for k, vals in rep["measured"].items()
+    ]
     ceiling = ", ".join(f"{v:.0f}" for v in rep["ceiling_samples_per_s"])
     lines.append(f"  ceiling (synthetic): {ceiling}")
     if rep["best"]:
         g = rep["gain"]
-        gain = (f"{g['value']:.2f}x [{g['low']:.2f}, {g['high']:.2f}] the config's settings" if g else
-                "each move faster than the setting it replaced; against the config's own, not measured in one round "
-                "(the budget ended)")  # fmt: skip
-        lines.append(f"best: {key(rep['best'])}: {rep['samples_per_s']:.0f} samples/s, {gain}, AU {rep['au']:.2f}; "
-                     f"limit: {rep['limit']}")  # fmt: skip
+        gain = (
+            f"{g['value']:.2f}x [{g['low']:.2f}, {g['high']:.2f}] the config's settings"
+            if g
+            else "each move faster than the setting it replaced; against the config's own, not measured in one round "
+            "(the budget ended)"
+        )
+        lines.append(
+            f"best: {key(rep['best'])}: {rep['samples_per_s']:.0f} samples/s, {gain}, AU {rep['au']:.2f}; "
+            f"limit: {rep['limit']}"
+        )
         lines.append("paste into the config:\n" + "\n".join(f"  {x}" for x in rep["snippet"].splitlines()))
     elif rep["samples_per_s"]:
-        lines.append(f"best: the config's own settings ({rep['samples_per_s']:.0f} samples/s, AU {rep['au']:.2f}): no "
-                     f"tried setting was measurably faster; limit: {rep['limit']}")  # fmt: skip
+        lines.append(
+            f"best: the config's own settings ({rep['samples_per_s']:.0f} samples/s, AU {rep['au']:.2f}): no "
+            f"tried setting was measurably faster; limit: {rep['limit']}"
+        )
     else:
         lines.append("no setting was measured within the budget")
     return "\n".join(lines)

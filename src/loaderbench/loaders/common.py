@@ -111,8 +111,10 @@ class LoaderContext:
         if not isinstance(dataset, torch.utils.data.IterableDataset):
             sampler = PassSampler(len(dataset), self.seed, self.rank, self.world)
             if sampler.per_rank < self.batch_size:  # an endless stream would fill the batch with repeats instead
-                raise RuntimeError(f"the loader produced no batch: the dataset has fewer images than one batch "
-                                   f"({sampler.per_rank} a rank, batch {self.batch_size})")
+                raise RuntimeError(
+                    f"the loader produced no batch: the dataset has fewer images than one batch "
+                    f"({sampler.per_rank} a rank, batch {self.batch_size})"
+                )
             self.info.update(sampler=sampler.describe())
         gen = torch.Generator()
         gen.manual_seed(self.seed)  # the workers' random augmentations are seeded from it
@@ -208,7 +210,7 @@ def _changes(first: tuple, now: tuple) -> str:
     """What differs between two `batch_form`s, in words."""
     if [f[0] for f in first] != [n[0] for n in now]:
         return f"its parts are {[n[0] for n in now]}, were {[f[0] for f in first]}"
-    kind = lambda form: form[1] if len(form) == 2 else "a tensor"  # noqa: E731
+    kind = lambda form: form[1] if len(form) == 2 else "a tensor"
     out = []
     for f, n in zip(first, now):
         if f == n:
@@ -244,6 +246,8 @@ class SameForm:
         if self.first is None:
             self.first = form
         elif form != self.first:
-            raise BatchChanged(f"{self.who}: batch {self.taken} differs from batch 1: {_changes(self.first, form)}; "
-                               "every batch of a cell must keep the first one's shape, dtype and device")  # fmt: skip
+            raise BatchChanged(
+                f"{self.who}: batch {self.taken} differs from batch 1: {_changes(self.first, form)}; "
+                "every batch of a cell must keep the first one's shape, dtype and device"
+            )
         return batch

@@ -75,7 +75,8 @@ def jpeg_decoder(prefer: str = "torchcodec"):
         except Exception:  # noqa: BLE001 - not installed, or built for another torch: its libraries do not load
             return "torchvision.io", _torchvision_decode
         return f"torchcodec {torchcodec.__version__}", lambda blobs, device: codec_decode_jpeg(
-            blobs, mode="RGB", device=device)  # fmt: skip
+            blobs, mode="RGB", device=device
+        )
     return "torchvision.io", _torchvision_decode
 
 
@@ -99,8 +100,13 @@ def decode(buffer: torch.Tensor, meta: torch.Tensor, device: torch.device, decod
     return images
 
 
-def augment(images: list[torch.Tensor], crops: torch.Tensor, crop_size: int, channels_last: bool,
-            dtype: torch.dtype = torch.float32) -> torch.Tensor:  # fmt: skip
+def augment(
+    images: list[torch.Tensor],
+    crops: torch.Tensor,
+    crop_size: int,
+    channels_last: bool,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Crop, resize (bilinear, antialiased as torchvision's Resize), flip, normalise: a float NCHW batch."""
     out = torch.empty(len(images), crop_size, crop_size, 3, dtype=torch.uint8, device=images[0].device)
     for k, (img, (top, left, h, w, flip)) in enumerate(zip(images, crops.tolist())):
@@ -122,6 +128,8 @@ def build(ctx: LoaderContext):
     def to_device(batch):
         buffer, meta, labels, crops = batch
         images = decode(buffer, meta, ctx.device, decoder)
-        return augment(images, crops, ctx.crop_size, ctx.channels_last, ctx.dtype), labels.to(ctx.device, non_blocking=True)
+        return augment(images, crops, ctx.crop_size, ctx.channels_last, ctx.dtype), labels.to(
+            ctx.device, non_blocking=True
+        )
 
     return forever(loader, to_device)

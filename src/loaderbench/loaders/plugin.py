@@ -27,7 +27,7 @@ def factory(reference: str):
     module_name, _, attr = reference.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except Exception as e:  # noqa: BLE001 - whatever the import raised is the reason
+    except Exception as e:
         raise PluginError(f"plugin loader {reference!r}: cannot import {module_name!r}: {type(e).__name__}: {e}") from e
     fn = getattr(module, attr, None)
     if not callable(fn):
@@ -36,8 +36,9 @@ def factory(reference: str):
         sig = inspect.signature(fn)
         sig.bind(None)
     except TypeError:
-        raise PluginError(f"plugin loader {reference!r}: the factory takes {sig}; it must take one argument, the "
-                          "cell's LoaderContext") from None  # fmt: skip
+        raise PluginError(
+            f"plugin loader {reference!r}: the factory takes {sig}; it must take one argument, the cell's LoaderContext"
+        ) from None
     except ValueError:  # a builtin without a signature: let the call say
         pass
     return fn
@@ -53,11 +54,15 @@ def check_batch(batch, ctx: LoaderContext, reference: str) -> None:
     if not isinstance(images, torch.Tensor) or not isinstance(labels, torch.Tensor):
         raise PluginError(f"{where} yielded ({type(images).__name__}, {type(labels).__name__}); expected tensors")
     if tuple(images.shape) != want or not images.is_floating_point():
-        raise PluginError(f"{where} yielded images of shape {tuple(images.shape)} and dtype {images.dtype}; expected "
-                          f"{want}, floating point, normalised")  # fmt: skip
+        raise PluginError(
+            f"{where} yielded images of shape {tuple(images.shape)} and dtype {images.dtype}; expected "
+            f"{want}, floating point, normalised"
+        )
     if tuple(labels.shape) != (ctx.batch_size,) or labels.dtype != torch.int64:
-        raise PluginError(f"{where} yielded labels of shape {tuple(labels.shape)} and dtype {labels.dtype}; expected "
-                          f"({ctx.batch_size},), int64")  # fmt: skip
+        raise PluginError(
+            f"{where} yielded labels of shape {tuple(labels.shape)} and dtype {labels.dtype}; expected "
+            f"({ctx.batch_size},), int64"
+        )
     for name, t in (("images", images), ("labels", labels)):
         if t.device.type != ctx.device.type or (ctx.device.index is not None and t.device.index != ctx.device.index):
             raise PluginError(f"{where} yielded {name} on {t.device}; expected them on {ctx.device}")
@@ -71,8 +76,10 @@ def build(ctx: LoaderContext, reference: str) -> Iterator:
     if isinstance(batches, Iterator):  # one pass only: it cannot be started again
         batches = _OnePass(batches, reference)
     elif not hasattr(batches, "__iter__"):
-        raise PluginError(f"plugin loader {reference!r}: the factory returned {type(batches).__name__}; expected an "
-                          "iterable of (images, labels)")  # fmt: skip
+        raise PluginError(
+            f"plugin loader {reference!r}: the factory returned {type(batches).__name__}; expected an "
+            "iterable of (images, labels)"
+        )
     ctx.info.setdefault("prefetch_batches", 0)
     ctx.info.update(plugin=reference)
     checked = False
@@ -96,7 +103,9 @@ class _OnePass:
 
     def __iter__(self):
         if self.used:
-            raise PluginError(f"plugin loader {self.reference!r} returned an iterator and it ended; return an "
-                              "iterable that can be iterated again, or an endless iterator")  # fmt: skip
+            raise PluginError(
+                f"plugin loader {self.reference!r} returned an iterator and it ended; return an "
+                "iterable that can be iterated again, or an endless iterator"
+            )
         self.used = True
         return self.it

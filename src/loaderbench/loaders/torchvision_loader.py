@@ -23,7 +23,7 @@ from .common import (
     SampleDataset,
     forever,
     uint8_to_device,
-)  # fmt: skip
+)
 
 TRANSPORTS = ("float32", "uint8")
 
@@ -36,8 +36,10 @@ def _hwc_uint8(img) -> torch.Tensor:
 def transform(crop_size: int, transport: str = "float32") -> T.Compose:
     if transport not in TRANSPORTS:
         raise ValueError(f"torchvision transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
-    crop_flip = [T.RandomResizedCrop(crop_size, scale=CROP_SCALE, ratio=CROP_RATIO, antialias=True),
-                 T.RandomHorizontalFlip()]  # fmt: skip
+    crop_flip = [
+        T.RandomResizedCrop(crop_size, scale=CROP_SCALE, ratio=CROP_RATIO, antialias=True),
+        T.RandomHorizontalFlip(),
+    ]
     if transport == "uint8":
         return T.Compose([*crop_flip, _hwc_uint8])
     return T.Compose([*crop_flip, T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])

@@ -27,7 +27,7 @@ class GatedFile(io.RawIOBase):
     """A file whose reads each hold `gate` (a semaphore shared by the workers; None: no gate)."""
 
     def __init__(self, path: Path, gate):
-        self.f, self.gate = open(path, "rb", buffering=0), gate
+        self.f, self.gate = open(path, "rb", buffering=0), gate  # noqa: SIM115 - closed by close()
 
     def readable(self) -> bool:
         return True
@@ -52,8 +52,9 @@ def decode_image(data: bytes) -> Image.Image:
 class ShardStream(torch.utils.data.IterableDataset):
     """Endless (image, label) samples of this worker's shards, shuffled in a buffer of `buffer` samples."""
 
-    def __init__(self, shards: list[Path], seed: int, rank: int, world: int, make: Callable, buffer: int,
-                 gate, read_bytes: int):  # fmt: skip
+    def __init__(
+        self, shards: list[Path], seed: int, rank: int, world: int, make: Callable, buffer: int, gate, read_bytes: int
+    ):
         self.shards, self.seed, self.rank, self.world = shards, seed, rank, world
         self.make, self.buffer, self.gate, self.read_bytes = make, buffer, gate, read_bytes
 
@@ -88,12 +89,16 @@ def build(ctx: LoaderContext):
     shards, total = ctx.shards()
     readers = ctx.world * max(ctx.workers, 1)
     if len(shards) < readers:
-        raise RuntimeError(f"{len(shards)} shards for {readers} readers ({max(ctx.workers, 1)} workers x {ctx.world} "
-                           "rank(s)): a reader without a shard has nothing to read; stage more (shards.min_shards) or "
-                           "use fewer workers")  # fmt: skip
+        raise RuntimeError(
+            f"{len(shards)} shards for {readers} readers ({max(ctx.workers, 1)} workers x {ctx.world} "
+            "rank(s)): a reader without a shard has nothing to read; stage more (shards.min_shards) or "
+            "use fewer workers"
+        )
     if total // ctx.world < ctx.batch_size:
-        raise RuntimeError(f"the loader produced no batch: the shards hold fewer images than one batch "
-                           f"({total // ctx.world} a rank, batch {ctx.batch_size})")  # fmt: skip
+        raise RuntimeError(
+            f"the loader produced no batch: the shards hold fewer images than one batch "
+            f"({total // ctx.world} a rank, batch {ctx.batch_size})"
+        )
     at_once = int(ctx.options.get("shard_readers", 1))
     gate = multiprocessing.get_context().BoundedSemaphore(at_once) if at_once and at_once < ctx.workers else None
     read_bytes = int(float(ctx.options.get("shard_read_mb", 16)) * (1 << 20))
@@ -101,9 +106,22 @@ def build(ctx: LoaderContext):
     # pace (two samples read per one yielded), so 15 workers with 1000 each would read 15000 images ahead - more than
     # a pass of a benchmark-sized dataset, and 2.5x what an H200 cell on an HDD consumed in its window
     buffer = max(1, int(ctx.options.get("shuffle_buffer", 1000)) // readers)
-    dataset = ShardStream([s for s, _ in shards], ctx.seed, ctx.rank, ctx.world,
-                          transform(ctx.crop_size, transport), buffer, gate, read_bytes)  # fmt: skip
+    dataset = ShardStream(
+        [s for s, _ in shards],
+        ctx.seed,
+        ctx.rank,
+        ctx.world,
+        transform(ctx.crop_size, transport),
+        buffer,
+        gate,
+        read_bytes,
+    )
     loader = ctx.dataloader(dataset)
-    ctx.info.update(transport=transport, shards=len(shards), readers_at_once=at_once if gate else ctx.workers,
-                    read_mb=read_bytes / (1 << 20), shuffle_buffer_per_reader=buffer)  # fmt: skip
+    ctx.info.update(
+        transport=transport,
+        shards=len(shards),
+        readers_at_once=at_once if gate else ctx.workers,
+        read_mb=read_bytes / (1 << 20),
+        shuffle_buffer_per_reader=buffer,
+    )
     return forever(loader, batch_to_device(ctx, transport))

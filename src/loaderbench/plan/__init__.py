@@ -4,5 +4,5 @@ host) and which configurations to measure again because their repeats disagree (
 from loaderbench.core.util import lazy_exports
 
 _EXPORTS = {"workflow_cells": "predict"}
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the names lazy_exports serves
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -16,7 +16,7 @@ from pathlib import Path
 from loaderbench.core.cells import TIERLESS, CellSpec, configuration
 from loaderbench.core.config import ConfigError
 from loaderbench.core.records import CorruptRecord, read_record
-from loaderbench.engine.batchmeans import MIN_BATCHES
+from loaderbench.engine.process.batchmeans import MIN_BATCHES
 from loaderbench.loaders import BACKLOG
 
 # The rules (no record of the host), by host kind ("gpu" when it has a GPU, else "cpu"); docs/internals.md,
@@ -61,8 +61,11 @@ class Host:
         per GPU to the cell's placement."""
         h = (record.get("provenance") or {}).get("host") or {}
         cpus = h.get("cpus_usable")
-        return tuple(h.get("gpu_models") or ()) == self.gpu_models and cpus is not None and \
-            abs(cpus - self.cpus_usable) <= len(self.gpu_models)  # fmt: skip
+        return (
+            tuple(h.get("gpu_models") or ()) == self.gpu_models
+            and cpus is not None
+            and abs(cpus - self.cpus_usable) <= len(self.gpu_models)
+        )
 
     def label(self) -> str:
         gpus = Counter(self.gpu_models)
@@ -96,8 +99,10 @@ def host_of_records(directory: str | Path) -> Host:
     records, _ = read_records([directory])
     hosts = [h for h in ((r.get("provenance") or {}).get("host") for r in records) if h and h.get("cpus_usable")]
     if not hosts:
-        raise ConfigError(f"--host-from {directory}: no cell record with its host's provenance there "
-                          "(point it at a folder of <cell>.json records, e.g. results/cells or a bundle's cells/)")  # fmt: skip
+        raise ConfigError(
+            f"--host-from {directory}: no cell record with its host's provenance there "
+            "(point it at a folder of <cell>.json records, e.g. results/cells or a bundle's cells/)"
+        )
     gpus = Counter(tuple(h.get("gpu_models") or ()) for h in hosts).most_common(1)[0][0]
     cpus = max(h["cpus_usable"] for h in hosts if tuple(h.get("gpu_models") or ()) == gpus)  # see Host.matches
     return Host(gpus, cpus, f"the host of the records in {directory}")
@@ -154,15 +159,26 @@ def measured_of(record: dict) -> _Measured | None:
     compute = (m.get("compute_ms") or {}).get("mean")
     starts = record.get("process_start") or []
     unsettled = (m.get("window") or {}).get("converged") is False
-    return _Measured(record["spec"], float(record["wall_s"]), window, warmup, first, m.get("samples_per_s"),
-                     mode == "adaptive" or (mode is None and record["spec"].get("window_max_s") is not None),
-                     None if compute is None else compute / 1e3, m.get("global_batch"),
-                     bool(starts) and all(s.get("reused") for s in starts), m.get("startup_s"),
-                     m.get("cold_step_s"), unsettled)  # fmt: skip
+    return _Measured(
+        record["spec"],
+        float(record["wall_s"]),
+        window,
+        warmup,
+        first,
+        m.get("samples_per_s"),
+        mode == "adaptive" or (mode is None and record["spec"].get("window_max_s") is not None),
+        None if compute is None else compute / 1e3,
+        m.get("global_batch"),
+        bool(starts) and all(s.get("reused") for s in starts),
+        m.get("startup_s"),
+        m.get("cold_step_s"),
+        unsettled,
+    )
 
 
-def _kept_overhead(spec: dict, fresh: list[_Measured], kept: list[_Measured],
-                   shapes_seen: bool) -> tuple[float | None, str]:  # fmt: skip
+def _kept_overhead(
+    spec: dict, fresh: list[_Measured], kept: list[_Measured], shapes_seen: bool
+) -> tuple[float | None, str]:
     """The overhead of a cell measured by a kept process (warmstart's reuse): the median of records measured that way
     (of this loader when there are some), else that of `fresh` records less what a kept process skips - the start-up,
     and the cold step when the process already ran the cell's shapes (cuDNN keeps its plans)."""
@@ -177,8 +193,19 @@ def _kept_overhead(spec: dict, fresh: list[_Measured], kept: list[_Measured],
 
 def _shapes(spec: dict) -> tuple:
     """What cuDNN plans a cell's convolutions for: a kept process that ran these has its plans."""
-    return tuple(spec.get(k) for k in ("batch_size", "gpus", "precision", "amp_dtype", "channels_last", "crop_size",
-                                       "compile", "cudnn_benchmark"))  # fmt: skip
+    return tuple(
+        spec.get(k)
+        for k in (
+            "batch_size",
+            "gpus",
+            "precision",
+            "amp_dtype",
+            "channels_last",
+            "crop_size",
+            "compile",
+            "cudnn_benchmark",
+        )
+    )
 
 
 def _same_configuration(a: dict, b: dict) -> bool:
@@ -198,8 +225,9 @@ def _workers(spec: CellSpec, host: Host) -> int:
     from loaderbench.engine.placement import for_cell
     from loaderbench.engine.step import resolve_workers
 
-    place = for_cell(spec.placement, spec.gpus, "cuda" if host.kind == "gpu" else "cpu",
-                     cpus=frozenset(range(host.cpus_usable)))  # fmt: skip
+    place = for_cell(
+        spec.placement, spec.gpus, "cuda" if host.kind == "gpu" else "cpu", cpus=frozenset(range(host.cpus_usable))
+    )
     return resolve_workers(spec, place, ranks=spec.gpus if spec.parallel == "ddp" else 1, usable=host.cpus_usable)
 
 
@@ -241,8 +269,9 @@ def _first_step_s(spec: CellSpec, host: Host) -> float:
     return FIRST_STEP_UNTUNED_S if host.kind == "gpu" and not spec.cudnn_benchmark else FIRST_STEP_S[host.kind]
 
 
-def _warmup(spec: CellSpec, backlog: int, overhead: float, first: float, step_s: float,
-            compute_s: float | None) -> tuple[int, float]:  # fmt: skip
+def _warmup(
+    spec: CellSpec, backlog: int, overhead: float, first: float, step_s: float, compute_s: float | None
+) -> tuple[int, float]:
     """(steps, seconds) of the warm-up (window.warm_up): at least `warmup_steps`, then until a step waits for its
     batch, at most the backlog + 2. The loader starts at build and fills its backlog during setup, at its own rate
     (PREFILL_SHARE of the overhead); those batches are there at once and cost a step's compute alone (`compute_s`,
@@ -254,8 +283,16 @@ def _warmup(spec: CellSpec, backlog: int, overhead: float, first: float, step_s:
     return steps, first + fast * compute + (steps - 1 - fast) * step_s
 
 
-def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, step_s: float,
-                  window_hint: float | None, io_bound: bool, compute_s: float | None = None) -> tuple[float, str]:  # fmt: skip
+def _cell_seconds(
+    spec: CellSpec,
+    host: Host,
+    overhead: float,
+    first: float,
+    step_s: float,
+    window_hint: float | None,
+    io_bound: bool,
+    compute_s: float | None = None,
+) -> tuple[float, str]:
     """overhead + warm-up + window + Snakemake's job, and how the window was predicted."""
     backlog, burst = _backlog(spec, host)
     warm_steps, warmup = _warmup(spec, backlog, overhead, first, step_s, compute_s)
@@ -281,8 +318,9 @@ def _cell_seconds(spec: CellSpec, host: Host, overhead: float, first: float, ste
     return overhead + warmup + window + profiled + JOB_S, detail
 
 
-def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float,
-            kept: bool | None = None) -> tuple[float, str, str]:  # fmt: skip
+def predict(
+    spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float, kept: bool | None = None
+) -> tuple[float, str, str]:
     """(seconds, basis, detail) of one cell still to run on `host`, whose ok records are `mine`. `kept`: the cell
     will be measured by a process kept from the cell before it (True: one that ran its shapes; False: new shapes);
     None: by a process of its own. Records of the other kind count only for what they share (rate, window)."""
@@ -327,17 +365,30 @@ def predict(spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float
             overhead = overhead if over is None else over
         first = _median(m.first_step_s for m in (near if same_loader else mine))
         # a window that never settled says only that this one runs to its own maximum
-        hint = (_median(math.inf if m.unsettled else m.window_s for m in near if m.adaptive)
-                if same_loader and not io_bound else None)  # fmt: skip
+        hint = (
+            _median(math.inf if m.unsettled else m.window_s for m in near if m.adaptive)
+            if same_loader and not io_bound
+            else None
+        )
         # the neighbours' compute per step, for this cell's global batch
         compute = _median(m.compute_s * gb / m.global_batch for m in near if m.compute_s and m.global_batch)
-        seconds, detail = _cell_seconds(spec, host, CELL_OVERHEAD_S[host.kind] if overhead is None else overhead,
-                                        _first_step_s(spec, host) if first is None else first, gb / rate, hint,
-                                        io_bound, compute)  # fmt: skip
+        seconds, detail = _cell_seconds(
+            spec,
+            host,
+            CELL_OVERHEAD_S[host.kind] if overhead is None else overhead,
+            _first_step_s(spec, host) if first is None else first,
+            gb / rate,
+            hint,
+            io_bound,
+            compute,
+        )
         relaxed = [f for f, differs in zip(NEIGHBOUR_FIELDS, nearest) if differs and f != "feed"]
-        like = (f"{len(near)} record(s) of this configuration (other settings)" if not relaxed else
-                f"{len(near)} record(s) of another {', '.join(relaxed)}" + (f" ({near[0].key('loader')})"
-                                                                           if nearest[0] else ""))  # fmt: skip
+        like = (
+            f"{len(near)} record(s) of this configuration (other settings)"
+            if not relaxed
+            else f"{len(near)} record(s) of another {', '.join(relaxed)}"
+            + (f" ({near[0].key('loader')})" if nearest[0] else "")
+        )
         return seconds, "host records", f"{rate:.0f} samples/s from {like}; {detail}"
     assumed = ASSUMED_SAMPLES_PER_S[host.kind]
     io_bound = io is not None and io < assumed

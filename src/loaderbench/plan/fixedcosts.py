@@ -33,8 +33,6 @@ class FixedCost:
     detail: str
 
 
-
-
 # ---- fixed costs
 
 
@@ -93,23 +91,13 @@ def _measured_probe(tier: str, kind: str, dirs) -> tuple[float, str] | None:
 
 
 def fixed_costs(cfg: dict, host: Host, results: Layout, host_dirs) -> list[FixedCost]:
+    """Each fixed cost of the study in the order the workflow pays it: dataset, check, staging, probes, workflow."""
     out = []
     ds = cfg["dataset"]
     images, mean_bytes, size_from = dataset_size(cfg, results)
     cores = max(1, host.cpus_usable)
     if ds["source"] == "generated":
-        if Path(DATASETS, ds["name"], "dataset.json").is_file():
-            out.append(FixedCost(f"generate dataset ({ds['images']} images)", 0.0, "done", f"{DATASETS}/{ds['name']}"))
-        else:
-            logged = GENERATED_LOG_RE.search(_text(Path(LOGS, "make_dataset.log")))
-            if logged:
-                s = float(logged[2]) * ds["images"] / int(logged[1])
-                out.append(FixedCost(f"generate dataset ({ds['images']} images)", s, "log",
-                                     f"{logged[2]} s for {logged[1]} images in {LOGS}/make_dataset.log"))  # fmt: skip
-            else:
-                s = ds["images"] * GENERATE_CORE_S_PER_IMAGE / cores
-                out.append(FixedCost(f"generate dataset ({ds['images']} images)", s, "rules",
-                                     f"{GENERATE_CORE_S_PER_IMAGE} CPU-s per image on {cores} CPUs"))  # fmt: skip
+        out.append(_generate_cost(ds, cores))
     check = _json(results.check)
     if check and check.get("files"):
         out.append(FixedCost("check dataset", 0.0, "done", results.check))
@@ -122,34 +110,60 @@ def fixed_costs(cfg: dict, host: Host, results: Layout, host_dirs) -> list[Fixed
         if m and m.get("dataset") == ds["name"]:
             out.append(FixedCost(f"stage {tier}", 0.0, "done", results.manifest(tier)))
         else:
-            out.append(FixedCost(f"stage {tier}", mb / STAGE_MB_S, "rules",
-                                 f"{mb:.0f} MB ({images} files, mean {mean_bytes / 1e3:.0f} KB from {size_from}) "
-                                 f"at {STAGE_MB_S:g} MB/s"))  # fmt: skip
-    probe = cfg["probe"]
+            out.append(
+                FixedCost(
+                    f"stage {tier}",
+                    mb / STAGE_MB_S,
+                    "rules",
+                    f"{mb:.0f} MB ({images} files, mean {mean_bytes / 1e3:.0f} KB from {size_from}) "
+                    f"at {STAGE_MB_S:g} MB/s",
+                )
+            )
     for tier in cfg["tiers"]:
-        t = cfg["storage"][tier]
-        name = f"probe {tier} (readers {', '.join(map(str, probe['readers']))})"
-        if _json(results.probe(tier)):
-            out.append(FixedCost(name, 0.0, "done", results.probe(tier)))
-            continue
-        earlier = _measured_probe(tier, t["kind"], host_dirs)
-        if earlier:
-            out.append(FixedCost(name, earlier[0], "host records", f"as measured: {earlier[1]}"))
-            continue
-        files = min(images or 0, probe["max_files"]) if probe["max_files"] else (images or 0)
-        if t["kind"] == "emulated" and files:
-            from loaderbench.core.devices import DeviceModel, predict
-
-            model = DeviceModel.from_dict(t["model"])
-            s = sum(min(probe["max_seconds"], files / predict(model, mean_bytes, r)["files_per_s"])
-                    for r in probe["readers"])  # fmt: skip
-            out.append(FixedCost(name, s, "rules", f"{files} files at the {model.name} model's rate, at most "
-                                                   f"{probe['max_seconds']:g} s per reader count"))  # fmt: skip
-        else:
-            s = len(probe["readers"]) * probe["max_seconds"]
-            out.append(FixedCost(name, s, "rules", f"at most {probe['max_seconds']:g} s per reader count"))
+        out.append(_probe_cost(cfg, tier, results, host_dirs, images, mean_bytes))
     out.append(FixedCost("workflow: start, aggregate, figures, bundle", WORKFLOW_S[host.kind], "rules", ""))
     return out
+
+
+def _generate_cost(ds: dict, cores: int) -> FixedCost:
+    """Generating the dataset: done, as long as its log says the last generation took, or by the rule per image."""
+    name = f"generate dataset ({ds['images']} images)"
+    if Path(DATASETS, ds["name"], "dataset.json").is_file():
+        return FixedCost(name, 0.0, "done", f"{DATASETS}/{ds['name']}")
+    logged = GENERATED_LOG_RE.search(_text(Path(LOGS, "make_dataset.log")))
+    if logged:
+        s = float(logged[2]) * ds["images"] / int(logged[1])
+        return FixedCost(name, s, "log", f"{logged[2]} s for {logged[1]} images in {LOGS}/make_dataset.log")
+    s = ds["images"] * GENERATE_CORE_S_PER_IMAGE / cores
+    return FixedCost(name, s, "rules", f"{GENERATE_CORE_S_PER_IMAGE} CPU-s per image on {cores} CPUs")
+
+
+def _probe_cost(cfg: dict, tier: str, results: Layout, host_dirs, images: int | None, mean_bytes: float) -> FixedCost:
+    """Probing `tier`: done, as an earlier probe took, at an emulated tier's model rate, or the probe's time limit."""
+    probe = cfg["probe"]
+    t = cfg["storage"][tier]
+    name = f"probe {tier} (readers {', '.join(map(str, probe['readers']))})"
+    if _json(results.probe(tier)):
+        return FixedCost(name, 0.0, "done", results.probe(tier))
+    earlier = _measured_probe(tier, t["kind"], host_dirs)
+    if earlier:
+        return FixedCost(name, earlier[0], "host records", f"as measured: {earlier[1]}")
+    files = min(images or 0, probe["max_files"]) if probe["max_files"] else (images or 0)
+    if t["kind"] == "emulated" and files:
+        from loaderbench.core.devices import DeviceModel, predict
+
+        model = DeviceModel.from_dict(t["model"])
+        s = sum(
+            min(probe["max_seconds"], files / predict(model, mean_bytes, r)["files_per_s"]) for r in probe["readers"]
+        )
+        return FixedCost(
+            name,
+            s,
+            "rules",
+            f"{files} files at the {model.name} model's rate, at most {probe['max_seconds']:g} s per reader count",
+        )
+    s = len(probe["readers"]) * probe["max_seconds"]
+    return FixedCost(name, s, "rules", f"at most {probe['max_seconds']:g} s per reader count")
 
 
 def _text(path: Path) -> str:

@@ -48,7 +48,6 @@ class PartPlan:
     bases: dict[str, int]  # basis -> cells still to run on it
 
 
-
 @dataclass
 class Plan:
     study: str
@@ -89,32 +88,45 @@ class Plan:
             return "budget: none (config key budget_minutes not set)"
         budget = f"budget {duration(self.budget_s)} (budget_minutes: {self.budget_s / 60:g})"
         if self.closing:
-            return (f"{budget} with trim: closing the study - {len(self.kept)} measured cell(s) tabulated, "
-                    f"{len(self.left_out)} not measured left out")  # fmt: skip
+            return (
+                f"{budget} with trim: closing the study - {len(self.kept)} measured cell(s) tabulated, "
+                f"{len(self.left_out)} not measured left out"
+            )
         if self.left_out and not self.over_budget:
-            return (f"{budget}: the whole study ({duration(self.full_s)}) is over it; trimmed (trim: true): "
-                    f"{len(self.left_out)} cell(s) left out, {duration(self.total_s)} kept, "
-                    f"{duration(self.budget_s - self.total_s)} to spare")  # fmt: skip
+            return (
+                f"{budget}: the whole study ({duration(self.full_s)}) is over it; trimmed (trim: true): "
+                f"{len(self.left_out)} cell(s) left out, {duration(self.total_s)} kept, "
+                f"{duration(self.budget_s - self.total_s)} to spare"
+            )
         if not self.over_budget:
             return f"{budget}: fits, {duration(self.budget_s - self.total_s)} to spare"
         over = f"{budget}: REFUSED, {duration(self.total_s)} is over it by {duration(self.total_s - self.budget_s)}"
         if self.trim:
-            return (f"{over} even with every cell that may go left out ({len(self.left_out)}; measured cells and the "
-                    "baseline's stay): raise budget_minutes or make the parts smaller")  # fmt: skip
+            return (
+                f"{over} even with every cell that may go left out ({len(self.left_out)}; measured cells and the "
+                "baseline's stay): raise budget_minutes or make the parts smaller"
+            )
         return f"{over}; raise budget_minutes, make the grid smaller, or set trim: true to leave out the last cells"
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["host"] = {**asdict(self.host), "kind": self.host.kind}
-        d.update(kept=self.kept, left_out=self.left_out, over_budget=self.over_budget, refused=self.refused,
-                 verdict=self.verdict())  # fmt: skip
+        d.update(
+            kept=self.kept,
+            left_out=self.left_out,
+            over_budget=self.over_budget,
+            refused=self.refused,
+            verdict=self.verdict(),
+        )
         return d
 
     def render(self, cells: bool = False) -> str:
         cal = self.calibration
         lines = [
-            f"plan of study {self.study}: {len(self.cells)} cells in {len(self.parts)} part(s), for "
-            f"{self.host.label()}",
+            (
+                f"plan of study {self.study}: {len(self.cells)} cells in {len(self.parts)} part(s), for "
+                f"{self.host.label()}"
+            ),
             f"records: {cal.get('read', 0)} read, {cal.get('same_host', 0)} of this host; "
             f"{cal.get('measured', 0)} of this study's cells measured already (cost nothing from now on)"
             + (f"; {len(cal['unreadable'])} unreadable, ignored" if cal.get("unreadable") else ""),
@@ -129,12 +141,17 @@ class Plan:
             if p.left_out:
                 lines.append(f"  left out of {p.name}: {', '.join(p.left_out)}")
         lines += ["", "fixed costs:"]
-        lines += _table([("", "predicted", "basis", "")] + [("  " + f.name, duration(f.seconds), f.basis, f.detail)
-                                                            for f in self.fixed])  # fmt: skip
+        lines += _table(
+            [("", "predicted", "basis", "")]
+            + [("  " + f.name, duration(f.seconds), f.basis, f.detail) for f in self.fixed]
+        )
         cells_s = sum(p.seconds for p in self.parts)
         fixed_s = sum(f.seconds for f in self.fixed)
-        lines += ["", f"total: {duration(self.total_s)} of run time (cells {duration(cells_s)}, "
-                      f"fixed {duration(fixed_s)})", self.verdict()]  # fmt: skip
+        lines += [
+            "",
+            f"total: {duration(self.total_s)} of run time (cells {duration(cells_s)}, fixed {duration(fixed_s)})",
+            self.verdict(),
+        ]
         if cells:
             lines += ["", "cells (run order):"]
             rows = [("cell", "part", "predicted", "basis", "")]
@@ -191,8 +208,11 @@ def _baseline_cells(cfg: dict, cells) -> set[str]:
     out = set()
     for cid in cells:
         d = parse_cell_id(cid)
-        if d["repeat"] == 0 and all(d[k] == b[k] for k in ("loader", "tier", "gpus", "batch_size", "precision")) and \
-                d["parallel"] == b.get("parallel", "dp"):  # fmt: skip
+        if (
+            d["repeat"] == 0
+            and all(d[k] == b[k] for k in ("loader", "tier", "gpus", "batch_size", "precision"))
+            and d["parallel"] == b.get("parallel", "dp")
+        ):
             out.add(cid)
     return out
 
@@ -206,8 +226,9 @@ def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), r
     host = host or this_host()
     layout = Layout(str(results))
     records, unreadable = read_records(records_dirs)
-    extra, unreadable_extra = read_records(d for d in host_dirs if Path(d).resolve() not in
-                                           {Path(r).resolve() for r in records_dirs})  # fmt: skip
+    extra, unreadable_extra = read_records(
+        d for d in host_dirs if Path(d).resolve() not in {Path(r).resolve() for r in records_dirs}
+    )
     mine = [m for r in records + extra if host.matches(r) and (m := measured_of(r))]
     done = {r["cell_id"]: r for r in records if r.get("status") in ("ok", "skipped", "failed")}
     owner = cell_parts(cfg)
@@ -251,11 +272,24 @@ def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), r
     for part in cfg["parts"]:
         mine_cells = [c for c in cells if c.part == part["name"]]
         running = [c for c in mine_cells if not c.left_out and not c.measured]
-        parts.append(PartPlan(part["name"], part.get("note", ""), len(mine_cells), sum(c.measured for c in mine_cells),
-                              len(running), [c.cell for c in mine_cells if c.left_out],
-                              sum(c.seconds for c in running), dict(Counter(c.basis for c in running))))  # fmt: skip
-    calibration = {"read": len(records) + len(extra), "same_host": len(mine),
-                   "measured": sum(c.measured for c in cells), "unreadable": unreadable + unreadable_extra}  # fmt: skip
+        parts.append(
+            PartPlan(
+                part["name"],
+                part.get("note", ""),
+                len(mine_cells),
+                sum(c.measured for c in mine_cells),
+                len(running),
+                [c.cell for c in mine_cells if c.left_out],
+                sum(c.seconds for c in running),
+                dict(Counter(c.basis for c in running)),
+            )
+        )
+    calibration = {
+        "read": len(records) + len(extra),
+        "same_host": len(mine),
+        "measured": sum(c.measured for c in cells),
+        "unreadable": unreadable + unreadable_extra,
+    }
     return Plan(cfg["name"], host, parts, cells, fixed, budget_s, bool(cfg.get("trim")), full_s, total_s, calibration)
 
 
@@ -270,7 +304,8 @@ def workflow_cells(cfg: dict, results: Layout) -> list[str]:
 
     plan = make_plan(cfg, [results.cells], results=results.root)
     if plan.refused:
-        raise PlanRefused(f"the study is over its budget; `loaderbench plan --config ...` prints this too:\n"
-                          f"{plan.render()}")  # fmt: skip
+        raise PlanRefused(
+            f"the study is over its budget; `loaderbench plan --config ...` prints this too:\n{plan.render()}"
+        )
     print(f"loaderbench: {plan.verdict()}", file=sys.stderr)
     return plan.kept

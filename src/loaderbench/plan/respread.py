@@ -29,8 +29,11 @@ def spreads(records: list[dict]) -> dict[str, dict]:
         sps = [r["metrics"]["samples_per_s"] for r in rs if r["status"] == "ok"]
         if len(sps) >= 2:
             med = statistics.median(sps)
-            out[key] = {"spread": (max(sps) - min(sps)) / med if med > 0 else 0.0, "samples_per_s": sps,
-                        "cells": sorted(r["cell_id"] for r in rs)}  # fmt: skip
+            out[key] = {
+                "spread": (max(sps) - min(sps)) / med if med > 0 else 0.0,
+                "samples_per_s": sps,
+                "cells": sorted(r["cell_id"] for r in rs),
+            }
     return out
 
 
@@ -70,8 +73,7 @@ def requeue(cells_dir: Path, spread_warn: float, ledger_path: Path) -> dict[str,
         if s["spread"] is not None and s["spread"] > spread_warn:
             why.append(f"repeats spread {100 * s['spread']:.1f}% (over spread_warn {100 * spread_warn:.0f}%)")
         if key in busy:
-            why.append(f"contended window in {', '.join(busy[key])} (other processes used the host while it "
-                       "measured)")  # fmt: skip
+            why.append(f"contended window in {', '.join(busy[key])} (other processes used the host while it measured)")
         if not why:
             continue
         cells = sorted(r["cell_id"] for r in records if configuration(r["cell_id"]) == key)

@@ -9,8 +9,14 @@ import numpy as np
 import pandas as pd
 
 from loaderbench.core.records import load_records, warning_lines, warnings_of
-from loaderbench.core.uncertainty import (DEFAULT_BETWEEN_NOISE, Ratio, between_noise, quotient, repeats_halfwidth,
-                                          widened)
+from loaderbench.core.uncertainty import (
+    DEFAULT_BETWEEN_NOISE,
+    Ratio,
+    between_noise,
+    quotient,
+    repeats_halfwidth,
+    widened,
+)
 from loaderbench.core.util import atomic_write_text
 
 from .columns import KEYS, SEED_COLUMNS, table_csv, to_labels
@@ -157,13 +163,18 @@ def _interval(ok: pd.DataFrame) -> dict:
     run's noise between processes in `cells_table`); whether a repeat was contended or did not converge."""
     sps = [float(x) for x in ok["samples_per_s"]]
     conv = [c for c in ok.get("converged", pd.Series(dtype=object)) if isinstance(c, (bool, np.bool_))]
-    out = {"contended": bool(ok["contended"].any()) if "contended" in ok else False,
-           "converged": all(conv) if conv else None}  # fmt: skip
+    out = {
+        "contended": bool(ok["contended"].any()) if "contended" in ok else False,
+        "converged": all(conv) if conv else None,
+    }
     if len(sps) > 1:
         return {**out, "halfwidth": repeats_halfwidth(sps), "halfwidth_basis": f"{len(sps)} repeats"}
     hw = pd.to_numeric(ok.get("window_halfwidth", pd.Series(dtype=float)), errors="coerce")
-    return {**out, "halfwidth": float(hw.iloc[0]) if len(hw) and pd.notna(hw.iloc[0]) else np.nan,
-            "halfwidth_basis": "window"}  # fmt: skip
+    return {
+        **out,
+        "halfwidth": float(hw.iloc[0]) if len(hw) and pd.notna(hw.iloc[0]) else np.nan,
+        "halfwidth_basis": "window",
+    }
 
 
 def _min(rows: pd.DataFrame, col: str) -> float:
@@ -195,11 +206,13 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     noise = between_noise([[float(x) for x in g["samples_per_s"]] for _, g in ok.groupby(KEYS, sort=False)])
     single = t["halfwidth_basis"] == "window"
     t.loc[single, "halfwidth"] = [widened(h, noise) if pd.notna(h) else h for h in t.loc[single, "halfwidth"]]
-    t.loc[single, "halfwidth_basis"] = (f"window, widened by the run's noise between processes ({100 * noise:.1f}%)"
-                                        if noise is not None else
-                                        f"window, widened by the default noise between processes "
-                                        f"({100 * DEFAULT_BETWEEN_NOISE:.1f}%: no cell of this run was repeated to "
-                                        "measure it)")  # fmt: skip
+    t.loc[single, "halfwidth_basis"] = (
+        f"window, widened by the run's noise between processes ({100 * noise:.1f}%)"
+        if noise is not None
+        else f"window, widened by the default noise between processes "
+        f"({100 * DEFAULT_BETWEEN_NOISE:.1f}%: no cell of this run was repeated to "
+        "measure it)"
+    )
     base = t[
         (t["loader"] == baseline["loader"])
         & (t["tier"] == baseline["tier"])
@@ -217,7 +230,7 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     t.loc[implausible, "warnings"] = [
         "; ".join(filter(None, [str(w) if isinstance(w, str) else "", f"implausible: {au_implausible_text(au, q)}"]))
         for w, au, q in zip(t.loc[implausible, "warnings"], t.loc[implausible, "au"], aus[implausible])
-    ]  # fmt: skip
+    ]
     return t[SEED_COLUMNS + [c for c in t.columns if c not in SEED_COLUMNS]]
 
 
@@ -256,8 +269,10 @@ def au_implausible(au, q: Ratio | None) -> bool:
 def au_implausible_text(au, q: Ratio | None) -> str:
     if q is None:
         return f"AU {au:.2f} > {AU_IMPLAUSIBLE} (ceiling or cell disturbed)"
-    return (f"AU {q.value:.2f} [{q.low:.2f}, {q.high:.2f}] lies above 1 beyond its interval: the loader delivers more "
-            "than the compute ceiling; check its batches and the ceiling cell")  # fmt: skip
+    return (
+        f"AU {q.value:.2f} [{q.low:.2f}, {q.high:.2f}] lies above 1 beyond its interval: the loader delivers more "
+        "than the compute ceiling; check its batches and the ceiling cell"
+    )
 
 
 def _one_run(run) -> bool:
@@ -279,11 +294,14 @@ def _within_one_run(t: pd.DataFrame, baseline_run) -> None:
             t.loc[i, ["speed", "gpu_efficiency", "au"]] = np.nan
             notes.append("its repeats come from several runs")
             continue
-        gpu_base = one.get((ONE_GPU_BASELINE.get(r["loader"], r["loader"]), r["tier"], r["batch_size"],
-                            r["precision"], r["parallel"]))  # fmt: skip
-        others = {"speed": ("Speed: the baseline cell", baseline_run),
-                  "gpu_efficiency": ("GPU Efficiency: the 1-GPU cell", gpu_base),
-                  "au": ("AU: the synthetic ceiling", ceiling.get(tuple(r[k] for k in by)))}  # fmt: skip
+        gpu_base = one.get(
+            (ONE_GPU_BASELINE.get(r["loader"], r["loader"]), r["tier"], r["batch_size"], r["precision"], r["parallel"])
+        )
+        others = {
+            "speed": ("Speed: the baseline cell", baseline_run),
+            "gpu_efficiency": ("GPU Efficiency: the 1-GPU cell", gpu_base),
+            "au": ("AU: the synthetic ceiling", ceiling.get(tuple(r[k] for k in by))),
+        }
         why = []
         for col, (what, run) in others.items():
             if pd.notna(r[col]) and run != r["run"]:
@@ -321,8 +339,14 @@ def accelerator_utilisation(t: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=t.index, dtype=float)
 
 
-def aggregate(cell_files: list[Path], baseline: dict, spread_warn: float, out_dir: Path,
-              probes: list[Path] = (), ledger: Path | None = None) -> pd.DataFrame:  # fmt: skip
+def aggregate(
+    cell_files: list[Path],
+    baseline: dict,
+    spread_warn: float,
+    out_dir: Path,
+    probes: list[Path] = (),
+    ledger: Path | None = None,
+) -> pd.DataFrame:
     """cells.csv (median over repeats), repeats.csv (every record) and tier_probe.csv (each tier's read rate);
     `ledger`: respread's ledger (layout.Layout.respread_ledger), the spread of requeued configurations."""
     from loaderbench.data.tierprobe import PROBE_COLUMNS, probe_rows, tier_rates
@@ -369,7 +393,13 @@ def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
     divided = "not_divided" in table and any(isinstance(x, str) and x for x in table["not_divided"])
     extra = rerun + (["not_divided"] if divided else [])
     t = table[SEED_COLUMNS[:4] + ["precision"] + SEED_COLUMNS[4:] + ["status", "repeats_ok", "spread", *extra]].copy()
-    fmt = {"time_s": "{:.1f}", "steps": "{:.0f}", "samples_per_s": "{:.1f}", "speed": "{:.2f}", "gpu_efficiency": "{:.2f}"}
+    fmt = {
+        "time_s": "{:.1f}",
+        "steps": "{:.0f}",
+        "samples_per_s": "{:.1f}",
+        "speed": "{:.2f}",
+        "gpu_efficiency": "{:.2f}",
+    }
     for col, f in fmt.items():
         t[col] = [f.format(v) if pd.notna(v) else "-" for v in t[col]]
     for col in ["spread", *rerun]:

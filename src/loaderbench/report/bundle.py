@@ -35,8 +35,15 @@ def _summarize_provenance(records: list[dict]) -> dict:
     return {k: dict(c) for k, c in seen.items()}
 
 
-TABLES = ("cells.csv", "repeats.csv", "diagnosis.csv", "diagnosis.md", "recommendations.json", "verdict.json",
-          "tier_probe.csv")
+TABLES = (
+    "cells.csv",
+    "repeats.csv",
+    "diagnosis.csv",
+    "diagnosis.md",
+    "recommendations.json",
+    "verdict.json",
+    "tier_probe.csv",
+)
 
 
 def _by_name(files: list[Path], wanted: tuple[str, ...], what: str) -> dict[str, Path]:
@@ -49,15 +56,75 @@ def _by_name(files: list[Path], wanted: tuple[str, ...], what: str) -> dict[str,
 
 
 def make_bundle(
-    config_json: Path, table_files: list[Path], figure_files: list[Path], check_json: Path, check_report: Path,
-    manifests: list[Path], cell_files: list[Path], captions_dir: Path, out_dir: Path, zip_path: Path,
-    timeline_files: list[Path] = (), crosscheck_files: list[Path] = (),
-) -> Path:  # fmt: skip
+    config_json: Path,
+    table_files: list[Path],
+    figure_files: list[Path],
+    check_json: Path,
+    check_report: Path,
+    manifests: list[Path],
+    cell_files: list[Path],
+    captions_dir: Path,
+    out_dir: Path,
+    zip_path: Path,
+    timeline_files: list[Path] = (),
+    crosscheck_files: list[Path] = (),
+) -> Path:
     """index.html in `out_dir` with the tables, figures (the registry's, in its order), cell records, timelines
     and provenance copied beside it; the folder zipped to `zip_path`."""
     out_dir, zip_path = Path(out_dir), Path(zip_path)
     tables = _by_name(table_files, TABLES, "tables")
     figures = _by_name(figure_files, (*FIGURE_FILES, *EXTRA_FILES), "figures")
+    _copy_tables_and_figures(out_dir, tables, figures, timeline_files)
+    records = []
+    for f in cell_files:
+        _copy(f, out_dir / "cells" / Path(f).name)
+        records.append(json.loads(Path(f).read_text()))
+    config = json.loads(Path(config_json).read_text())
+    check = json.loads(Path(check_json).read_text())
+    _copy(check_report, out_dir / "dataset_check.txt")
+    tiers = [_tier_summary(json.loads(Path(m).read_text())) for m in manifests]
+    _write_text(out_dir / "config.json", json.dumps(config, indent=2))
+    probe = pd.read_csv(tables["tier_probe.csv"])
+    provenance = {
+        "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "tiers": tiers,
+        "tier_probe": json.loads(probe.to_json(orient="records")),
+        "cells": _summarize_provenance(records),
+    }
+    _write_text(out_dir / "provenance.json", json.dumps(provenance, indent=2))
+    table = read_table(tables["cells.csv"])
+    captions = load_captions(captions_dir)
+    diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
+    recs = json.loads(tables["recommendations.json"].read_text())
+    verdict = render_html(json.loads(tables["verdict.json"].read_text()))
+    crosscheck = [json.loads(Path(f).read_text()) for f in crosscheck_files]
+    for i, f in enumerate(crosscheck_files):
+        _copy(f, out_dir / "tables" / (f"crosscheck{i or ''}.json"))
+    _write_text(
+        out_dir / "index.html",
+        _index_html(
+            config,
+            table,
+            check,
+            tiers,
+            provenance,
+            records,
+            captions,
+            diagnosis,
+            recs,
+            {Path(f).name for f in timeline_files},
+            _crosscheck_html(crosscheck),
+            verdict,
+        ),
+    )
+    _zip(out_dir, zip_path)
+    return out_dir / "index.html"
+
+
+def _copy_tables_and_figures(
+    out_dir: Path, tables: dict[str, Path], figures: dict[str, Path], timeline_files: list[Path]
+) -> None:
+    """`out_dir` made afresh with its figures/, tables/ and cells/ folders, the figures, tables and timelines in it."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     for sub in ("figures", "tables", "cells"):
@@ -74,36 +141,11 @@ def make_bundle(
             (out_dir / "telemetry").mkdir()
         for f in timeline_files:
             _copy(f, out_dir / "telemetry" / Path(f).name)
-    records = []
-    for f in cell_files:
-        _copy(f, out_dir / "cells" / Path(f).name)
-        records.append(json.loads(Path(f).read_text()))
-    config = json.loads(Path(config_json).read_text())
-    check = json.loads(Path(check_json).read_text())
-    _copy(check_report, out_dir / "dataset_check.txt")
-    tiers = []
-    for m in manifests:
-        man = json.loads(Path(m).read_text())
-        tiers.append({k: man[k] for k in ("tier", "tier_path", "root", "filesystem", "counts", "sha256")})
-    _write_text(out_dir / "config.json", json.dumps(config, indent=2))
-    probe = pd.read_csv(tables["tier_probe.csv"])
-    provenance = {"generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "tiers": tiers,
-                  "tier_probe": json.loads(probe.to_json(orient="records")),
-                  "cells": _summarize_provenance(records)}  # fmt: skip
-    _write_text(out_dir / "provenance.json", json.dumps(provenance, indent=2))
-    table = read_table(tables["cells.csv"])
-    captions = load_captions(captions_dir)
-    diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
-    recs = json.loads(tables["recommendations.json"].read_text())
-    verdict = render_html(json.loads(tables["verdict.json"].read_text()))
-    crosscheck = [json.loads(Path(f).read_text()) for f in crosscheck_files]
-    for i, f in enumerate(crosscheck_files):
-        _copy(f, out_dir / "tables" / (f"crosscheck{i or ''}.json"))
-    _write_text(out_dir / "index.html",
-                _index_html(config, table, check, tiers, provenance, records, captions, diagnosis, recs,
-                            {Path(f).name for f in timeline_files}, _crosscheck_html(crosscheck), verdict))  # fmt: skip
-    _zip(out_dir, zip_path)
-    return out_dir / "index.html"
+
+
+def _tier_summary(manifest: dict) -> dict:
+    """What the bundle keeps of a tier's staging manifest: where and what it staged, not the file list."""
+    return {k: manifest[k] for k in ("tier", "tier_path", "root", "filesystem", "counts", "sha256")}
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -144,48 +186,76 @@ def _crosscheck_html(summaries: list[dict]) -> str:
         for r in s["rows"]:
             q = r.get("cell_over_bare")
             if q is None:
-                rows.append(f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td><td colspan='4'>failed: "
-                            f"{e('; '.join(r['reasons']))}</td></tr>")  # fmt: skip
+                rows.append(
+                    f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td><td colspan='4'>failed: "
+                    f"{e('; '.join(r['reasons']))}</td></tr>"
+                )
                 continue
-            verdict = "the harness costs the loader" if q["high"] < 1 else \
-                "no measurable difference" if q["low"] <= 1 else "cell faster than the bare loop"  # fmt: skip
-            rates = lambda xs: ", ".join(f"{x:.0f}" for x in xs)  # noqa: E731
-            rows.append(f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td>"
-                        f"<td>{rates(r['cell_samples_per_s'])}</td><td>{rates(r['bare_samples_per_s'])}</td>"
-                        f"<td>{q['value']:.3f} [{q['low']:.3f}, {q['high']:.3f}]</td><td>{verdict}</td></tr>")  # fmt: skip
+            verdict = (
+                "the harness costs the loader"
+                if q["high"] < 1
+                else "no measurable difference"
+                if q["low"] <= 1
+                else "cell faster than the bare loop"
+            )
+            rates = lambda xs: ", ".join(f"{x:.0f}" for x in xs)
+            rows.append(
+                f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td>"
+                f"<td>{rates(r['cell_samples_per_s'])}</td><td>{rates(r['bare_samples_per_s'])}</td>"
+                f"<td>{q['value']:.3f} [{q['low']:.3f}, {q['high']:.3f}]</td><td>{verdict}</td></tr>"
+            )
     head = summaries[0]
-    return ("<h2>Does the harness slow the loader? (crosscheck)</h2>"
-            f"<p>Each cell against a bare training loop of the same loader object in a fresh process (tier "
-            f"{e(str(head.get('tier')))}, batch {head.get('batch_size')}, {head.get('rounds')} alternating round(s)); "
-            "cell/bare with its 95% interval. Also as <a href='tables/crosscheck.json'>crosscheck.json</a>.</p>"
-            "<table><tr><th>Dataloader</th><th>precision</th><th>cell Samples/s</th><th>bare Samples/s</th>"
-            "<th>cell/bare [95%]</th><th>verdict</th></tr>" + "".join(rows) + "</table>")  # fmt: skip
+    return (
+        "<h2>Does the harness slow the loader? (crosscheck)</h2>"
+        f"<p>Each cell against a bare training loop of the same loader object in a fresh process (tier "
+        f"{e(str(head.get('tier')))}, batch {head.get('batch_size')}, {head.get('rounds')} alternating round(s)); "
+        "cell/bare with its 95% interval. Also as <a href='tables/crosscheck.json'>crosscheck.json</a>.</p>"
+        "<table><tr><th>Dataloader</th><th>precision</th><th>cell Samples/s</th><th>bare Samples/s</th>"
+        "<th>cell/bare [95%]</th><th>verdict</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _reread_note(records: list, e) -> list[str]:
     """A warning at the top when cold-tier cells reread files (after the first pass from the page cache)."""
-    rereads = [r["cell_id"] for r in records
-               if any(w["code"] == "cold_tier_reread" for w in warnings_of(r.get("metrics")))]
+    rereads = [
+        r["cell_id"] for r in records if any(w["code"] == "cold_tier_reread" for w in warnings_of(r.get("metrics")))
+    ]
     if not rereads:
         return []
-    return [f"<p><b>Warning:</b> {len(rereads)} cold-tier cell(s) read more images than the dataset holds, so part of "
+    return [
+        (
+            f"<p><b>Warning:</b> {len(rereads)} cold-tier cell(s) read more images than the dataset holds, so part of "
             "their reads came from the page cache, not the device (the dataset fits in RAM): "
-            f"{e(', '.join(rereads))}. Use a larger dataset, a shorter window or an emulated tier.</p>"]
+            f"{e(', '.join(rereads))}. Use a larger dataset, a shorter window or an emulated tier.</p>"
+        )
+    ]
 
 
 def _index_html(
-    config: dict, table: pd.DataFrame, check: dict, tiers: list, provenance: dict, records: list, captions: dict,
-    diagnosis: pd.DataFrame, recs: list[dict], timelines: set[str], crosscheck: str = "", verdict: str = "",
-) -> str:  # fmt: skip
+    config: dict,
+    table: pd.DataFrame,
+    check: dict,
+    tiers: list,
+    provenance: dict,
+    records: list,
+    captions: dict,
+    diagnosis: pd.DataFrame,
+    recs: list[dict],
+    timelines: set[str],
+    crosscheck: str = "",
+    verdict: str = "",
+) -> str:
+    """The bundle's index.html: summary, verdict, tables, diagnosis, recommendations, figures, tiers, provenance."""
     e = html.escape
     status = Counter(r["status"] for r in records)
-    c = check["counts"]
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>loaderbench: {e(config['name'])}</title>",
-        "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
-        "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#444}</style></head><body>",
+        (
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+            "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
+            "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#444}</style></head><body>"
+        ),
         f"<h1>loaderbench results: {e(config['name'])}</h1>",
         f"<p>{len(records)} cells: " + ", ".join(f"{v} {k}" for k, v in sorted(status.items())) + ". "
         f"Generated {e(provenance['generated_at'])}.</p>",
@@ -193,36 +263,83 @@ def _index_html(
         verdict,
         "<h2>Table (the seed's columns)</h2>",
         seed_table_frame(table).to_html(index=False, border=0),
-        "<p>Downloads: <a href='tables/cells.csv'>cells.csv</a> (median over repeats, all columns), "
-        "<a href='tables/repeats.csv'>repeats.csv</a> (every repeat), "
-        "<a href='tables/seed_table.html'>seed_table.html</a>, <a href='config.json'>config.json</a>, "
-        "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>",
+        (
+            "<p>Downloads: <a href='tables/cells.csv'>cells.csv</a> (median over repeats, all columns), "
+            "<a href='tables/repeats.csv'>repeats.csv</a> (every repeat), "
+            "<a href='tables/seed_table.html'>seed_table.html</a>, <a href='config.json'>config.json</a>, "
+            "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>"
+        ),
         "<h2>Diagnosis: the bottleneck of each cell</h2>",
-        to_labels(diagnosis[[c for c in ("loader", "tier", "gpus", "batch_size", "precision", "parallel",
-                                         "samples_per_s", "au", "device_read_share", "bottleneck", "evidence")
-                             if c in diagnosis]]).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-"),
+        _diagnosis_html(diagnosis),
         "<h2>Recommendations (computed from the cells above)</h2><ul>",
-        *(f"<li><b>{e(r['topic'])}</b>: {e(r['text'])} <small>(cells: {e(', '.join(r['cells']))})</small></li>"
-          for r in recs),
+        *(
+            f"<li><b>{e(r['topic'])}</b>: {e(r['text'])} <small>(cells: {e(', '.join(r['cells']))})</small></li>"
+            for r in recs
+        ),
         "</ul>" if recs else "<li>none: no two cells of this grid differ in one setting</li></ul>",
-        "<p>Also as <a href='tables/diagnosis.md'>diagnosis.md</a>, <a href='tables/diagnosis.csv'>diagnosis.csv</a> "
-        "(with the stall attribution) and <a href='tables/recommendations.json'>recommendations.json</a>.</p>",
+        (
+            "<p>Also as <a href='tables/diagnosis.md'>diagnosis.md</a>, <a href='tables/diagnosis.csv'>diagnosis.csv</a> "
+            "(with the stall attribution) and <a href='tables/recommendations.json'>recommendations.json</a>.</p>"
+        ),
         crosscheck,
         "<h2>Figures</h2>",
+        *_figure_parts(captions),
+        "<h2>Dataset and storage tiers</h2>",
+        *_tier_parts(check, tiers, provenance),
+        "<h2>Provenance</h2><table><tr><th>field</th><th>values (cells)</th></tr>",
+        *_provenance_rows(provenance),
+        "</table><h2>Cells</h2><ul>",
+        *_cell_items(records, timelines),
+        "</ul></body></html>",
     ]
-    for name in FIGURES:
-        parts.append(
-            f"<figure><a href='figures/{name}.svg'><img src='figures/{name}.png' alt='{name}'></a>"
-            f"<figcaption>{e(captions[name])} (<a href='figures/{name}.svg'>SVG</a>)</figcaption></figure>"
-        )
-    parts.append("<h2>Dataset and storage tiers</h2>")
-    parts.append(
+    return "\n".join(parts)
+
+
+_DIAGNOSIS_COLUMNS = (
+    "loader",
+    "tier",
+    "gpus",
+    "batch_size",
+    "precision",
+    "parallel",
+    "samples_per_s",
+    "au",
+    "device_read_share",
+    "bottleneck",
+    "evidence",
+)
+
+
+def _diagnosis_html(diagnosis: pd.DataFrame) -> str:
+    """The diagnosis table (those of its columns the page shows, labelled) as HTML."""
+    shown = diagnosis[[c for c in _DIAGNOSIS_COLUMNS if c in diagnosis]]
+    return to_labels(shown).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-")
+
+
+def _figure_parts(captions: dict) -> list[str]:
+    """One figure per registered figure, in the registry's order, its PNG linking to its SVG."""
+    e = html.escape
+    return [
+        f"<figure><a href='figures/{name}.svg'><img src='figures/{name}.png' alt='{name}'></a>"
+        f"<figcaption>{e(captions[name])} (<a href='figures/{name}.svg'>SVG</a>)</figcaption></figure>"
+        for name in FIGURES
+    ]
+
+
+def _tier_parts(check: dict, tiers: list, provenance: dict) -> list[str]:
+    """The dataset check's counts, each tier's place and manifest, and each tier's measured read rate."""
+    e = html.escape
+    c = check["counts"]
+    parts = [
         f"<p>Source {e(check['source'])}: {c['files']} files, {c['ok']} ok, {c['odd']} odd but decodable (kept), "
         f"{c['bad']} undecodable (quarantined). Issues: {e(json.dumps(check['issues']))}."
-        + "".join(f" Class folders left out ({why}): {e(', '.join(check[key]))}." for key, why in
-                  (("empty_classes", "no files"), ("all_bad_classes", "every file undecodable")) if check.get(key))
+        + "".join(
+            f" Class folders left out ({why}): {e(', '.join(check[key]))}."
+            for key, why in (("empty_classes", "no files"), ("all_bad_classes", "every file undecodable"))
+            if check.get(key)
+        )
         + "</p><ul>"
-    )  # fmt: skip
+    ]
     for t in tiers:
         fs = t["filesystem"]
         parts.append(
@@ -231,18 +348,34 @@ def _index_html(
             f"{t['counts']['bytes'] / 1e6:.1f} MB; manifest {e(t['sha256'])}</li>"
         )
     parts.append("</ul><h3>Measured read rate of each tier (cold)</h3>")
-    parts.append(pd.DataFrame(provenance["tier_probe"]).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}",
-                                                                 na_rep="-"))  # fmt: skip
-    parts.append("<h2>Provenance</h2><table><tr><th>field</th><th>values (cells)</th></tr>")
-    for k, vals in provenance["cells"].items():
-        parts.append(f"<tr><td>{e(k)}</td><td>{e('; '.join(f'{v} ({n})' for v, n in vals.items()))}</td></tr>")
-    parts.append("</table><h2>Cells</h2><ul>")
+    parts.append(
+        pd.DataFrame(provenance["tier_probe"]).to_html(
+            index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-"
+        )
+    )
+    return parts
+
+
+def _provenance_rows(provenance: dict) -> list[str]:
+    """The provenance table's rows: each field with the values the cells gave it and how many cells gave each."""
+    e = html.escape
+    return [
+        f"<tr><td>{e(k)}</td><td>{e('; '.join(f'{v} ({n})' for v, n in vals.items()))}</td></tr>"
+        for k, vals in provenance["cells"].items()
+    ]
+
+
+def _cell_items(records: list, timelines: set[str]) -> list[str]:
+    """One list item per cell, by id: its record's link, status, reason, timeline link and warnings."""
+    e = html.escape
+    parts = []
     for r in sorted(records, key=lambda r: r["cell_id"]):
         why = f": {e(r['reason'])}" if r.get("reason") else ""
         tl = Path(str((r.get("telemetry") or {}).get("timeline") or ""))
         tl_link = f" (<a href='telemetry/{e(tl.name)}'>timeline</a>)" if tl.name in timelines else ""
         warns = "".join(f"<br><small>warning: {e(w)}</small>" for w in warning_lines(r.get("metrics")))
-        parts.append(f"<li><a href='cells/{e(r['cell_id'])}.json'>{e(r['cell_id'])}</a> {e(r['status'])}{why}{tl_link}"
-                     f"{warns}</li>")  # fmt: skip
-    parts.append("</ul></body></html>")
-    return "\n".join(parts)
+        parts.append(
+            f"<li><a href='cells/{e(r['cell_id'])}.json'>{e(r['cell_id'])}</a> {e(r['status'])}{why}{tl_link}"
+            f"{warns}</li>"
+        )
+    return parts

@@ -140,8 +140,13 @@ class Run:
     """The records of one run: a folder of cell records, optionally only those of one code commit (records made
     before runs were named carry no run or boot id; one commit of a study's bundle is then the run)."""
 
-    def __init__(self, records: str | Path | list, commit: str | None = None, root: Path = Path("."),
-                 probes: str | Path | None = None):  # fmt: skip
+    def __init__(
+        self,
+        records: str | Path | list,
+        commit: str | None = None,
+        root: Path = Path("."),
+        probes: str | Path | None = None,
+    ):
         self.folders = [Path(f) for f in (records if isinstance(records, list) else [records])]
         self.folder = self.folders[0]
         self.commit = commit
@@ -155,8 +160,11 @@ class Run:
             raise FileNotFoundError(f"no cell records in {self.folder}")
         records = [read_record(p) for p in files]
         if self.commit:
-            records = [r for r in records
-                       if str(((r.get("provenance") or {}).get("git") or {}).get("commit") or "").startswith(self.commit)]  # fmt: skip
+            records = [
+                r
+                for r in records
+                if str(((r.get("provenance") or {}).get("git") or {}).get("commit") or "").startswith(self.commit)
+            ]
             if not records:
                 raise ValueError(f"no record of commit {self.commit} in {self.folder}")
         return records
@@ -200,8 +208,13 @@ class Run:
         """The synthetic cell of the same GPUs, batch, precision and parallel mode (the fastest, where several)."""
         _, _, g, b, p, par = parse_cell(sel)
         t = self.table
-        syn = t[(t["loader"] == "synthetic") & (t["gpus"] == g) & (t["batch_size"] == b) & (t["precision"] == p)
-                & (t["parallel"] == par)]  # fmt: skip
+        syn = t[
+            (t["loader"] == "synthetic")
+            & (t["gpus"] == g)
+            & (t["batch_size"] == b)
+            & (t["precision"] == p)
+            & (t["parallel"] == par)
+        ]
         if syn.empty:
             raise KeyError(f"{self.folder}: no synthetic cell for {sel!r}")
         return cell_name(syn.loc[syn["samples_per_s"].idxmax()])
@@ -330,8 +343,15 @@ def compare(s: Stated, computed, unit: float | None = None, about: float | None 
     v = Value.of(computed)
     if s.kind == "bound":
         w, op = _num(p["v"]), p["op"].strip()
-        ok = {">=": v.value >= w, "over": v.value > w, ">": v.value > w, "<=": v.value <= w, "<": v.value < w,
-              "under": v.value < w, "within": v.value <= w}[op]  # fmt: skip
+        ok = {
+            ">=": v.value >= w,
+            "over": v.value > w,
+            ">": v.value > w,
+            "<=": v.value <= w,
+            "<": v.value < w,
+            "under": v.value < w,
+            "within": v.value <= w,
+        }[op]
         return None if ok else f"records give {v.value:.4g}, not {op} {p['v']}"
     if not _agrees(p["v"], v.value, unit, about):
         return f"records give {_fmt(v.value, p['v'])}"
@@ -346,8 +366,10 @@ def compare(s: Stated, computed, unit: float | None = None, about: float | None 
         if not _agrees(p["hw"], 100 * v.halfwidth, None, None):
             return f"records give +-{_fmt(100 * v.halfwidth, p['hw'])}%"
     elif v.comparison and v.has_interval:
-        return (f"a comparison with an interval ({_fmt(v.value, p['v'])} [{_fmt(v.low, p['v'])}, "
-                f"{_fmt(v.high, p['v'])}]) stated without it")  # fmt: skip
+        return (
+            f"a comparison with an interval ({_fmt(v.value, p['v'])} [{_fmt(v.low, p['v'])}, "
+            f"{_fmt(v.high, p['v'])}]) stated without it"
+        )
     return None
 
 
@@ -360,18 +382,29 @@ class Claims:
 
     def __init__(self, spec: dict, root: Path):
         self.root = Path(root)
-        self.runs = {alias: Run(r["records"], r.get("commit"), self.root, r.get("probes"))
-                     for alias, r in spec["runs"].items()}  # fmt: skip
+        self.runs = {
+            alias: Run(r["records"], r.get("commit"), self.root, r.get("probes")) for alias, r in spec["runs"].items()
+        }
         self.claims = spec["claims"]
         self._cache: dict[str, object] = {}
 
     def namespace(self) -> dict:
         root = self.root
-        return {**self.runs, "span": span, "pct": pct, "Value": Value,
-                "crosscheck": lambda path, loader, precision: crosscheck(path, loader, precision, root),
-                "read_json": lambda path: read_json(path, root),
-                "median": lambda xs: float(np.median(list(xs))), "min": min, "max": max, "len": len,
-                "abs": abs, "sum": sum, "sorted": sorted}  # fmt: skip
+        return {
+            **self.runs,
+            "span": span,
+            "pct": pct,
+            "Value": Value,
+            "crosscheck": lambda path, loader, precision: crosscheck(path, loader, precision, root),
+            "read_json": lambda path: read_json(path, root),
+            "median": lambda xs: float(np.median(list(xs))),
+            "min": min,
+            "max": max,
+            "len": len,
+            "abs": abs,
+            "sum": sum,
+            "sorted": sorted,
+        }
 
     def value(self, cid: str):
         if cid not in self._cache:
@@ -379,7 +412,7 @@ class Claims:
                 raise KeyError(f"marker c:{cid} has no entry in the claims file")
             expr = self.claims[cid]["expr"]
             # the namespace as globals: a generator expression's own scope sees them
-            self._cache[cid] = eval(expr, {"__builtins__": {}, **self.namespace()})  # noqa: S307 (the repo's own file)
+            self._cache[cid] = eval(expr, {"__builtins__": {}, **self.namespace()})
         return self._cache[cid]
 
     def sources(self, cid: str) -> set[str]:
@@ -429,11 +462,11 @@ def unmarked(text: str, allowed: list[str]) -> list[str]:
     for a, b in claimed_spans(text):
         clear(a, b)
     for rx in [r"\[[^\]]*\]\([^)]*\)", r"`[^`]*`", r"<!--.*?-->"]:  # links, code spans, other comments
-        for m in list(re.finditer(rx, "".join(blank), flags=re.S)):
+        for m in list(re.finditer(rx, "".join(blank), flags=re.DOTALL)):
             clear(m.start(), m.end())
     fixed = "".join(blank)  # every allowed pattern is matched on the same text (a space in one matches a line break)
     for rx in allowed:
-        for m in list(re.finditer(rx.replace(" ", r"\s+"), fixed, flags=re.I)):
+        for m in list(re.finditer(rx.replace(" ", r"\s+"), fixed, flags=re.IGNORECASE)):
             clear(m.start(), m.end())
     rest = "".join(blank)
     out = []

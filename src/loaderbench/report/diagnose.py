@@ -81,8 +81,11 @@ def _read_reference(loaders: pd.DataFrame, r: pd.Series) -> tuple[float, str]:
     """(step ms, "RAM" or a tier) that row `r`'s fetch stall is taken against: the same loader and configuration from
     RAM, else from the fastest other tier; (nan, "") when neither was measured (failed and skipped cells have no step),
     or `r` is the fastest itself."""
-    same = loaders[(loaders["loader"] == r["loader"]) & np.logical_and.reduce(
-        [loaders[k] == r[k] for k in CONFIG_KEYS]) & np.isfinite(loaders["step_ms"])]  # fmt: skip
+    same = loaders[
+        (loaders["loader"] == r["loader"])
+        & np.logical_and.reduce([loaders[k] == r[k] for k in CONFIG_KEYS])
+        & np.isfinite(loaders["step_ms"])
+    ]
     ram = same[same["is_ram"]]
     if len(ram):
         return float(ram["step_ms"].min()), "RAM"
@@ -102,15 +105,9 @@ def label(r: pd.Series) -> tuple[str, str]:
     prep, fetch = r["prep_stall_ms"], r["fetch_stall_ms"]
     wait = r.get("data_wait_ms", np.nan)
     au = r.get("au", np.nan)
-    cpu = r.get("cpu_pct", np.nan)
-    gpu_util = r.get("gpu_util_pct", np.nan)
     on_cpu = "cuda" not in str(r.get("device", ""))
     compute_label = "compute-bound" if on_cpu else "GPU-bound"
-    facts = f"step {_fmt(s, ' ms')} vs compute-only {_fmt(c, ' ms')} (AU {_fmt(au, '', 2)})"
-    if np.isfinite(gpu_util):
-        facts += f", GPU busy {gpu_util:.0f}%"
-    if np.isfinite(cpu):
-        facts += f", CPU {cpu:.0f}% of all cores"
+    facts = _facts(r)
     if r["loader"] == "synthetic":
         return compute_label, f"the compute ceiling: no data loading ({facts})"
     if not np.isfinite(s):
@@ -121,8 +118,9 @@ def label(r: pd.Series) -> tuple[str, str]:
     q = q if isinstance(q, Ratio) else None
     if au_implausible(au, q):
         ceiling = f"synthetic/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}"
-        return "implausible", (f"{au_implausible_text(au, q)} ({ceiling}: is it the same work?); no bottleneck is "
-                               f"named from it; {facts}")  # fmt: skip
+        return "implausible", (
+            f"{au_implausible_text(au, q)} ({ceiling}: is it the same work?); no bottleneck is named from it; {facts}"
+        )
     if np.isfinite(au) and au >= GPU_BOUND_AU:
         return compute_label, f"within {100 * (1 - GPU_BOUND_AU):.0f}% of the ceiling: {facts}"
     no_ram = not np.isfinite(fetch)
@@ -131,43 +129,81 @@ def label(r: pd.Series) -> tuple[str, str]:
     fetched = not no_ram and fetch >= prep and fetch > STALL_SHARE * s  # the larger stall is reading the tier
     at_device = None if ready else _at_device(r)
     if (fetched and not ready) or at_device:
-        read = r.get("disk_read_mb_s", np.nan)
-        io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
-        if fetched:
-            ref = r.get("fetch_reference") or "RAM"
-            ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
-            stall = f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from {ref}{io}"
-        else:
-            stall = f"data wait {wait:.1f} ms/step{io}"
-        stall += (f"; {at_device}" if at_device else "") + f"; {facts}"
-        took, seq = r.get("image_mb_s", np.nan), r.get("tier_sequential_mb_s", np.nan)
-        # seek-bound: at the rate the tier serves random whole files, far under the rate it streams (a shard loader
-        # reads its shards front to back: slow as it may be, it does not position per image)
-        if (r["loader"] not in SHARD_LOADERS and at_device and pd.notna(took) and pd.notna(seq) and seq > 0
-                and took < SEEK_SHARE * seq):  # fmt: skip
-            return "seek-bound", (f"the images come in at {took:.1f} MB/s, {100 * took / seq:.0f}% of the "
-                                  f"{seq:.0f} MB/s the tier streams to one reader: the device positions for each "
-                                  f"image instead of streaming; {stall}")  # fmt: skip
-        return "I/O-bound", stall
+        return _io_label(r, fetched, at_device, facts)
     if ready and (s - c) > STALL_SHARE * s and on_cpu:
-        # no bus to cross on a CPU device: the loader's workers or threads take cores from the training itself
-        beside = _beside(r)
-        ready_yet = (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {s - c:.1f} ms more than "
-                     "compute")  # fmt: skip
-        if beside:
-            return "CPU-prep-bound", f"{ready_yet}: the loader's {beside} share the CPU with the training; {facts}"
-        # a loader with nothing beside the training makes its batches inside the wait: not what slowed the step
-        return "unexplained", (f"{ready_yet}, and the loader has no workers or threads beside the training to take the "
-                               "CPU from it: its batches may cost the step more than the ceiling's (their dtype and "
-                               f"layout: the records' `input`), or other work shared the host; {facts}")  # fmt: skip
+        return _host_label(r, facts)
     if ready and (s - c) > STALL_SHARE * s:
         pcie = r.get("pcie_rx_mb_s", np.nan)
         bus = f", PCIe to GPU {pcie:.0f} MB/s" if np.isfinite(pcie) else ""
-        return "transfer-bound", (f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes "
-                                  f"{s - c:.1f} ms more than compute{bus}; {facts}")  # fmt: skip
+        return "transfer-bound", (
+            f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes "
+            f"{s - c:.1f} ms more than compute{bus}; {facts}"
+        )
     where = "GPU" if r["loader"] in GPU_PREP_LOADERS and not on_cpu else "CPU"  # without a GPU all decode on CPU
-    return f"{where}-prep-bound", (f"prep stall {_fmt(prep, ' ms')}/step{stall_note}, data wait {_fmt(wait, ' ms')}"
-                                   f"/step; {facts}")  # fmt: skip
+    return f"{where}-prep-bound", (
+        f"prep stall {_fmt(prep, ' ms')}/step{stall_note}, data wait {_fmt(wait, ' ms')}/step; {facts}"
+    )
+
+
+def _facts(r: pd.Series) -> str:
+    """The row's step against compute-only, its AU, and the GPU's and CPU's busy shares where measured, in words."""
+    cpu = r.get("cpu_pct", np.nan)
+    gpu_util = r.get("gpu_util_pct", np.nan)
+    s, c, au = r["step_ms"], r["compute_only_ms"], r.get("au", np.nan)
+    facts = f"step {_fmt(s, ' ms')} vs compute-only {_fmt(c, ' ms')} (AU {_fmt(au, '', 2)})"
+    if np.isfinite(gpu_util):
+        facts += f", GPU busy {gpu_util:.0f}%"
+    if np.isfinite(cpu):
+        facts += f", CPU {cpu:.0f}% of all cores"
+    return facts
+
+
+def _io_label(r: pd.Series, fetched: bool, at_device: str | None, facts: str) -> tuple[str, str]:
+    """I/O-bound, or seek-bound where the images come in far under the rate the tier streams, with the evidence."""
+    s, fetch = r["step_ms"], r["fetch_stall_ms"]
+    read = r.get("disk_read_mb_s", np.nan)
+    io = f", device read {read:.0f} MB/s" if np.isfinite(read) else ""
+    if fetched:
+        ref = r.get("fetch_reference") or "RAM"
+        ref = ref if ref == "RAM" else f"{ref} (no RAM cell: a lower bound)"
+        stall = f"fetch stall {fetch:.1f} ms/step: {s:.1f} ms here vs {r['ram_step_ms']:.1f} ms from {ref}{io}"
+    else:
+        stall = f"data wait {r.get('data_wait_ms', np.nan):.1f} ms/step{io}"
+    stall += (f"; {at_device}" if at_device else "") + f"; {facts}"
+    took, seq = r.get("image_mb_s", np.nan), r.get("tier_sequential_mb_s", np.nan)
+    # seek-bound: at the rate the tier serves random whole files, far under the rate it streams (a shard loader
+    # reads its shards front to back: slow as it may be, it does not position per image)
+    if (
+        r["loader"] not in SHARD_LOADERS
+        and at_device
+        and pd.notna(took)
+        and pd.notna(seq)
+        and seq > 0
+        and took < SEEK_SHARE * seq
+    ):
+        return "seek-bound", (
+            f"the images come in at {took:.1f} MB/s, {100 * took / seq:.0f}% of the "
+            f"{seq:.0f} MB/s the tier streams to one reader: the device positions for each "
+            f"image instead of streaming; {stall}"
+        )
+    return "I/O-bound", stall
+
+
+def _host_label(r: pd.Series, facts: str) -> tuple[str, str]:
+    """A CPU-device cell whose batches were ready yet whose step is slower than compute: CPU-prep-bound when the
+    loader has workers or threads beside the training, else unexplained."""
+    # no bus to cross on a CPU device: the loader's workers or threads take cores from the training itself
+    wait, extra = r.get("data_wait_ms", np.nan), r["step_ms"] - r["compute_only_ms"]
+    beside = _beside(r)
+    ready_yet = f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes {extra:.1f} ms more than compute"
+    if beside:
+        return "CPU-prep-bound", f"{ready_yet}: the loader's {beside} share the CPU with the training; {facts}"
+    # a loader with nothing beside the training makes its batches inside the wait: not what slowed the step
+    return "unexplained", (
+        f"{ready_yet}, and the loader has no workers or threads beside the training to take the "
+        "CPU from it: its batches may cost the step more than the ceiling's (their dtype and "
+        f"layout: the records' `input`), or other work shared the host; {facts}"
+    )
 
 
 def _number(x) -> float | None:
@@ -212,10 +248,35 @@ def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     labels = [label(r) for _, r in a.iterrows()]
     a["bottleneck"] = [x[0] for x in labels]
     a["evidence"] = [x[1] for x in labels]
-    cols = ["loader", "tier", *CONFIG_KEYS, "tier_kind", "samples_per_s", "au", "step_ms", "compute_only_ms",
-            "ram_step_ms", "fetch_reference", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms", "cpu_pct", "gpu_util_pct",
-            "bottleneck", "evidence", "halfwidth", "halfwidth_basis", "repeats_ok", "contended", "converged",
-            "cache", "device_read_share", "image_mb_s", "tier_sequential_mb_s", "tier_files_s"]  # fmt: skip
+    cols = [
+        "loader",
+        "tier",
+        *CONFIG_KEYS,
+        "tier_kind",
+        "samples_per_s",
+        "au",
+        "step_ms",
+        "compute_only_ms",
+        "ram_step_ms",
+        "fetch_reference",
+        "prep_stall_ms",
+        "fetch_stall_ms",
+        "data_wait_ms",
+        "cpu_pct",
+        "gpu_util_pct",
+        "bottleneck",
+        "evidence",
+        "halfwidth",
+        "halfwidth_basis",
+        "repeats_ok",
+        "contended",
+        "converged",
+        "cache",
+        "device_read_share",
+        "image_mb_s",
+        "tier_sequential_mb_s",
+        "tier_files_s",
+    ]
     return a[[c for c in cols if c in a]]
 
 
@@ -230,8 +291,10 @@ def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
     reads were warm, nor a cell that delivered more than its compute ceiling."""
     for r in (a, b):
         if r.get("bottleneck") == "implausible":
-            return None, (f"{cell_name(r)} delivered more than its compute ceiling (AU {_fmt(r.get('au', np.nan), '', 2)}, "
-                          "implausible): check its batches and the ceiling cell")  # fmt: skip
+            return None, (
+                f"{cell_name(r)} delivered more than its compute ceiling (AU {_fmt(r.get('au', np.nan), '', 2)}, "
+                "implausible): check its batches and the ceiling cell"
+            )
         alone = not (pd.notna(r.get("repeats_ok")) and r.get("repeats_ok") >= 2)
         if alone and read_flag(r.get("contended")) is True:
             return None, f"{cell_name(r)} was contended (other processes used the host in its window); rerun it"
@@ -241,8 +304,9 @@ def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
             return None, f"{cell_name(r)} has no interval"
         share = r.get("device_read_share")
         if r.get("cache") == "cold" and pd.notna(share) and share < COLD_SHARE:
-            return None, (f"{cell_name(r)} read only {100 * share:.0f}% of its bytes from the device: a warm cell on a "
-                          "cold tier")  # fmt: skip
+            return None, (
+                f"{cell_name(r)} read only {100 * share:.0f}% of its bytes from the device: a warm cell on a cold tier"
+            )
     return quotient(a["samples_per_s"], _halfwidth(a), b["samples_per_s"], _halfwidth(b)), None
 
 
@@ -271,8 +335,15 @@ def _rec(out: list[dict], topic: str, cells: list, q: Ratio | None, why: str | N
         out.append({"topic": topic, "verdict": "left out", "text": f"left out: {why}", "cells": names})
         return
     differs = q.differs_from(1.0)
-    out.append({"topic": topic, "verdict": "measured" if differs else "no measurable difference",
-                "text": text(q, differs), "cells": names, "interval": q.to_dict()})  # fmt: skip
+    out.append(
+        {
+            "topic": topic,
+            "verdict": "measured" if differs else "no measurable difference",
+            "text": text(q, differs),
+            "cells": names,
+            "interval": q.to_dict(),
+        }
+    )
 
 
 def _x(q: Ratio) -> str:
@@ -285,7 +356,12 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
     ok = d[np.isfinite(d["samples_per_s"].astype(float))]
     out: list[dict] = []
     base_loader = baseline.get("loader")
-    base_cfg = (baseline.get("gpus"), baseline.get("batch_size"), baseline.get("precision"), baseline.get("parallel", "dp"))
+    base_cfg = (
+        baseline.get("gpus"),
+        baseline.get("batch_size"),
+        baseline.get("precision"),
+        baseline.get("parallel", "dp"),
+    )
     at_base = ok[[tuple(r[k] for k in CONFIG_KEYS) == base_cfg for _, r in ok.iterrows()]]
     real = at_base[at_base["loader"] != "synthetic"]
 
@@ -293,7 +369,9 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
     _shard_recs(out, ok)
     _storage_recs(out, real)
     # batch size, per loader and tier, at the baseline's GPUs, precision and parallel mode
-    _batch_recs(out, ok[(ok["gpus"] == base_cfg[0]) & (ok["precision"] == base_cfg[2]) & (ok["parallel"] == base_cfg[3])])
+    _batch_recs(
+        out, ok[(ok["gpus"] == base_cfg[0]) & (ok["precision"] == base_cfg[2]) & (ok["parallel"] == base_cfg[3])]
+    )
     _gpu_recs(out, ok)
     _precision_recs(out, ok)
     return out
@@ -306,34 +384,55 @@ def _loader_recs(out: list[dict], real: pd.DataFrame, base_loader: str) -> None:
         ref = g[g["loader"] == base_loader]
         if len(ref) and best["loader"] != base_loader:
             ref = ref.iloc[0]
-            _rec(out, "loader", [best, ref], *compare(best, ref), lambda q, differs: (
-                f"On {tier}, use {best['loader']}: {best['samples_per_s']:.0f} samples/s, {_x(q)} {base_loader} "
-                f"({ref['samples_per_s']:.0f}); its bottleneck there: {best['bottleneck']}." if differs and q.low >= 1.1
-                else f"On {tier}, the loader hardly matters: the best, {best['loader']}, is {_x(q)} {base_loader}"
-                f"{'' if differs else ', no measurable difference'}; {base_loader} there is {ref['bottleneck']}."))
+            _rec(
+                out,
+                "loader",
+                [best, ref],
+                *compare(best, ref),
+                lambda q, differs: (
+                    f"On {tier}, use {best['loader']}: {best['samples_per_s']:.0f} samples/s, {_x(q)} {base_loader} "
+                    f"({ref['samples_per_s']:.0f}); its bottleneck there: {best['bottleneck']}."
+                    if differs and q.low >= 1.1
+                    else f"On {tier}, the loader hardly matters: the best, {best['loader']}, is {_x(q)} {base_loader}"
+                    f"{'' if differs else ', no measurable difference'}; {base_loader} there is {ref['bottleneck']}."
+                ),
+            )
 
 
 def _shard_recs(out: list[dict], ok: pd.DataFrame) -> None:
     """Per seek-bound cell: shards on its tier, with the measured gain of the fastest shard loader in the same
     configuration when the run has one, else what to add to measure it."""
     for _, r in ok[ok["bottleneck"] == "seek-bound"].iterrows():
-        same = ok[(ok["tier"] == r["tier"]) & ok["loader"].isin(SHARD_LOADERS)
-                  & np.logical_and.reduce([ok[k] == r[k] for k in CONFIG_KEYS])]  # fmt: skip
+        same = ok[
+            (ok["tier"] == r["tier"])
+            & ok["loader"].isin(SHARD_LOADERS)
+            & np.logical_and.reduce([ok[k] == r[k] for k in CONFIG_KEYS])
+        ]
         took, seq = r["image_mb_s"], r["tier_sequential_mb_s"]
-        why = (f"{r['loader']} on {r['tier']} is seek-bound: it takes {took:.1f} MB/s of images where the tier "
-               f"streams {seq:.0f} MB/s")  # fmt: skip
+        why = (
+            f"{r['loader']} on {r['tier']} is seek-bound: it takes {took:.1f} MB/s of images where the tier "
+            f"streams {seq:.0f} MB/s"
+        )
         if not len(same):
-            out.append({"topic": "shards", "verdict": "not measured", "cells": [cell_name(r)],
-                        "text": f"{why}; stored as shards it would stream. Measure the gain: add "
-                                f"{' or '.join(SHARD_LOADERS)} to loaders (the shards are staged for them)."})  # fmt: skip
+            out.append(
+                {
+                    "topic": "shards",
+                    "verdict": "not measured",
+                    "cells": [cell_name(r)],
+                    "text": f"{why}; stored as shards it would stream. Measure the gain: add "
+                    f"{' or '.join(SHARD_LOADERS)} to loaders (the shards are staged for them).",
+                }
+            )
             continue
         best = same.loc[same["samples_per_s"].idxmax()]
 
         def shard_text(q, differs, r=r, best=best, why=why):
             share = best["image_mb_s"] / best["tier_sequential_mb_s"]
-            return (f"{why}. Stored as shards, {best['loader']} reads {best['samples_per_s']:.0f} samples/s, {_x(q)} "
-                    f"{r['loader']} ({r['samples_per_s']:.0f}), taking {100 * share:.0f}% of the sequential rate"
-                    f"{'' if differs else ': no measurable difference'}; there it is {best['bottleneck']}.")  # fmt: skip
+            return (
+                f"{why}. Stored as shards, {best['loader']} reads {best['samples_per_s']:.0f} samples/s, {_x(q)} "
+                f"{r['loader']} ({r['samples_per_s']:.0f}), taking {100 * share:.0f}% of the sequential rate"
+                f"{'' if differs else ': no measurable difference'}; there it is {best['bottleneck']}."
+            )
 
         _rec(out, "shards", [best, r], *compare(best, r), shard_text)
 
@@ -356,22 +455,39 @@ def _storage_recs(out: list[dict], real: pd.DataFrame) -> None:
         (fast_rate, unit), (slow_rate, _) = _tier_rate(fast), _tier_rate(slow)
         held = None
         if fast_rate is not None and slow_rate is not None and fast_rate < slow_rate:
-            held = (f"{loader} ran faster on {fast['tier']} ({fast['samples_per_s']:.0f} samples/s) than on "
-                    f"{slow['tier']} ({slow['samples_per_s']:.0f}), though the tier probe reads {fast['tier']} slower "
-                    f"({fast_rate:.0f} against {slow_rate:.0f} {unit}): the tier does not set its pace, so no move to "
-                    f"{fast['tier']} is advised")  # fmt: skip
+            held = (
+                f"{loader} ran faster on {fast['tier']} ({fast['samples_per_s']:.0f} samples/s) than on "
+                f"{slow['tier']} ({slow['samples_per_s']:.0f}), though the tier probe reads {fast['tier']} slower "
+                f"({fast_rate:.0f} against {slow_rate:.0f} {unit}): the tier does not set its pace, so no move to "
+                f"{fast['tier']} is advised"
+            )
         elif slow["bottleneck"] in COMPUTE_LABELS:
-            held = (f"on {slow['tier']} {loader} is {slow['bottleneck']} (AU {_fmt(slow.get('au', np.nan), '', 2)}): "
-                    "the tier does not limit it, so no other tier is advised")  # fmt: skip
+            held = (
+                f"on {slow['tier']} {loader} is {slow['bottleneck']} (AU {_fmt(slow.get('au', np.nan), '', 2)}): "
+                "the tier does not limit it, so no other tier is advised"
+            )
         if held:
-            out.append({"topic": "storage", "verdict": "left out", "text": f"left out: {held}",
-                        "cells": [cell_name(fast), cell_name(slow)]})  # fmt: skip
+            out.append(
+                {
+                    "topic": "storage",
+                    "verdict": "left out",
+                    "text": f"left out: {held}",
+                    "cells": [cell_name(fast), cell_name(slow)],
+                }
+            )
             continue
-        _rec(out, "storage", [fast, slow], *compare(fast, slow), lambda q, differs: (
-            f"{loader}: {fast['tier']} instead of {slow['tier']} gives {_x(q)} ({slow['samples_per_s']:.0f} -> "
-            f"{fast['samples_per_s']:.0f} samples/s), "
-            + ("no measurable difference" if not differs else "worth it" if q.low >= 1.1 else "a measurable gain")
-            + f"; on {slow['tier']} it is {slow['bottleneck']}."))
+        _rec(
+            out,
+            "storage",
+            [fast, slow],
+            *compare(fast, slow),
+            lambda q, differs: (
+                f"{loader}: {fast['tier']} instead of {slow['tier']} gives {_x(q)} ({slow['samples_per_s']:.0f} -> "
+                f"{fast['samples_per_s']:.0f} samples/s), "
+                + ("no measurable difference" if not differs else "worth it" if q.low >= 1.1 else "a measurable gain")
+                + f"; on {slow['tier']} it is {slow['bottleneck']}."
+            ),
+        )
 
 
 def _batch_recs(out: list[dict], same: pd.DataFrame) -> None:
@@ -400,17 +516,26 @@ def _batch_recs(out: list[dict], same: pd.DataFrame) -> None:
 def _gpu_recs(out: list[dict], ok: pd.DataFrame) -> None:
     """Per multi-GPU cell: its rate against the same cell on one GPU, and whether it reaches 80% of ideal."""
     for _, r in ok[ok["gpus"] > 1].iterrows():
-        one = ok[(ok["loader"] == r["loader"]) & (ok["tier"] == r["tier"]) & (ok["gpus"] == 1)
-                 & (ok["batch_size"] == r["batch_size"]) & (ok["precision"] == r["precision"])
-                 & (ok["parallel"] == r["parallel"])]  # fmt: skip
+        one = ok[
+            (ok["loader"] == r["loader"])
+            & (ok["tier"] == r["tier"])
+            & (ok["gpus"] == 1)
+            & (ok["batch_size"] == r["batch_size"])
+            & (ok["precision"] == r["precision"])
+            & (ok["parallel"] == r["parallel"])
+        ]
         if not len(one):
             continue
         n = int(r["gpus"])
 
         def gpu_text(q, differs, r=r, n=n):
-            verdict = "pays off" if q.low >= 0.8 * n else \
-                f"does not pay off: fix the {r['bottleneck']} limit first" if q.high < 0.8 * n else \
-                "cannot tell whether it reaches 80% of ideal"  # fmt: skip
+            verdict = (
+                "pays off"
+                if q.low >= 0.8 * n
+                else f"does not pay off: fix the {r['bottleneck']} limit first"
+                if q.high < 0.8 * n
+                else "cannot tell whether it reaches 80% of ideal"
+            )
             return f"{r['loader']} on {r['tier']} ({r['parallel']}): {n} GPUs give {_x(q)} one GPU (ideal {n}x), {verdict}."
 
         _rec(out, "GPUs", [r, one.iloc[0]], *compare(r, one.iloc[0]), gpu_text)
@@ -443,15 +568,22 @@ def _precision_recs(out: list[dict], ok: pd.DataFrame) -> None:
 def render_markdown(d: pd.DataFrame, recs: list[dict]) -> str:
     lines = ["# Diagnosis", "", "| Cell | Samples/s | AU | Bottleneck | Evidence |", "|---|---:|---:|---|---|"]
     for _, r in d.iterrows():
-        lines.append(f"| {cell_name(r)} | {_fmt(r['samples_per_s'])} | {_fmt(r.get('au', np.nan), '', 2)} | "
-                     f"{r['bottleneck']} | {r['evidence']} |")  # fmt: skip
+        lines.append(
+            f"| {cell_name(r)} | {_fmt(r['samples_per_s'])} | {_fmt(r.get('au', np.nan), '', 2)} | "
+            f"{r['bottleneck']} | {r['evidence']} |"
+        )
     lines += ["", "# Recommendations", ""]
     if not recs:
         lines.append("No recommendation: the grid has no two cells that differ in one setting.")
     for rec in recs:
         lines.append(f"- **{rec['topic']}**: {rec['text']} (cells: {', '.join(rec['cells'])})")
-    lines += ["", "Intervals are 95%: from a cell's repeats, else its window's, widened by the run's noise between "
-              "processes (tables/cells.csv, 'Interval from')."]
+    lines += [
+        "",
+        (
+            "Intervals are 95%: from a cell's repeats, else its window's, widened by the run's noise between "
+            "processes (tables/cells.csv, 'Interval from')."
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 

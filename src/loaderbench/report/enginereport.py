@@ -45,8 +45,9 @@ def _config_keys(records: list[dict]) -> list[tuple]:
     keys: list[tuple] = [()] * len(records)
     for members in same_cell.values():
         named = set.union(*(set(specs[i]) for i in members)) - _NOT_SETTINGS - set(_TAGS)
-        varying = sorted(k for k in named if len({json.dumps(specs[i][k], sort_keys=True) for i in members
-                                                  if k in specs[i]}) > 1)  # fmt: skip
+        varying = sorted(
+            k for k in named if len({json.dumps(specs[i][k], sort_keys=True) for i in members if k in specs[i]}) > 1
+        )
         for i in members:
             d, spec = ids[i], specs[i]
             tags = [t for k, tag in _TAGS.items() if (t := tag(spec.get(k)))]
@@ -57,6 +58,7 @@ def _config_keys(records: list[dict]) -> list[tuple]:
 
 
 def report(records: list[dict], ceiling: dict | None = None) -> dict:
+    """The engine report of `records` (and the ceiling's crosscheck, when given), as `render` prints it."""
     ok = [r for r in records if r["status"] == "ok" and r.get("phases_s")]
     overhead = [r["phases_s"]["overhead"] for r in ok]
     out: dict = {"cells": len(records), "ok": len(ok), "status": dict(_count(r["status"] for r in records))}
@@ -74,23 +76,7 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
             "converged": sum(bool(w.get("converged")) for w in adaptive),
             "ci95_median": statistics.median(known) if known else None,
         }
-    by_config: dict[tuple, list[float]] = defaultdict(list)
-    steal_of: dict[tuple, list[float | None]] = defaultdict(list)
-    for r, k in zip(ok, _config_keys(ok)):
-        by_config[k].append(r["metrics"]["samples_per_s"])
-        steal_of[k].append(_foreign(r).get("steal"))
-    median = {k: statistics.median(v) for k, v in by_config.items()}
-    out["repeats"] = [
-        {"config": "_".join(map(str, k)), "n": len(v), "median": statistics.median(v),
-         "spread": (max(v) - min(v)) / statistics.median(v), "samples_per_s": v, "steal_cores": steal_of[k]}
-        for k, v in sorted(by_config.items()) if len(v) > 1
-    ]  # fmt: skip
-    out["foreign_cpu"] = _foreign_summary(ok)
-    out["dp_over_ddp"] = [
-        {"config": "_".join(map(str, k[:5])), "dp": sps, "ddp": median[(*k[:5], "ddp")],
-         "ratio": sps / median[(*k[:5], "ddp")]}
-        for k, sps in sorted(median.items()) if k[5] == "dp" and (*k[:5], "ddp") in median
-    ]  # fmt: skip
+    out.update(_repeats_and_dp(ok))
     cold: dict[str, list[float]] = defaultdict(list)
     for r in ok:
         if r["metrics"].get("cold_step_s") is not None:
@@ -99,15 +85,20 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
         out["cold_step_median_s"] = {loader: statistics.median(v) for loader, v in sorted(cold.items())}
     starts = [s for r in records for s in r.get("process_start") or []]
     if starts:  # warm (forked by the run's warm-start server) or plain, and why plain
-        out["process_starts"] = {"warm": sum(bool(s["warm"]) for s in starts),
-                                 "reused": sum(bool(s.get("reused")) for s in starts),
-                                 "plain": dict(_count(s["how"] for s in starts if not s["warm"]))}  # fmt: skip
+        out["process_starts"] = {
+            "warm": sum(bool(s["warm"]) for s in starts),
+            "reused": sum(bool(s.get("reused")) for s in starts),
+            "plain": dict(_count(s["how"] for s in starts if not s["warm"])),
+        }
     cuts = [w["whole_bursts"] for w in windows if w.get("whole_bursts")]
     if cuts:  # worker-fed windows cut to whole bursts (window.whole_bursts)
         cut = [c for c in cuts if c.get("cut_head_steps") or c.get("cut_tail_steps")]
-        out["whole_bursts"] = {"windows": len(cuts), "cut": len(cut),
-                               "cut_head_steps": sorted(c.get("cut_head_steps", 0) for c in cut),
-                               "cut_tail_steps": sorted(c.get("cut_tail_steps", 0) for c in cut)}  # fmt: skip
+        out["whole_bursts"] = {
+            "windows": len(cuts),
+            "cut": len(cut),
+            "cut_head_steps": sorted(c.get("cut_head_steps", 0) for c in cut),
+            "cut_tail_steps": sorted(c.get("cut_tail_steps", 0) for c in cut),
+        }
     out["profiles"] = [_profile_line(r) for r in ok if r["metrics"].get("profile")]
     warned = defaultdict(int)
     for r in ok:
@@ -115,9 +106,46 @@ def report(records: list[dict], ceiling: dict | None = None) -> dict:
             warned[w["code"]] += 1
     out["warnings"] = dict(warned)
     if ceiling:
-        out["ceiling"] = {k: ceiling[k] for k in ("synthetic_samples_per_s", "bare_samples_per_s", "synthetic_over_bare",
-                                                  "placement") if k in ceiling}  # fmt: skip
+        out["ceiling"] = {
+            k: ceiling[k]
+            for k in ("synthetic_samples_per_s", "bare_samples_per_s", "synthetic_over_bare", "placement")
+            if k in ceiling
+        }
     return out
+
+
+def _repeats_and_dp(ok: list[dict]) -> dict:
+    """The repeats of each configuration with their spread and steal, the foreign CPU, and dp over ddp by config."""
+    by_config: dict[tuple, list[float]] = defaultdict(list)
+    steal_of: dict[tuple, list[float | None]] = defaultdict(list)
+    for r, k in zip(ok, _config_keys(ok)):
+        by_config[k].append(r["metrics"]["samples_per_s"])
+        steal_of[k].append(_foreign(r).get("steal"))
+    median = {k: statistics.median(v) for k, v in by_config.items()}
+    repeats = [
+        {
+            "config": "_".join(map(str, k)),
+            "n": len(v),
+            "median": statistics.median(v),
+            "spread": (max(v) - min(v)) / statistics.median(v),
+            "samples_per_s": v,
+            "steal_cores": steal_of[k],
+        }
+        for k, v in sorted(by_config.items())
+        if len(v) > 1
+    ]
+    foreign_cpu = _foreign_summary(ok)
+    dp_over_ddp = [
+        {
+            "config": "_".join(map(str, k[:5])),
+            "dp": sps,
+            "ddp": median[(*k[:5], "ddp")],
+            "ratio": sps / median[(*k[:5], "ddp")],
+        }
+        for k, sps in sorted(median.items())
+        if k[5] == "dp" and (*k[:5], "ddp") in median
+    ]
+    return {"repeats": repeats, "foreign_cpu": foreign_cpu, "dp_over_ddp": dp_over_ddp}
 
 
 def _profile_line(record: dict) -> dict:
@@ -131,11 +159,15 @@ def _profile_line(record: dict) -> dict:
     if gpus:
         g = gpus[min(gpus)]
         streams = g["streams"].values()
-        out.update(span_ms=g["span_ms"], busy_ms=g["busy_ms"], main_idle_ms=g["main_idle_ms"],
-                   overlap_ms=g["overlap_ms"],
-                   main_kernel_ms=sum(x["kernel_ms"] for x in streams if x["role"] == "main"),
-                   other_kernel_ms=sum(x["kernel_ms"] for x in streams if x["role"] == "other"),
-                   copy_ms=sum(x["copy_ms"] for x in streams))  # fmt: skip
+        out.update(
+            span_ms=g["span_ms"],
+            busy_ms=g["busy_ms"],
+            main_idle_ms=g["main_idle_ms"],
+            overlap_ms=g["overlap_ms"],
+            main_kernel_ms=sum(x["kernel_ms"] for x in streams if x["role"] == "main"),
+            other_kernel_ms=sum(x["kernel_ms"] for x in streams if x["role"] == "other"),
+            copy_ms=sum(x["copy_ms"] for x in streams),
+        )
     return out
 
 
@@ -157,10 +189,16 @@ def _foreign_summary(records: list[dict]) -> dict | None:
     if not f:
         return None
     split = [x for x in f if "steal" in x]
-    out = {"cells": len(f), "contended": sum(x["contended"] for x in f),
-           "median_cores": statistics.median(x["all"] for x in f), "split_cells": len(split)}
+    out = {
+        "cells": len(f),
+        "contended": sum(x["contended"] for x in f),
+        "median_cores": statistics.median(x["all"] for x in f),
+        "split_cells": len(split),
+    }
     if split:
-        out["median_split_cores"] = {k: statistics.median(x[k] or 0.0 for x in split) for k in ("irq", "steal", "processes")}
+        out["median_split_cores"] = {
+            k: statistics.median(x[k] or 0.0 for x in split) for k in ("irq", "steal", "processes")
+        }
     return out
 
 
@@ -175,18 +213,24 @@ def render(rep: dict) -> str:
     lines = [f"{rep['cells']} cell records: " + ", ".join(f"{n} {s}" for s, n in sorted(rep["status"].items()))]
     if "overhead_s" in rep:
         o = rep["overhead_s"]
-        lines.append(f"per-cell overhead (wall - window): median {o['median']:.1f} s (min {o['min']:.1f}, max "
-                     f"{o['max']:.1f}); median window {rep['window_median_s']:.1f} s; {rep['wall_total_s'] / 60:.1f} "
-                     "min of cell wall time in all")  # fmt: skip
+        lines.append(
+            f"per-cell overhead (wall - window): median {o['median']:.1f} s (min {o['min']:.1f}, max "
+            f"{o['max']:.1f}); median window {rep['window_median_s']:.1f} s; {rep['wall_total_s'] / 60:.1f} "
+            "min of cell wall time in all"
+        )
         lines.append("  median per phase: " + ", ".join(f"{p} {v:.2f} s" for p, v in rep["phase_median_s"].items()))
     if "cold_step_median_s" in rep:
-        lines.append("  cold step (in setup), median by loader: " + ", ".join(
-            f"{loader} {v:.1f} s" for loader, v in rep["cold_step_median_s"].items()))  # fmt: skip
+        lines.append(
+            "  cold step (in setup), median by loader: "
+            + ", ".join(f"{loader} {v:.1f} s" for loader, v in rep["cold_step_median_s"].items())
+        )
     if "process_starts" in rep:
         p = rep["process_starts"]
         kept = f" ({p['reused']} of them kept from a cell before)" if p.get("reused") else ""
-        lines.append(f"measuring processes: {p['warm']} forked warm{kept}, {sum(p['plain'].values())} started plainly"
-                     + "".join(f"\n  {n} plain: {how}" for how, n in sorted(p["plain"].items())))  # fmt: skip
+        lines.append(
+            f"measuring processes: {p['warm']} forked warm{kept}, {sum(p['plain'].values())} started plainly"
+            + "".join(f"\n  {n} plain: {how}" for how, n in sorted(p["plain"].items()))
+        )
     if "adaptive" in rep:
         a = rep["adaptive"]
         ci = f"+-{100 * a['ci95_median']:.2f}%" if a["ci95_median"] is not None else "unknown (too few steps)"
@@ -195,28 +239,38 @@ def render(rep: dict) -> str:
         lines.append(f"dp / ddp  {d['config']:40s} {d['dp']:9.1f} / {d['ddp']:9.1f} = {d['ratio']:.3f}")
     for r in rep["repeats"]:
         steal = ", ".join("?" if s is None else f"{s:.2f}" for s in r["steal_cores"])
-        lines.append(f"repeats   {r['config']:40s} n={r['n']}  median {r['median']:9.1f}  spread {100 * r['spread']:.2f}%"
-                     f"  ({', '.join(f'{x:.0f}' for x in r['samples_per_s'])}; steal {steal} cores)")  # fmt: skip
+        lines.append(
+            f"repeats   {r['config']:40s} n={r['n']}  median {r['median']:9.1f}  spread {100 * r['spread']:.2f}%"
+            f"  ({', '.join(f'{x:.0f}' for x in r['samples_per_s'])}; steal {steal} cores)"
+        )
     if rep.get("foreign_cpu"):
         f = rep["foreign_cpu"]
-        text = (f"foreign CPU during windows: median {f['median_cores']:.2f} cores over {f['cells']} cells, "
-                f"{f['contended']} contended")
+        text = (
+            f"foreign CPU during windows: median {f['median_cores']:.2f} cores over {f['cells']} cells, "
+            f"{f['contended']} contended"
+        )
         if "median_split_cores" in f:
             m = f["median_split_cores"]
-            text += (f"; in the {f['split_cells']} cells that split it, median steal {m['steal']:.2f}, interrupts "
-                     f"{m['irq']:.2f}, other processes {m['processes']:.2f} cores")
+            text += (
+                f"; in the {f['split_cells']} cells that split it, median steal {m['steal']:.2f}, interrupts "
+                f"{m['irq']:.2f}, other processes {m['processes']:.2f} cores"
+            )
         lines.append(text)
     if rep.get("whole_bursts"):
         b = rep["whole_bursts"]
-        lines.append(f"whole bursts: {b['cut']} of {b['windows']} worker-fed windows cut (steps cut at the start "
-                     f"{b['cut_head_steps']}, at the end {b['cut_tail_steps']})")  # fmt: skip
+        lines.append(
+            f"whole bursts: {b['cut']} of {b['windows']} worker-fed windows cut (steps cut at the start "
+            f"{b['cut_head_steps']}, at the end {b['cut_tail_steps']})"
+        )
     for p in rep.get("profiles", []):
         text = f"profile   {p['cell']:40s} {p['samples_per_s']:9.1f}/s"
         if "span_ms" in p:
-            text += (f": per step {p['span_ms']:.1f} ms on GPU, busy {p['busy_ms']:.1f}; training stream kernels "
-                     f"{p['main_kernel_ms']:.1f}, idle {p['main_idle_ms']:.1f}; other streams' kernels "
-                     f"{p['other_kernel_ms']:.1f} ({p['overlap_ms']:.1f} under the training stream's); copies "
-                     f"{p['copy_ms']:.1f}")  # fmt: skip
+            text += (
+                f": per step {p['span_ms']:.1f} ms on GPU, busy {p['busy_ms']:.1f}; training stream kernels "
+                f"{p['main_kernel_ms']:.1f}, idle {p['main_idle_ms']:.1f}; other streams' kernels "
+                f"{p['other_kernel_ms']:.1f} ({p['overlap_ms']:.1f} under the training stream's); copies "
+                f"{p['copy_ms']:.1f}"
+            )
         elif "error" in p:
             text += f": the profile failed ({p['error']})"
         else:
@@ -226,7 +280,9 @@ def render(rep: dict) -> str:
         lines.append(f"warning   {n} cell(s): {w}")
     if "ceiling" in rep:
         c = rep["ceiling"]
-        lines.append(f"ceiling   synthetic / bare loop = {c['synthetic_over_bare']:.4f} (synthetic "
-                     f"{', '.join(f'{x:.0f}' for x in c['synthetic_samples_per_s'])}; bare "
-                     f"{', '.join(f'{x:.0f}' for x in c['bare_samples_per_s'])}); placement {json.dumps(c.get('placement'))}")  # fmt: skip
+        lines.append(
+            f"ceiling   synthetic / bare loop = {c['synthetic_over_bare']:.4f} (synthetic "
+            f"{', '.join(f'{x:.0f}' for x in c['synthetic_samples_per_s'])}; bare "
+            f"{', '.join(f'{x:.0f}' for x in c['bare_samples_per_s'])}); placement {json.dumps(c.get('placement'))}"
+        )
     return "\n".join(lines)

@@ -11,16 +11,16 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-from loaderbench.core.util import atomic_write_text, writing  # noqa: E402
+from loaderbench.core.util import atomic_write_text, writing
 
-from .aggregate import seed_table_frame  # noqa: E402
-from .columns import label, read_table  # noqa: E402
-from .figure_list import FORMATS, REGISTRY  # noqa: E402
+from .aggregate import seed_table_frame
+from .columns import label, read_table
+from .figure_list import FORMATS, REGISTRY
 
 MAX_TIMELINES = 6
 
@@ -61,10 +61,21 @@ def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
     ok["Batch / GPUs"] = "batch " + ok["batch_size"].astype(str) + ", " + ok["gpus"].astype(str) + " GPU"
     loaders = ok["loader"].nunique()
     g = sns.catplot(
-        data=ok, kind="bar", x="loader", y="samples_per_s", hue="tier", col="Batch / GPUs", row="precision",
-        estimator=np.median, errorbar=("pi", 100), capsize=0.15, height=3.2, aspect=max(1.2, 0.4 * loaders),
-        sharey=False, margin_titles=True,
-    )  # fmt: skip
+        data=ok,
+        kind="bar",
+        x="loader",
+        y="samples_per_s",
+        hue="tier",
+        col="Batch / GPUs",
+        row="precision",
+        estimator=np.median,
+        errorbar=("pi", 100),
+        capsize=0.15,
+        height=3.2,
+        aspect=max(1.2, 0.4 * loaders),
+        sharey=False,
+        margin_titles=True,
+    )
     g.set_titles(row_template="{row_name}", col_template="{col_name}")
     g.tick_params(axis="x", labelrotation=30)
     g.figure.suptitle("Training throughput (MobileNetV2): median of repeats, whiskers min-max", y=1.02)
@@ -82,7 +93,9 @@ def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> None:
         sns.heatmap(pivot, annot=True, fmt=".2f", cmap="viridis", ax=ax, cbar_kws={"label": "speed"})
         ax.set_title("Speed = Samples/s / baseline cell's Samples/s")
     else:
-        ax.text(0.5, 0.5, "no Speed: the baseline cell has no result\n(config key 'baseline')", ha="center", va="center")
+        ax.text(
+            0.5, 0.5, "no Speed: the baseline cell has no result\n(config key 'baseline')", ha="center", va="center"
+        )
         ax.set_axis_off()
     ax.set_xlabel("")
     ax.set_ylabel("")
@@ -102,7 +115,9 @@ def seed_table(table: pd.DataFrame, out_dir: Path) -> None:
 
 
 def _label(t: pd.DataFrame) -> pd.Series:
-    return t["gpus"].astype(str) + " GPU x b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
+    return (
+        t["gpus"].astype(str) + " GPU x b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
+    )
 
 
 def _empty(ax, text: str) -> None:
@@ -113,11 +128,17 @@ def _empty(ax, text: str) -> None:
 def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> None:
     """Stacked ms/step per loader x tier: compute (synthetic), prep stall (RAM tier - compute), fetch stall
     (tier - RAM tier); one panel per GPUs/batch/precision/parallel."""
-    d = diagnosis[(diagnosis["loader"] != "synthetic") & pd.to_numeric(diagnosis["step_ms"], errors="coerce").notna()].copy()
+    d = diagnosis[
+        (diagnosis["loader"] != "synthetic") & pd.to_numeric(diagnosis["step_ms"], errors="coerce").notna()
+    ].copy()
     d["config"] = _label(d)
     configs = list(dict.fromkeys(d["config"]))
-    fig, axes = plt.subplots(len(configs) or 1, 1, figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2)
-                             if len(d) else 6, 3.2 * max(1, len(configs))), squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(configs) or 1,
+        1,
+        figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2) if len(d) else 6, 3.2 * max(1, len(configs))),
+        squeeze=False,
+    )
     if d.empty:
         _empty(axes[0][0], "no loader cell: nothing to attribute")
     colors = {"compute_only_ms": "#4c72b0", "prep_stall_ms": "#dd8452", "fetch_stall_ms": "#c44e52"}
@@ -151,8 +172,18 @@ def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
     t = table[table["loader"] != "synthetic"].copy()
     t["config"] = _label(t)
     if t["au"].notna().any():
-        g = sns.catplot(data=t, kind="bar", x="loader", y="au", hue="tier", col="config", col_wrap=2,
-                        height=3.2, aspect=1.5, sharey=True)  # fmt: skip
+        g = sns.catplot(
+            data=t,
+            kind="bar",
+            x="loader",
+            y="au",
+            hue="tier",
+            col="config",
+            col_wrap=2,
+            height=3.2,
+            aspect=1.5,
+            sharey=True,
+        )
         g.set_titles("{col_name}")
         for ax in g.axes.flat:
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
@@ -176,8 +207,9 @@ def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
         for _, r in t.iterrows():
             for col, card in (("peak_gpu_mem_main_mb", "card 0"), ("peak_gpu_mem_others_mb", "other cards")):
                 if pd.notna(r[col]):
-                    long.append({"loader": r["loader"], "tier": r["tier"], "config": r["config"],
-                                 "card": card, "MB": r[col]})  # fmt: skip
+                    long.append(
+                        {"loader": r["loader"], "tier": r["tier"], "config": r["config"], "card": card, "MB": r[col]}
+                    )
         title, hue = "Peak GPU memory per card (allocator peak)", "card"
     else:
         ok = repeats[repeats["status"] == "ok"]
@@ -191,8 +223,19 @@ def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
         _empty(ax, "no memory figures recorded")
         _save(fig, out_dir, "memory")
         return
-    g = sns.catplot(data=fig_df, kind="bar", x="loader", y="MB", hue=hue, col="config", col_wrap=2, height=3.2,
-                    aspect=1.5, estimator=np.max, errorbar=None)  # fmt: skip
+    g = sns.catplot(
+        data=fig_df,
+        kind="bar",
+        x="loader",
+        y="MB",
+        hue=hue,
+        col="config",
+        col_wrap=2,
+        height=3.2,
+        aspect=1.5,
+        estimator=np.max,
+        errorbar=None,
+    )
     g.set_titles("{col_name}")
     for ax in g.axes.flat:
         ax.tick_params(axis="x", labelrotation=30)
@@ -204,8 +247,19 @@ def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
     """Samples/s against the per-GPU batch size per loader, one panel per tier and precision (the seed's 3.2.3)."""
     t = table[table["samples_per_s"].notna()].copy()
     t["panel"] = t["tier"] + ", " + t["precision"] + ", " + t["gpus"].astype(str) + " GPU"
-    g = sns.relplot(data=t, kind="line", x="batch_size", y="samples_per_s", hue="loader", col="panel", col_wrap=3,
-                    marker="o", height=3, aspect=1.3, facet_kws={"sharey": False})  # fmt: skip
+    g = sns.relplot(
+        data=t,
+        kind="line",
+        x="batch_size",
+        y="samples_per_s",
+        hue="loader",
+        col="panel",
+        col_wrap=3,
+        marker="o",
+        height=3,
+        aspect=1.3,
+        facet_kws={"sharey": False},
+    )
     g.set_titles("{col_name}")
     sizes = sorted(t["batch_size"].unique())
     for ax in g.axes.flat:
@@ -221,8 +275,19 @@ def scaling(table: pd.DataFrame, out_dir: Path) -> None:
     batch, precision and parallel mode."""
     t = table[table["samples_per_s"].notna()].copy()
     t["panel"] = t["tier"] + ", b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
-    g = sns.relplot(data=t, kind="line", x="gpus", y="samples_per_s", hue="loader", col="panel", col_wrap=3,
-                    marker="o", height=3, aspect=1.3, facet_kws={"sharey": False})  # fmt: skip
+    g = sns.relplot(
+        data=t,
+        kind="line",
+        x="gpus",
+        y="samples_per_s",
+        hue="loader",
+        col="panel",
+        col_wrap=3,
+        marker="o",
+        height=3,
+        aspect=1.3,
+        facet_kws={"sharey": False},
+    )
     g.set_titles("{col_name}")
     for panel, ax in g.axes_dict.items():
         p = t[(t["panel"] == panel) & (t["gpus"] == 1)]
@@ -244,16 +309,21 @@ def pick_timeline_cells(repeats: pd.DataFrame, wanted: list[str] | None = None) 
     if ok.empty:
         return []
     first = ok.iloc[0]
-    same = ok[(ok["gpus"] == first["gpus"]) & (ok["batch_size"] == first["batch_size"])
-              & (ok["precision"] == first["precision"]) & (ok["parallel"] == first["parallel"])]  # fmt: skip
+    same = ok[
+        (ok["gpus"] == first["gpus"])
+        & (ok["batch_size"] == first["batch_size"])
+        & (ok["precision"] == first["precision"])
+        & (ok["parallel"] == first["parallel"])
+    ]
     picked = []
     for _, g in same.groupby("loader", sort=False):
         picked.append(g.loc[g["samples_per_s"].idxmin(), "cell_id"])
     return picked[:MAX_TIMELINES]
 
 
-def timelines(repeats: pd.DataFrame, timelines: dict[str, Path], timeline_cells: list[str] | None,
-              out_dir: Path) -> None:  # fmt: skip
+def timelines(
+    repeats: pd.DataFrame, timelines: dict[str, Path], timeline_cells: list[str] | None, out_dir: Path
+) -> None:
     """Resource timeline of selected cells: GPU utilisation per GPU, CPU (mean of cores), and read MB/s (the tier's
     device, or the cell's processes when the tier has no block device), the timed window shaded."""
     cells = [c for c in pick_timeline_cells(repeats, timeline_cells) if c in timelines]
@@ -273,8 +343,14 @@ def timelines(repeats: pd.DataFrame, timelines: dict[str, Path], timeline_cells:
         ax2 = ax.twinx()
         read = "disk_read_mb_s" if "disk_read_mb_s" in tl and tl["disk_read_mb_s"].fillna(0).any() else "proc_read_mb_s"
         if read in tl:
-            ax2.plot(tl["s"], tl[read], lw=1, color="#c44e52", ls="--",
-                     label="device read MB/s" if read == "disk_read_mb_s" else "read() MB/s (cell processes)")
+            ax2.plot(
+                tl["s"],
+                tl[read],
+                lw=1,
+                color="#c44e52",
+                ls="--",
+                label="device read MB/s" if read == "disk_read_mb_s" else "read() MB/s (cell processes)",
+            )
             ax2.set_ylabel("MB/s")
         ax.set_title(cell, fontsize=9)
         h1, l1 = ax.get_legend_handles_labels()
@@ -313,9 +389,15 @@ def tier_probe(probe: pd.DataFrame, out_dir: Path) -> None:
     _save(fig, out_dir, "tier_probe")
 
 
-def make_figures(table_csv: Path, repeats_csv: Path, out_dir: Path, diagnosis_csv: Path | None = None,
-                 probe_csv: Path | None = None, timeline_csvs: list[Path] = (),
-                 timeline_cells: list[str] | None = None) -> None:  # fmt: skip
+def make_figures(
+    table_csv: Path,
+    repeats_csv: Path,
+    out_dir: Path,
+    diagnosis_csv: Path | None = None,
+    probe_csv: Path | None = None,
+    timeline_csvs: list[Path] = (),
+    timeline_cells: list[str] | None = None,
+) -> None:
     """Every figure of the registry, in its order, into `out_dir`. Without `diagnosis_csv` the diagnosis is
     computed from the table; without `probe_csv` the tier-probe figure says there is none."""
     out_dir = Path(out_dir)
@@ -329,10 +411,13 @@ def make_figures(table_csv: Path, repeats_csv: Path, out_dir: Path, diagnosis_cs
 
         diagnosis = diagnose(table)
     inputs = {
-        "table": table, "repeats": read_table(repeats_csv, "repeats"), "diagnosis": diagnosis,
+        "table": table,
+        "repeats": read_table(repeats_csv, "repeats"),
+        "diagnosis": diagnosis,
         "probe": pd.read_csv(probe_csv) if probe_csv else pd.DataFrame(),
-        "timelines": {Path(p).stem: Path(p) for p in timeline_csvs}, "timeline_cells": timeline_cells,
-    }  # fmt: skip
+        "timelines": {Path(p).stem: Path(p) for p in timeline_csvs},
+        "timeline_cells": timeline_cells,
+    }
     jobs = [(fig.name, {k: inputs[k] for k in fig.inputs}, out_dir) for fig in REGISTRY]
     workers = min(len(jobs), len(os.sched_getaffinity(0)))
     if workers < 2:

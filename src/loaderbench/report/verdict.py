@@ -43,8 +43,10 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
     for (gpus, tier), g in real.groupby(["gpus", "tier"], sort=False):
         ref_rows = g[g["loader"] == baseline.get("loader")]
         if len(ref_rows):
-            at = ref_rows[(ref_rows["batch_size"] == baseline.get("batch_size"))
-                          & (ref_rows["precision"] == baseline.get("precision"))]  # fmt: skip
+            at = ref_rows[
+                (ref_rows["batch_size"] == baseline.get("batch_size"))
+                & (ref_rows["precision"] == baseline.get("precision"))
+            ]
             ref = (at if len(at) else ref_rows).iloc[0]
         else:
             ref = g.loc[g["samples_per_s"].astype(float).idxmin()]
@@ -65,27 +67,44 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
         else:
             best, q = max(usable, key=lambda rq: float(rq[0]["samples_per_s"]))
             measured = q.differs_from(1.0)
-            fix = {"cell": cell_name(best), "what": _describe(best), "samples_per_s": float(best["samples_per_s"]),
-                   "verdict": "measured" if measured else "no measurable difference", "interval": q.to_dict(),
-                   "text": f"{_describe(best)}: {q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
-                   + ("" if measured else ", no measurable difference")}  # fmt: skip
+            fix = {
+                "cell": cell_name(best),
+                "what": _describe(best),
+                "samples_per_s": float(best["samples_per_s"]),
+                "verdict": "measured" if measured else "no measurable difference",
+                "interval": q.to_dict(),
+                "text": f"{_describe(best)}: {q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
+                + ("" if measured else ", no measurable difference"),
+            }
         conv = [read_flag(x) for x in g.get("converged", [])]
         judged = [c for c in conv if c is not None]
         hw = [h for h in (_num(x) for x in g.get("halfwidth", [])) if h is not None]
         reps = [int(x) for x in g.get("repeats_ok", []) if _num(x) is not None]
-        out.append({
-            "gpus": int(gpus), "tier": str(tier),
-            "reference": {"cell": cell_name(ref), "what": _describe(ref), "samples_per_s": float(ref["samples_per_s"]),
-                          "bottleneck": ref["bottleneck"], "au": _num(ref.get("au")),
-                          "implausible": ref["bottleneck"] == "implausible",
-                          "data_wait_ms": _num(ref.get("data_wait_ms")), "step_ms": _num(ref.get("step_ms"))},
-            "fix": fix,
-            "trust": {"cells": len(g), "repeats": [min(reps), max(reps)] if reps else None,
-                      "halfwidth_median": float(np.median(hw)) if hw else None,
-                      "converged": [sum(judged), len(judged)],
-                      "contended": int(sum(read_flag(x) is True for x in g.get("contended", []))),
-                      "implausible": int((g["bottleneck"] == "implausible").sum())},
-        })  # fmt: skip
+        out.append(
+            {
+                "gpus": int(gpus),
+                "tier": str(tier),
+                "reference": {
+                    "cell": cell_name(ref),
+                    "what": _describe(ref),
+                    "samples_per_s": float(ref["samples_per_s"]),
+                    "bottleneck": ref["bottleneck"],
+                    "au": _num(ref.get("au")),
+                    "implausible": ref["bottleneck"] == "implausible",
+                    "data_wait_ms": _num(ref.get("data_wait_ms")),
+                    "step_ms": _num(ref.get("step_ms")),
+                },
+                "fix": fix,
+                "trust": {
+                    "cells": len(g),
+                    "repeats": [min(reps), max(reps)] if reps else None,
+                    "halfwidth_median": float(np.median(hw)) if hw else None,
+                    "converged": [sum(judged), len(judged)],
+                    "contended": int(sum(read_flag(x) is True for x in g.get("contended", []))),
+                    "implausible": int((g["bottleneck"] == "implausible").sum()),
+                },
+            }
+        )
     return out
 
 
@@ -96,7 +115,9 @@ def write_verdict(d: pd.DataFrame, baseline: dict, out_dir: Path) -> None:
 
 def _trust_text(t: dict) -> str:
     reps = t["repeats"]
-    rep = "no repeats" if not reps else (f"{reps[0]} repeat(s)" if reps[0] == reps[1] else f"{reps[0]}-{reps[1]} repeats")
+    rep = (
+        "no repeats" if not reps else (f"{reps[0]} repeat(s)" if reps[0] == reps[1] else f"{reps[0]}-{reps[1]} repeats")
+    )
     parts = [f"{t['cells']} cells, {rep}"]
     if t["halfwidth_median"] is not None:
         parts.append(f"median interval +-{100 * t['halfwidth_median']:.0f}%")
@@ -147,15 +168,22 @@ def render_html(vs: list[dict]) -> str:
     for v in vs:
         ref, fix = v["reference"], v["fix"]
         au = f"{ref['au']:.2f}" if ref["au"] is not None else "-"
-        wait = (f"{100 * ref['data_wait_ms'] / ref['step_ms']:.0f}%" if ref["data_wait_ms"] is not None
-                and ref["step_ms"] else "-")  # fmt: skip
-        rows.append(f"<tr><td>{v['gpus']}</td><td>{e(v['tier'])}</td><td>{e(ref['what'])}: "
-                    f"<b>{e(ref['bottleneck'])}</b>, {ref['samples_per_s']:.0f} samples/s</td><td>{au}</td>"
-                    f"<td>{wait}</td><td>{e(fix['text'])}</td><td>{e(_trust_text(v['trust']))}</td></tr>")  # fmt: skip
-    return ("<h2>Verdict: what limits training, and what fixes it</h2>"
-            "<p>Per GPU count and tier: the reference cell (the baseline loader) and its bottleneck; the fastest cell "
-            "there that can carry a verdict (a contended or unconverged cell measured once cannot), against the "
-            "reference with its 95% interval; how far to trust the group. Details: the diagnosis and recommendations "
-            "below.</p>"
-            "<table><tr><th>GPU</th><th>Disk</th><th>Limited by</th><th>AU</th><th>Data wait</th>"
-            "<th>Best measured fix [95%]</th><th>Trust</th></tr>" + "".join(rows) + "</table>")  # fmt: skip
+        wait = (
+            f"{100 * ref['data_wait_ms'] / ref['step_ms']:.0f}%"
+            if ref["data_wait_ms"] is not None and ref["step_ms"]
+            else "-"
+        )
+        rows.append(
+            f"<tr><td>{v['gpus']}</td><td>{e(v['tier'])}</td><td>{e(ref['what'])}: "
+            f"<b>{e(ref['bottleneck'])}</b>, {ref['samples_per_s']:.0f} samples/s</td><td>{au}</td>"
+            f"<td>{wait}</td><td>{e(fix['text'])}</td><td>{e(_trust_text(v['trust']))}</td></tr>"
+        )
+    return (
+        "<h2>Verdict: what limits training, and what fixes it</h2>"
+        "<p>Per GPU count and tier: the reference cell (the baseline loader) and its bottleneck; the fastest cell "
+        "there that can carry a verdict (a contended or unconverged cell measured once cannot), against the "
+        "reference with its 95% interval; how far to trust the group. Details: the diagnosis and recommendations "
+        "below.</p>"
+        "<table><tr><th>GPU</th><th>Disk</th><th>Limited by</th><th>AU</th><th>Data wait</th>"
+        "<th>Best measured fix [95%]</th><th>Trust</th></tr>" + "".join(rows) + "</table>"
+    )

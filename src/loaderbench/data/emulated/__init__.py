@@ -23,4 +23,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DEVICE_MODELS", "DeviceModel", "EmulatedTierError", "predict", "resolve_model", *_MOUNTING]
+__all__ = ["DEVICE_MODELS", "DeviceModel", "EmulatedTierError", "predict", "resolve_model", *_MOUNTING]  # noqa: PLE0604

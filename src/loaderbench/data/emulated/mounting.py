@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 from loaderbench.core.devices import DeviceModel, EmulatedTierError, resolve_model
 from loaderbench.core.util import atomic_write_json
@@ -31,8 +32,10 @@ def fuse_available() -> str | None:
     if mfusepy is None:
         return f"the mfusepy binding is not usable: {MFUSEPY_ERROR} (pip install mfusepy; libfuse: apt install fuse3)"
     if not os.path.exists("/dev/fuse"):
-        return ("/dev/fuse does not exist (load the fuse kernel module, or start the container with "
-                "--device /dev/fuse; packages: apt install fuse3)")  # fmt: skip
+        return (
+            "/dev/fuse does not exist (load the fuse kernel module, or start the container with "
+            "--device /dev/fuse; packages: apt install fuse3)"
+        )
     try:
         os.close(os.open("/dev/fuse", os.O_RDWR))
     except OSError as e:
@@ -132,8 +135,9 @@ def fusermount(mountpoint: Path, lazy: bool) -> tuple[bool, str]:
         if not exe:
             continue
         try:
-            r = subprocess.run([exe, "-uz" if lazy else "-u", str(mountpoint)], capture_output=True, text=True,
-                               timeout=15)  # fmt: skip
+            r = subprocess.run(
+                [exe, "-uz" if lazy else "-u", str(mountpoint)], capture_output=True, text=True, timeout=15, check=False
+            )
         except subprocess.TimeoutExpired:
             errors.append(f"{tool} timed out")
             continue
@@ -201,8 +205,13 @@ def cleanup_stale(mountpoint: str | Path) -> str | None:
                 f"{mp} is {'mounted' if entry else 'being mounted'} by {who} (server pid {server_pid}); "
                 "unmount it there first or pick another mountpoint"
             )
-    reason = ("no owner file" if not owner else "owner pid {} is gone".format(owner.get("owner_pid"))
-              if not owner_alive else "server pid {} is gone or not answering".format(server_pid))  # fmt: skip
+    reason = (
+        "no owner file"
+        if not owner
+        else "owner pid {} is gone".format(owner.get("owner_pid"))
+        if not owner_alive
+        else f"server pid {server_pid} is gone or not answering"
+    )
     done = []
     if entry is not None:
         ok, err = fusermount(mp, lazy=True)
@@ -221,8 +230,17 @@ def cleanup_stale(mountpoint: str | Path) -> str | None:
 class EmulatedMount:
     """A running emulated tier; `unmount()` (or leaving the `with` block) takes it down."""
 
-    def __init__(self, backing: Path, mountpoint: Path, model: DeviceModel, proc: subprocess.Popen,
-                 stats_path: Path, own_stats: bool, log_path: Path, cleaned: str | None):  # fmt: skip
+    def __init__(
+        self,
+        backing: Path,
+        mountpoint: Path,
+        model: DeviceModel,
+        proc: subprocess.Popen,
+        stats_path: Path,
+        own_stats: bool,
+        log_path: Path,
+        cleaned: str | None,
+    ):
         self.backing, self.mountpoint, self.model = backing, mountpoint, model
         self.proc, self.stats_path, self.log_path = proc, stats_path, log_path
         self.server_pid = proc.pid
@@ -233,7 +251,7 @@ class EmulatedMount:
         self._pid = os.getpid()
         self._done = False
 
-    def __enter__(self) -> EmulatedMount:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -314,8 +332,13 @@ def _tail(path: Path, chars: int = 3000) -> str:
         return "(no output)"
 
 
-def mount(backing: str | Path, mountpoint: str | Path, model: DeviceModel | str | dict,
-          stats_path: str | Path | None = None, timeout_s: float = 15.0) -> EmulatedMount:  # fmt: skip
+def mount(
+    backing: str | Path,
+    mountpoint: str | Path,
+    model: DeviceModel | str | dict,
+    stats_path: str | Path | None = None,
+    timeout_s: float = 15.0,
+) -> EmulatedMount:
     """Mount `backing` read-only at `mountpoint`, throttled to `model`, served by a child process."""
     mp = absolute_path(mountpoint)
     reason = fuse_available()
@@ -339,19 +362,9 @@ def mount(backing: str | Path, mountpoint: str | Path, model: DeviceModel | str 
         os.close(fd)
         stats_path = Path(name)
     stats_path = Path(stats_path).resolve()
-    fd, log_name = tempfile.mkstemp(prefix="loaderbench-emulated-", suffix=".log")
-    cmd = [sys.executable, "-m", "loaderbench.data.emulated", "serve", "--backing", str(backing), "--mountpoint", str(mp),
-           "--model-json", json.dumps(model.to_dict()), "--stats", str(stats_path)]  # fmt: skip
-    with os.fdopen(fd, "wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=_server_env(), start_new_session=True)  # fmt: skip
-    handle = EmulatedMount(backing, mp, model, proc, stats_path, own_stats, Path(log_name), cleaned)
-    atomic_write_json(handle.owner_path, {
-        "owner_pid": os.getpid(), "owner_start": _proc_start(os.getpid()), "server_pid": proc.pid,
-        "server_start": _proc_start(proc.pid), "backing": str(backing), "mountpoint": str(mp),
-        "model": model.to_dict(), "stats": str(stats_path), "temporary": [str(p) for p in handle.temporary()],
-        "started_at": time.time(),
-    })  # fmt: skip
+    proc, log_path = _start_server(backing, mp, model, stats_path)
+    handle = EmulatedMount(backing, mp, model, proc, stats_path, own_stats, log_path, cleaned)
+    atomic_write_json(handle.owner_path, _owner_record(handle))
     atexit.register(handle.unmount)
     try:
         _wait_mounted(handle, timeout_s)
@@ -363,6 +376,51 @@ def mount(backing: str | Path, mountpoint: str | Path, model: DeviceModel | str 
         handle.unmount(timeout_s=2)
         raise
     return handle
+
+
+def _start_server(backing: Path, mp: Path, model: DeviceModel, stats_path: Path) -> tuple[subprocess.Popen, Path]:
+    """The server process serving `backing` at `mp` in its own session, and the log file its output goes to."""
+    fd, log_name = tempfile.mkstemp(prefix="loaderbench-emulated-", suffix=".log")
+    cmd = [
+        sys.executable,
+        "-m",
+        "loaderbench.data.emulated",
+        "serve",
+        "--backing",
+        str(backing),
+        "--mountpoint",
+        str(mp),
+        "--model-json",
+        json.dumps(model.to_dict()),
+        "--stats",
+        str(stats_path),
+    ]
+    with os.fdopen(fd, "wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_server_env(),
+            start_new_session=True,
+        )
+    return proc, Path(log_name)
+
+
+def _owner_record(handle: EmulatedMount) -> dict:
+    """The owner file's content: who owns the mount and its server, what it serves, and the files it made."""
+    return {
+        "owner_pid": os.getpid(),
+        "owner_start": _proc_start(os.getpid()),
+        "server_pid": handle.proc.pid,
+        "server_start": _proc_start(handle.proc.pid),
+        "backing": str(handle.backing),
+        "mountpoint": str(handle.mountpoint),
+        "model": handle.model.to_dict(),
+        "stats": str(handle.stats_path),
+        "temporary": [str(p) for p in handle.temporary()],
+        "started_at": time.time(),
+    }
 
 
 def _wait_mounted(handle: EmulatedMount, timeout_s: float) -> None:

@@ -28,8 +28,10 @@ def _write_stats(path: Path | None, fs: EmulatedFS, info: dict, final: bool) -> 
         return
     now = time.time()
     try:
-        atomic_write_json(path, {**info, **fs.stats(), "uptime_s": round(now - info["started_at"], 3),
-                                 "written_at": now, "final": final})  # fmt: skip
+        atomic_write_json(
+            path,
+            {**info, **fs.stats(), "uptime_s": round(now - info["started_at"], 3), "written_at": now, "final": final},
+        )
     except OSError as e:  # keep serving: the mount matters more than its counters
         print(f"emulated tier: cannot write stats to {path}: {e}", file=sys.stderr)
 
@@ -46,8 +48,13 @@ def serve(backing: Path, mountpoint: Path, model: DeviceModel, stats_path: Path 
             return 2
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     fs = EmulatedFS(backing, model)
-    info = {"model": model.to_dict(), "backing": str(backing), "mountpoint": str(mountpoint), "pid": os.getpid(),
-            "started_at": time.time()}  # fmt: skip
+    info = {
+        "model": model.to_dict(),
+        "backing": str(backing),
+        "mountpoint": str(mountpoint),
+        "pid": os.getpid(),
+        "started_at": time.time(),
+    }
     stop, dump = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # set before libfuse, so it leaves these alone
         signal.signal(sig, lambda *_: stop.set())
@@ -56,8 +63,17 @@ def serve(backing: Path, mountpoint: Path, model: DeviceModel, stats_path: Path 
 
     def run() -> None:
         try:  # in a thread: the main thread stays free to run Python signal handlers
-            mfusepy.FUSE(fs, str(mountpoint), foreground=True, ro=True, direct_io=True, max_read=MAX_READ,
-                         max_threads=max(32, 2 * model.concurrency), fsname=FSNAME, subtype=SUBTYPE)  # fmt: skip
+            mfusepy.FUSE(
+                fs,
+                str(mountpoint),
+                foreground=True,
+                ro=True,
+                direct_io=True,
+                max_read=MAX_READ,
+                max_threads=max(32, 2 * model.concurrency),
+                fsname=FSNAME,
+                subtype=SUBTYPE,
+            )
         except BaseException as e:  # noqa: BLE001 - reported below
             failure.append(e)
 

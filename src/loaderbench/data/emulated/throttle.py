@@ -17,7 +17,7 @@ SKIP = 64 * 1024
 class _Head:
     """One head: the file and contiguous byte range it read last (the drive's track buffer holds that range)."""
 
-    __slots__ = ("busy", "file", "start", "next_offset", "last_used")
+    __slots__ = ("busy", "file", "last_used", "next_offset", "start")
 
     def __init__(self):
         self.busy, self.file, self.start, self.next_offset, self.last_used = False, None, -1, -1, 0.0
@@ -58,8 +58,9 @@ class Throttle:
                 self._cond.notify_all()
             return head, seek
 
-    def _release(self, head: _Head, key: str, end: int, nbytes: int, seek: bool, waited: float, held: float,
-                 overrun: bool) -> None:  # fmt: skip
+    def _release(
+        self, head: _Head, key: str, end: int, nbytes: int, seek: bool, waited: float, held: float, overrun: bool
+    ) -> None:
         with self._cond:
             if seek:
                 head.start, head.next_offset = end - nbytes, end

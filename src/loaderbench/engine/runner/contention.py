@@ -11,6 +11,7 @@ with both counters interpolated to the window's edges; foreign GPU processes = t
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -30,8 +31,11 @@ def host_cpu_s() -> dict:
     v = [int(x) for x in fields[1:]]
     user, nice, system, _idle, _iowait, irq, softirq = v[:7]
     steal = v[7] if len(v) > 7 else 0
-    return {"busy": (user + nice + system + irq + softirq + steal) / CLK_TCK, "irq": (irq + softirq) / CLK_TCK,
-            "steal": steal / CLK_TCK}  # fmt: skip
+    return {
+        "busy": (user + nice + system + irq + softirq + steal) / CLK_TCK,
+        "irq": (irq + softirq) / CLK_TCK,
+        "steal": steal / CLK_TCK,
+    }
 
 
 def other_processes_cpu_s(tree: set[int], names: dict[int, str]) -> dict[int, float]:
@@ -62,8 +66,14 @@ def foreign_gpu_processes(nv, handles: list, indices: list[int], tree: set[int])
                 continue
             seen.add((p.pid, index))
             used = getattr(p, "usedGpuMemory", None)
-            out.append({"pid": p.pid, "name": _name(p.pid), "gpu": index,
-                        "used_mb": round(used / 2**20, 1) if isinstance(used, int) else None})  # fmt: skip
+            out.append(
+                {
+                    "pid": p.pid,
+                    "name": _name(p.pid),
+                    "gpu": index,
+                    "used_mb": round(used / 2**20, 1) if isinstance(used, int) else None,
+                }
+            )
     return out
 
 
@@ -128,8 +138,14 @@ class Sampler(BackgroundSampler):
         while True:
             tree_s, pids = self._tree_cpu_s()
             host = host_cpu_s()
-            row = {"t": time.time(), "host_busy_s": host["busy"], "tree_cpu_s": tree_s, "host_irq_s": host["irq"],
-                   "host_steal_s": host["steal"], "others": other_processes_cpu_s(pids, self.names)}  # fmt: skip
+            row = {
+                "t": time.time(),
+                "host_busy_s": host["busy"],
+                "tree_cpu_s": tree_s,
+                "host_irq_s": host["irq"],
+                "host_steal_s": host["steal"],
+                "others": other_processes_cpu_s(pids, self.names),
+            }
             if nvml.handles:
                 row["gpu_foreign"] = foreign_gpu_processes(nvml.nv, nvml.handles, nvml.indices, pids)
             self.rows.append(row)
@@ -144,7 +160,7 @@ def _at(rows: list[dict], key: str, t: float) -> float:
     """A cumulative counter linearly interpolated to time t (clamped to the samples' span)."""
     if t <= rows[0]["t"]:
         return rows[0][key]
-    for a, b in zip(rows, rows[1:]):
+    for a, b in itertools.pairwise(rows):
         if a["t"] <= t <= b["t"]:
             f = (t - a["t"]) / max(b["t"] - a["t"], 1e-9)
             return a[key] + f * (b[key] - a[key])
@@ -155,9 +171,14 @@ def summarize(samples: dict, marks: dict | None, cpu_cores: float, gpu_processes
     """record["contention"]: foreign CPU cores and GPU processes over the window, the thresholds, and whether the
     cell was contended (foreign CPU over `cpu_cores`, or more than `gpu_processes` foreign GPU processes)."""
     rows = samples.get("rows") or []
-    out = {"foreign_cpu_cores": None, "foreign_gpu_processes": [], "gpu": samples.get("gpu"),
-           "thresholds": {"cpu_cores": cpu_cores, "gpu_processes": gpu_processes}, "contended": False,
-           "samples": 0}  # fmt: skip
+    out = {
+        "foreign_cpu_cores": None,
+        "foreign_gpu_processes": [],
+        "gpu": samples.get("gpu"),
+        "thresholds": {"cpu_cores": cpu_cores, "gpu_processes": gpu_processes},
+        "contended": False,
+        "samples": 0,
+    }
     ws, we = (marks or {}).get("window_start"), (marks or {}).get("window_end")
     if ws is None or we is None or len(rows) < 2 or we <= ws:
         out["note"] = "no measuring window" if ws is None or we is None else "too few samples"
@@ -188,16 +209,18 @@ def _breakdown(rows: list[dict], ws: float, we: float, names: dict) -> dict:
     """Where the window's foreign CPU went, in cores: interrupts (no process's time), the hypervisor's steal, and the
     processes outside the cell's tree that used the most (kernel threads included), from the samples around it."""
     span = we - ws
-    out = {k: round((_at(rows, f"host_{k}_s", we) - _at(rows, f"host_{k}_s", ws)) / span, 3)
-           for k in ("irq", "steal") if all(f"host_{k}_s" in r for r in rows)}  # fmt: skip
+    out = {
+        k: round((_at(rows, f"host_{k}_s", we) - _at(rows, f"host_{k}_s", ws)) / span, 3)
+        for k in ("irq", "steal")
+        if all(f"host_{k}_s" in r for r in rows)
+    }
     before = [r for r in rows if r["t"] <= ws and "others" in r]
     after = [r for r in rows if r["t"] >= we and "others" in r]
     if before and after:
         a, b = before[-1], after[0]
         used = {pid: (cpu - a["others"].get(pid, cpu)) / (b["t"] - a["t"]) for pid, cpu in b["others"].items()}
         top = sorted(((c, pid) for pid, c in used.items() if c >= 0.05), reverse=True)[:5]
-        out["processes"] = [{"pid": pid, "name": names.get(pid, "?"), "cores": round(c, 3)}
-                            for c, pid in top]  # fmt: skip
+        out["processes"] = [{"pid": pid, "name": names.get(pid, "?"), "cores": round(c, 3)} for c, pid in top]
     return out
 
 
@@ -207,19 +230,26 @@ def warning(c: dict) -> dict | None:
         return None
     parts = []
     if c["foreign_cpu_cores"] is not None and c["foreign_cpu_cores"] > c["thresholds"]["cpu_cores"]:
-        parts.append(f"other processes used {c['foreign_cpu_cores']:.2f} CPU cores during the window (threshold "
-                     f"host.contention_cpu_cores = {c['thresholds']['cpu_cores']:g})" + _who(c.get("foreign_breakdown")))  # fmt: skip
+        parts.append(
+            f"other processes used {c['foreign_cpu_cores']:.2f} CPU cores during the window (threshold "
+            f"host.contention_cpu_cores = {c['thresholds']['cpu_cores']:g})" + _who(c.get("foreign_breakdown"))
+        )
     if c["foreign_gpu_processes"]:
-        procs = ", ".join(f"pid {p['pid']} ({p['name'] or '?'}) on GPU {p['gpu']}"
-                          + (f" with {p['used_mb']:.0f} MB" if p.get("used_mb") is not None else "")
-                          for p in c["foreign_gpu_processes"])  # fmt: skip
+        procs = ", ".join(
+            f"pid {p['pid']} ({p['name'] or '?'}) on GPU {p['gpu']}"
+            + (f" with {p['used_mb']:.0f} MB" if p.get("used_mb") is not None else "")
+            for p in c["foreign_gpu_processes"]
+        )
         parts.append(f"foreign GPU processes: {procs}")
-    return records.warning("contended", "; ".join(parts) + "; the throughput is not the cell's alone: rerun it on a "
-                           "quiet host (`make respread` reruns contended configurations)")  # fmt: skip
+    return records.warning(
+        "contended",
+        "; ".join(parts) + "; the throughput is not the cell's alone: rerun it on a "
+        "quiet host (`make respread` reruns contended configurations)",
+    )
 
 
 def _who(b: dict | None) -> str:
-    """", of which interrupts 0.80 and steal 0.00; most: kworker/3:1 (pid 120) 0.60" for the warning."""
+    """ ", of which interrupts 0.80 and steal 0.00; most: kworker/3:1 (pid 120) 0.60" for the warning."""
     if not b:
         return ""
     text = f", of which interrupts {b['irq']:.2f} and steal {b['steal']:.2f}" if "irq" in b and "steal" in b else ""

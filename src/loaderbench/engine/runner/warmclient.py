@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loaderbench.core.util import die_with_parent
 
-from .warmstart import ENV_SOCKET, MAX_MESSAGE, in_container, key
+from ..contract import ENV_SOCKET, MAX_MESSAGE, in_container, key
 
 
 def start_server(directory: str | os.PathLike | None = None, reuse: bool = False) -> Path | None:
@@ -75,8 +75,12 @@ def _launch(directory: str | os.PathLike | None, reuse: bool) -> tuple[subproces
     remove_stale_sockets(base)
     path = base / f"{os.getpid()}.sock"  # short: a socket path has at most 107 bytes
     path.unlink(missing_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "loaderbench.engine.warmstart", str(path), *(["--reuse"] if reuse else [])],
-                            stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, close_fds=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loaderbench.engine.process.warmstart", str(path), *(["--reuse"] if reuse else [])],
+        stdin=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
+        close_fds=True,
+    )
     os.environ[ENV_SOCKET] = str(path)
     return proc, path
 
@@ -166,8 +170,9 @@ class WarmProcess:
                 pass
 
 
-def serves_this_code(path: str | os.PathLike, wait_s: float = 180.0, bind_s: float = 10.0,
-                     reuse: bool | None = None) -> bool:  # fmt: skip
+def serves_this_code(
+    path: str | os.PathLike, wait_s: float = 180.0, bind_s: float = 10.0, reuse: bool | None = None
+) -> bool:
     """Whether a server answers at `path` (after its imports, within `wait_s`) and would fork this code (and, given
     `reuse`, keeps dp processes or not as asked). A server just started may take `bind_s` to open its socket."""
     try:
@@ -198,10 +203,11 @@ def _connect(path: str | os.PathLike, bind_s: float = 10.0) -> socket.socket:
             time.sleep(0.05)
 
 
-def spawn(args: list[str], env: dict, title: str, wait_s: float = 180.0,
-          reuse_config: str | None = None) -> tuple[WarmProcess | None, str, int]:  # fmt: skip
+def spawn(
+    args: list[str], env: dict, title: str, wait_s: float = 180.0, reuse_config: str | None = None
+) -> tuple[WarmProcess | None, str, int]:
     """Ask the run's server (LOADERBENCH_WARM_SOCKET) for a measuring process running
-    `python -m loaderbench.engine.train ARGS` with `env`, this process's cwd and standard streams (`title`: the cell, for its
+    `python -m loaderbench.engine.process.train ARGS` with `env`, this process's cwd and standard streams (`title`: the cell, for its
     command line). `reuse_config` (a dp cell: its configuration, the cell id but for its repeat) lets a server that
     keeps processes hand it to one of its kept processes. Returns (process, how it started, cells that process
     measured before this one) or (None, why not, 0) - the caller then starts the process itself. `wait_s` bounds the
@@ -216,8 +222,16 @@ def spawn(args: list[str], env: dict, title: str, wait_s: float = 180.0,
     except OSError as e:
         return None, f"warm-start server {path} not usable ({type(e).__name__}: {e})", 0
     try:
-        request = {"args": args, "env": env, "cwd": os.getcwd(), "runner": os.getpid(), "key": key(env),
-                   "title": title, "reusable": reuse_config is not None, "config": reuse_config}
+        request = {
+            "args": args,
+            "env": env,
+            "cwd": os.getcwd(),
+            "runner": os.getpid(),
+            "key": key(env),
+            "title": title,
+            "reusable": reuse_config is not None,
+            "config": reuse_config,
+        }
         reply = _ask(conn, request, wait_s, fds=(0, 1, 2))
     except (OSError, ValueError) as e:
         conn.close()
@@ -226,8 +240,11 @@ def spawn(args: list[str], env: dict, title: str, wait_s: float = 180.0,
         conn.close()
         return None, f"warm-start server {path} refused: {reply.get('error') or 'it closed the connection'}", 0
     reused = int(reply.get("reused", 0))
-    how = (f"kept by the warm-start server ({path}) after {reused} cell(s) of other configurations" if reused
-           else f"forked by the warm-start server ({path})")  # fmt: skip
+    how = (
+        f"kept by the warm-start server ({path}) after {reused} cell(s) of other configurations"
+        if reused
+        else f"forked by the warm-start server ({path})"
+    )
     return WarmProcess(conn, int(reply["pid"])), how, reused
 
 

@@ -1,8 +1,8 @@
 """The measuring process of a cell: measure it (`measure`), write its outcome, and end at once; a process kept for
 the next cell (warmstart) is reset here.
 
-Run as `python -m loaderbench.engine.train` by the cell runner (`loaderbench.engine.runcell`) in a fresh process (one per rank under
-ddp), which watches its heartbeat (`watchdog`) and writes the final record.
+Run as `python -m loaderbench.engine.process.train --order FILE` by the cell runner (`engine.runner.runcell`) in a
+fresh process (one per rank under ddp), which watches its heartbeat (`watchdog`) and writes the final record.
 """
 
 from __future__ import annotations
@@ -17,18 +17,25 @@ from pathlib import Path
 
 from loaderbench.core.cells import CellSpec
 from loaderbench.core.layout import read_root
-from loaderbench.core.util import WriteError, atomic_write_json
+from loaderbench.core.util import WriteError
 from loaderbench.data.manifest import Staged
 
-from . import parallel, placement
+from .. import placement
+from ..contract import TRAIN_MODULE, Order, Outcome
+from ..step import available_devices
+from ..watchdog import Heartbeat, heartbeat_path, stacks_path
+from . import parallel
 from .measure import KEEP, CellRun, measure_in
 from .parallel import env_rank
-from .step import available_devices
-from .watchdog import Heartbeat, heartbeat_path, stacks_path
 
 
-def measure(spec: CellSpec, data_root: Path, allowed: frozenset[str], heartbeat: Heartbeat | None = None,
-            timeout_s: float = 600.0) -> dict | None:  # fmt: skip
+def measure(
+    spec: CellSpec,
+    data_root: Path,
+    allowed: frozenset[str],
+    heartbeat: Heartbeat | None = None,
+    timeout_s: float = 600.0,
+) -> dict | None:
     """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure."""
     t_start = time.perf_counter()
     marks = {"setup_start": time.time()}  # epoch seconds, for the telemetry timeline's phases
@@ -65,24 +72,24 @@ def _seconds_since_process_start() -> float | None:
     return time.time() - psutil.Process().create_time()
 
 
-def outcome(status: str, reason: str | None = None, metrics: dict | None = None, detail: str | None = None) -> dict:
+def outcome(status: str, reason: str | None = None, metrics: dict | None = None, detail: str | None = None) -> Outcome:
     """What the measuring process hands its runner (`runcell`, which builds the record from it with
     `records.make_record`): the status, its reason, the metrics, and CUDA/cuDNN as this process loaded them."""
-    out = {"status": status, "reason": reason, "metrics": metrics, "detail": detail}
+    runtime = None
     try:
-        from loaderbench.core.provenance import runtime
+        from loaderbench.core.provenance import runtime as loaded
 
-        out["runtime"] = runtime()
+        runtime = loaded()
     except Exception:  # a broken torch still gets its failure outcome
         pass
-    return out
+    return Outcome(status, reason, metrics, detail, runtime)
 
 
-def run(spec: CellSpec, manifest_path: Path, out: Path, heartbeat: Heartbeat | None = None,
-        timeout_s: float = 600.0) -> dict:  # fmt: skip
-    """Measure the cell and write its outcome (ok, skipped or failed) to `out`; a failed ddp rank other than 0
-    writes `<out>.rank<N>`, a finished one writes nothing."""
-    manifest = json.loads(manifest_path.read_text())
+def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
+    """Measure the ordered cell and write its outcome (ok, skipped or failed) to the order's `out`; a failed ddp rank
+    other than 0 writes `<out>.rank<N>`, a finished one writes nothing."""
+    spec = order.spec
+    manifest = json.loads(order.manifest.read_text())
     allowed = Staged.from_manifest(manifest).allowed
     rank = env_rank()
     try:
@@ -91,14 +98,15 @@ def run(spec: CellSpec, manifest_path: Path, out: Path, heartbeat: Heartbeat | N
         # Without a GPU a ddp cell runs its ranks as gloo processes on the CPU; dp over several devices needs GPUs.
         if spec.gpus > 1 and spec.gpus > have and not (kind == "cpu" and spec.parallel == "ddp"):
             result = outcome(
-                "skipped", f"cell needs {spec.gpus} GPUs; this host has {have}" + (" (CPU only)" if kind == "cpu" else "")
+                "skipped",
+                f"cell needs {spec.gpus} GPUs; this host has {have}" + (" (CPU only)" if kind == "cpu" else ""),
             )
         else:
             # where this project's staging put the tier's copy (its manifest), read through the spec's tier or mount
             data_root = read_root(manifest, spec.read_path or spec.tier_path)
-            metrics = measure(spec, data_root, allowed, heartbeat, timeout_s)
+            metrics = measure(spec, data_root, allowed, heartbeat, order.timeout_s)
             if rank != 0:  # a ddp rank other than 0 that finished: rank 0 reports the cell
-                return {"status": "ok"}
+                return Outcome("ok")
             result = outcome("ok", metrics=metrics)
     except BaseException as e:  # OOM, crashed workers, decode errors: a record, not a hole
         if isinstance(e, KeyboardInterrupt):
@@ -106,30 +114,27 @@ def run(spec: CellSpec, manifest_path: Path, out: Path, heartbeat: Heartbeat | N
         reason = f"{type(e).__name__}: {e}".strip()
         if "out of memory" in reason.lower():
             reason = "out of memory: " + reason
-        result = outcome("failed", reason if rank == 0 else f"rank {rank}: {reason}",
-                         detail=traceback.format_exc(limit=8))  # fmt: skip
+        result = outcome(
+            "failed", reason if rank == 0 else f"rank {rank}: {reason}", detail=traceback.format_exc(limit=8)
+        )
     try:
-        atomic_write_json(out if rank == 0 else out.with_name(f"{out.name}.rank{rank}"), result)
+        result.write(order.out if rank == 0 else order.out.with_name(f"{order.out.name}.rank{rank}"))
     except WriteError as e:  # a full disk: one line; the runner's record says this process wrote none
         print(f"cell {spec.cell_id}: {e}", file=sys.stderr, flush=True)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loaderbench.engine.train")
-    p.add_argument("--spec", required=True, help="cell spec as JSON")
-    p.add_argument("--manifest", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--timeout-s", type=float, default=600.0, help="the cell's time limit (process group timeout)")
-    a = p.parse_args(argv)
-    spec = CellSpec.from_dict(json.loads(a.spec))
+    p = argparse.ArgumentParser(prog=f"python -m {TRAIN_MODULE}")
+    p.add_argument("--order", required=True, type=Path, help="the runner's order (engine.contract.Order) as JSON")
+    order = Order.read(p.parse_args(argv).order)
     rank = env_rank()
-    heartbeat = Heartbeat(heartbeat_path(a.out, rank), stacks_path(a.out, rank))
-    record = run(spec, a.manifest, a.out, heartbeat, a.timeout_s)
-    LAST_STATUS[0] = record["status"]
-    print(json.dumps({"cell": spec.cell_id, "rank": rank, "status": record["status"]}), file=sys.stderr)
+    heartbeat = Heartbeat(heartbeat_path(order.out, rank), stacks_path(order.out, rank))
+    result = run(order, heartbeat)
+    LAST_STATUS[0] = result.status
+    print(json.dumps({"cell": order.spec.cell_id, "rank": rank, "status": result.status}), file=sys.stderr)
     # a failed ddp rank exits non-zero so the cell runner stops the ranks still waiting for it
-    return 1 if rank != 0 and record["status"] == "failed" else 0
+    return 1 if rank != 0 and result.status == "failed" else 0
 
 
 LAST_STATUS: list = [None]  # the status of the cell `main` ran last (warmstart keeps only a process whose cell was ok)

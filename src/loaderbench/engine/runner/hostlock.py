@@ -41,9 +41,12 @@ class HostSettings:
     @classmethod
     def from_config(cls, cfg: dict | None) -> HostSettings:
         h = (cfg or {}).get("host") or {}
-        return cls(h.get("lock_dir"), float(h.get("lock_wait_s", DEFAULT_WAIT_S)),
-                   float(h.get("contention_cpu_cores", DEFAULT_CPU_CORES)),
-                   int(h.get("contention_gpu_processes", 0)))  # fmt: skip
+        return cls(
+            h.get("lock_dir"),
+            float(h.get("lock_wait_s", DEFAULT_WAIT_S)),
+            float(h.get("contention_cpu_cores", DEFAULT_CPU_CORES)),
+            int(h.get("contention_gpu_processes", 0)),
+        )
 
     @property
     def directory(self) -> Path:
@@ -105,8 +108,14 @@ def describe(holder: dict, now: float | None = None) -> str:
 
 
 @contextmanager
-def exclusive(holder: str, gpus: list[int], directory: str | os.PathLike | None = None,
-              wait_s: float = DEFAULT_WAIT_S, report_s: float = 5.0, poll_s: float = 0.2):  # fmt: skip
+def exclusive(
+    holder: str,
+    gpus: list[int],
+    directory: str | os.PathLike | None = None,
+    wait_s: float = DEFAULT_WAIT_S,
+    report_s: float = 5.0,
+    poll_s: float = 0.2,
+):
     """Hold the host (cpus, then `gpus` ascending) for the block. Waits while another process holds a lock,
     printing who every `report_s` seconds to stderr; raises HostBusy after `wait_s` seconds in all."""
     directory = lock_directory(directory)
@@ -152,16 +161,24 @@ def _take(path: Path, holder: str, start: float, wait_s: float, report_s: float,
                     f"{describe(read_holder(path))}: another measurement runs on this host"
                 )
             if now >= next_report:
-                print(f"loaderbench: {holder}: waiting for the host ({path.name} held by "
-                      f"{describe(read_holder(path))}; waited {waited:.0f} s of {wait_s:g})",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"loaderbench: {holder}: waiting for the host ({path.name} held by "
+                    f"{describe(read_holder(path))}; waited {waited:.0f} s of {wait_s:g})",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 next_report += report_s
             time.sleep(min(poll_s, max(0.01, wait_s - waited)))
     except BaseException:
         os.close(fd)
         raise
-    info = {"pid": os.getpid(), "holder": holder, "started_at": time.time(), "host": socket.gethostname(),
-            "command": " ".join(sys.argv)[:300]}  # fmt: skip
+    info = {
+        "pid": os.getpid(),
+        "holder": holder,
+        "started_at": time.time(),
+        "host": socket.gethostname(),
+        "command": " ".join(sys.argv)[:300],
+    }
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
@@ -244,8 +261,11 @@ class _AncestorWatch(threading.Thread):
 def _is_snakemake(argv: list[str]) -> bool:
     """A Snakemake process: the `snakemake` script, `python -m snakemake` or `python .../snakemake/__main__.py`."""
     head = argv[:3]
-    return (any(Path(a).name == "snakemake" for a in head[:2]) or "-m snakemake" in " ".join(head)
-            or any(a.endswith("snakemake/__main__.py") for a in head))  # fmt: skip
+    return (
+        any(Path(a).name == "snakemake" for a in head[:2])
+        or "-m snakemake" in " ".join(head)
+        or any(a.endswith("snakemake/__main__.py") for a in head)
+    )
 
 
 @contextmanager
@@ -292,8 +312,12 @@ def _forwarding(previous):
     def handler(signum, frame):
         stopped = terminate_measurements()
         if stopped:
-            print(f"loaderbench: {signal.Signals(signum).name}: stopping {len(stopped)} measuring job(s) "
-                  f"(pid {', '.join(map(str, stopped))})", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"loaderbench: {signal.Signals(signum).name}: stopping {len(stopped)} measuring job(s) "
+                f"(pid {', '.join(map(str, stopped))})",
+                file=sys.stderr,
+                flush=True,
+            )
         if callable(previous) and signum == signal.SIGTERM:
             # Snakemake's SIGTERM handler (JobScheduler.exit_gracefully) takes the scheduler's non-reentrant lock,
             # which the interrupted main thread may hold: called here it can deadlock (it did, about one run in

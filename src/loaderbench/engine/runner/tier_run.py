@@ -82,13 +82,21 @@ def device_read_share(spec: CellSpec, manifest: dict, tier: dict, metrics: dict,
         shares["read"] = disk / read
     basis = max(shares, key=shares.get)
     share = min(1.0, shares[basis])
-    tier.update(device_read_share=round(share, 4), device_read_basis=basis, device_read_bytes=round(device),
-                window_bytes=round(window_bytes))  # fmt: skip
+    tier.update(
+        device_read_share=round(share, 4),
+        device_read_basis=basis,
+        device_read_bytes=round(device),
+        window_bytes=round(window_bytes),
+    )
     if share < COLD_SHARE:
-        metrics.setdefault("warnings", []).append(warning(
-            "warm_reads", f"only {100 * share:.0f}% of the window's bytes came from the device of this cold tier (the "
-            f"rest from the page cache), under {100 * COLD_SHARE:.0f}%: the cell is shown as warm and carries no "
-            "cold verdict"))  # fmt: skip
+        metrics.setdefault("warnings", []).append(
+            warning(
+                "warm_reads",
+                f"only {100 * share:.0f}% of the window's bytes came from the device of this cold tier (the "
+                f"rest from the page cache), under {100 * COLD_SHARE:.0f}%: the cell is shown as warm and carries no "
+                "cold verdict",
+            )
+        )
 
 
 def check_rereads(manifest: dict, tier: dict, metrics: dict) -> None:

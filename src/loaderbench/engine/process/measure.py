@@ -14,11 +14,12 @@ from loaderbench.core.cells import CellSpec
 from loaderbench.core.provenance import gpu_memory_used_mb
 from loaderbench.data.manifest import class_names
 
+from .. import placement
+from ..step import cold_batch, configure_cudnn, dtypes, loader_context, training_step
+from ..watchdog import Heartbeat
 from . import metrics as summary
-from . import parallel, placement, stepprofile
+from . import parallel, stepprofile
 from .batchmeans import batch_durations, trace
-from .step import cold_batch, configure_cudnn, dtypes, loader_context, training_step
-from .watchdog import Heartbeat
 from .window import StopRule, hold_collection, timed_window, warm_up
 
 KEEP: list = []  # loaders kept alive until the process ends (their workers are killed with it, not joined)
@@ -27,8 +28,16 @@ KEEP: list = []  # loaders kept alive until the process ends (their workers are 
 class CellRun:
     """A cell being measured in this process (one rank of a ddp cell): what was built, and what each phase found."""
 
-    def __init__(self, spec: CellSpec, data_root: Path, allowed: frozenset[str], dist, kind: str, heartbeat: Heartbeat,
-                 marks: dict):  # fmt: skip
+    def __init__(
+        self,
+        spec: CellSpec,
+        data_root: Path,
+        allowed: frozenset[str],
+        dist,
+        kind: str,
+        heartbeat: Heartbeat,
+        marks: dict,
+    ):
         import torch
 
         from loaderbench.loaders import get_loader
@@ -44,16 +53,18 @@ class CellRun:
         self.ddp = spec.parallel == "ddp"
         # the GPUs this process drives - dp: 0..n-1, ddp: its rank's own
         self.gpu_ids = ([self.device.index] if self.ddp else list(range(spec.gpus))) if kind == "cuda" else []
-        self.ctx = loader_context(spec, data_root, allowed, self.device, self.place, dist.rank,
-                                  dist.world if self.ddp else 1)  # fmt: skip
+        self.ctx = loader_context(
+            spec, data_root, allowed, self.device, self.place, dist.rank, dist.world if self.ddp else 1
+        )
         who = f"plugin loader {spec.loader_ref!r}" if spec.loader_ref else f"loader {spec.loader!r}"
         # every batch the cell takes (warm-up, window, profile) keeps the first one's shape, dtype and device
         self.batches = SameForm(get_loader(spec.loader, spec.loader_ref).build(self.ctx), who)
         self.global_batch = spec.batch_size * spec.gpus
         self.classes = len(class_names(allowed))  # from the manifest, as the loaders' labels
         prescattered = bool(self.ctx.info.get("prescattered"))
-        self.model, self.step = training_step(spec, self.classes, self.device,
-                                              wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered))  # fmt: skip
+        self.model, self.step = training_step(
+            spec, self.classes, self.device, wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered)
+        )
         self.backlog = self.ctx.info["prefetch_batches"]
         self.placed: dict = {}
 
@@ -109,31 +120,56 @@ class CellRun:
 
         waits: list = []
         hold_collection()
-        durations, drained_at = warm_up(self.step, self.batches, bound, self.sync, self.heartbeat,
-                                        on_first_step=after_first_step, min_steps=spec.warmup_steps,
-                                        agree_drained=lambda done: not parallel.agree_max(dist, int(not done)),
-                                        waits=waits)  # fmt: skip
+        durations, drained_at = warm_up(
+            self.step,
+            self.batches,
+            bound,
+            self.sync,
+            self.heartbeat,
+            on_first_step=after_first_step,
+            min_steps=spec.warmup_steps,
+            agree_drained=lambda done: not parallel.agree_max(dist, int(not done)),
+            waits=waits,
+        )
         self.pin()  # again: threads started during the warm-up (a new epoch's pin-memory thread) go where they belong
-        return {"durations": durations, "drained_at": drained_at, "bound": bound, "waits": waits,
-                "first_step_s": first.get("s"), "t_setup": t_setup, "t_warm": time.perf_counter()}  # fmt: skip
+        return {
+            "durations": durations,
+            "drained_at": drained_at,
+            "bound": bound,
+            "waits": waits,
+            "first_step_s": first.get("s"),
+            "t_setup": t_setup,
+            "t_warm": time.perf_counter(),
+        }
 
     def window(self, lead_wait: float):
         """(stop rule, timed window): steps until the rate is known, on the device's clock on a GPU."""
         import torch
 
         spec = self.spec
-        rule = StopRule(steps=spec.window_steps, seconds=spec.window_s, max_seconds=spec.window_max_s,
-                        min_seconds=spec.window_min_s, precision=spec.window_precision,
-                        burst=int(self.ctx.info.get("workers") or 1))  # DataLoader workers deliver a batch each  # fmt: skip
+        rule = StopRule(
+            steps=spec.window_steps,
+            seconds=spec.window_s,
+            max_seconds=spec.window_max_s,
+            min_seconds=spec.window_min_s,
+            precision=spec.window_precision,
+            burst=int(self.ctx.info.get("workers") or 1),
+        )  # DataLoader workers deliver a batch each
         self.heartbeat.phase("window")
         self.marks["window_start"] = time.time()
         win = timed_window(
-            self.step, self.batches, rule, self.sync, self.heartbeat,
+            self.step,
+            self.batches,
+            rule,
+            self.sync,
+            self.heartbeat,
             agree_max=lambda value: parallel.agree_max(self.dist, value),
             cuda_timer=(lambda: torch.cuda.Event(enable_timing=True)) if self.kind == "cuda" else None,
-            label=spec.cell_id, samples_per_step=self.global_batch, show_progress=self.dist.is_main,
+            label=spec.cell_id,
+            samples_per_step=self.global_batch,
+            show_progress=self.dist.is_main,
             lead_wait=lead_wait,
-        )  # fmt: skip
+        )
         self.marks["window_end"] = time.time()
         self.heartbeat.phase("teardown")
         return rule, win
@@ -145,12 +181,23 @@ class CellRun:
 
         peak_gpu = [torch.cuda.max_memory_allocated(i) / 2**20 for i in self.gpu_ids]
         profile = None
-        if self.spec.profile_steps:  # outside the window; every rank profiles as many steps (ddp's all-reduce pairs them)
-            profile = stepprofile.run(self.step, self.batches, self.spec.profile_steps, self.sync, self.kind,
-                                      self.heartbeat.beat)  # fmt: skip
-        return {"rank": self.dist.rank, "device": str(self.device), "time_s": win.elapsed_s, "waits": win.waits,
-                "computes": win.computes, "peak_gpu_mem_mb": peak_gpu, "process_rss_mb": _peak_rss_mb(),
-                "loader_info": self.ctx.info, "profile": profile}  # fmt: skip
+        if (
+            self.spec.profile_steps
+        ):  # outside the window; every rank profiles as many steps (ddp's all-reduce pairs them)
+            profile = stepprofile.run(
+                self.step, self.batches, self.spec.profile_steps, self.sync, self.kind, self.heartbeat.beat
+            )
+        return {
+            "rank": self.dist.rank,
+            "device": str(self.device),
+            "time_s": win.elapsed_s,
+            "waits": win.waits,
+            "computes": win.computes,
+            "peak_gpu_mem_mb": peak_gpu,
+            "process_rss_mb": _peak_rss_mb(),
+            "loader_info": self.ctx.info,
+            "profile": profile,
+        }
 
 
 def measure_in(run: CellRun, t_start: float, since_process_start: float | None, count: int) -> dict | None:
@@ -170,9 +217,16 @@ def measure_in(run: CellRun, t_start: float, since_process_start: float | None, 
     steps = win.steps
     ratio = summary.half_ratio(win.step_end, win.elapsed_s)
     warnings = summary.warnings_for(
-        final_loss=final_loss, backlog=run.backlog, steps=steps, ratio=ratio, rule=rule, converged=win.converged,
-        halfwidth=win.halfwidth, warmup_durations=warm["durations"], window_step_end=win.step_end,
-    )  # fmt: skip
+        final_loss=final_loss,
+        backlog=run.backlog,
+        steps=steps,
+        ratio=ratio,
+        rule=rule,
+        converged=win.converged,
+        halfwidth=win.halfwidth,
+        warmup_durations=warm["durations"],
+        window_step_end=win.step_end,
+    )
     return {
         **_rate(run, ranks, elapsed, steps),
         "window": _window_record(rule, win),
@@ -213,15 +267,23 @@ def _rate(run: CellRun, ranks: list[dict], elapsed: float, steps: int) -> dict:
 def _window_record(rule: StopRule, win) -> dict:
     """How the window stopped and how well it knew its rate."""
     adaptive = rule.mode == "adaptive"
-    return {"mode": rule.mode, "min_s": rule.min_seconds if adaptive else None, "max_s": rule.max_seconds,
-            "precision": rule.precision if adaptive else None, "ci95_rel_halfwidth": win.halfwidth,
-            "converged": win.converged, "burst": rule.burst, "whole_bursts": win.extra.get("whole_bursts"),
-            "batch_s": batch_durations(win.step_end, burst=win.extra["batch_unit"], bounds=win.extra.get("bounds")),
-            "trace": trace(win.step_end)}  # fmt: skip
+    return {
+        "mode": rule.mode,
+        "min_s": rule.min_seconds if adaptive else None,
+        "max_s": rule.max_seconds,
+        "precision": rule.precision if adaptive else None,
+        "ci95_rel_halfwidth": win.halfwidth,
+        "converged": win.converged,
+        "burst": rule.burst,
+        "whole_bursts": win.extra.get("whole_bursts"),
+        "batch_s": batch_durations(win.step_end, burst=win.extra["batch_unit"], bounds=win.extra.get("bounds")),
+        "trace": trace(win.step_end),
+    }
 
 
-def _phases(run: CellRun, warm: dict, t_start: float, since_process_start: float | None,
-            cold_step_s: float | None) -> dict:  # fmt: skip
+def _phases(
+    run: CellRun, warm: dict, t_start: float, since_process_start: float | None, cold_step_s: float | None
+) -> dict:
     """Where the time before the window went."""
     durations = warm["durations"]
     return {
@@ -246,15 +308,20 @@ def _settings(run: CellRun, images) -> dict:
     spec, kind = run.spec, run.kind
     first_input = images[0] if isinstance(images, list) else images  # a pre-scattered batch: one part per GPU
     return {
-        "input": {"dtype": str(first_input.dtype).replace("torch.", ""),
-                  "channels_last": first_input.is_contiguous(memory_format=torch.channels_last)},  # fmt: skip
+        "input": {
+            "dtype": str(first_input.dtype).replace("torch.", ""),
+            "channels_last": first_input.is_contiguous(memory_format=torch.channels_last),
+        },
         "compiled": spec.compile,
-        "optimizer": {"name": type(run.step.optimizer).__name__,
-                      "fused": bool(run.step.optimizer.defaults.get("fused"))},  # fmt: skip
+        "optimizer": {
+            "name": type(run.step.optimizer).__name__,
+            "fused": bool(run.step.optimizer.defaults.get("fused")),
+        },
         "cudnn_benchmark": spec.cudnn_benchmark if kind == "cuda" else None,
         "cudnn_benchmark_limit": torch.backends.cudnn.benchmark_limit if kind == "cuda" else None,
-        "placement": {**run.place.to_dict(), **run.placed} if run.place else
-        {"off": f"placement {spec.placement} on {kind}"},
+        "placement": {**run.place.to_dict(), **run.placed}
+        if run.place
+        else {"off": f"placement {spec.placement} on {kind}"},
         "amp_dtype": str(run.amp_dtype).replace("torch.", "") if spec.precision == "amp" else None,
     }
 
@@ -268,12 +335,17 @@ def _parallel_record(run: CellRun, ranks: list[dict]) -> dict:
         "backend": ("nccl" if run.kind == "cuda" else "gloo") if run.ddp else None,
         "wrapper": type(run.model).__name__ if not spec.compile else f"compiled {type(run.model._orig_mod).__name__}",
         "per_rank": [
-            {"rank": r["rank"], "device": r["device"], "time_s": r["time_s"],
-             "data_wait_ms": summary.summarize_ms(r["waits"])["mean"],
-             "compute_ms": summary.summarize_ms(r["computes"])["mean"],
-             "peak_gpu_mem_mb": r["peak_gpu_mem_mb"], "process_rss_mb": r["process_rss_mb"]}
+            {
+                "rank": r["rank"],
+                "device": r["device"],
+                "time_s": r["time_s"],
+                "data_wait_ms": summary.summarize_ms(r["waits"])["mean"],
+                "compute_ms": summary.summarize_ms(r["computes"])["mean"],
+                "peak_gpu_mem_mb": r["peak_gpu_mem_mb"],
+                "process_rss_mb": r["process_rss_mb"],
+            }
             for r in ranks
-        ],  # fmt: skip
+        ],
     }
 
 

@@ -21,8 +21,9 @@ def trace(step_end: list[float], points: int = 50) -> list[list[float]]:
     return [[i, round(step_end[i - 1], 5)] for i in idx]
 
 
-def batch_durations(step_end: list[float], batches: int = BATCHES, burst: int = 1,
-                    bounds: list[int] | None = None) -> list[float]:  # fmt: skip
+def batch_durations(
+    step_end: list[float], batches: int = BATCHES, burst: int = 1, bounds: list[int] | None = None
+) -> list[float]:
     """Durations of the window's batches of consecutive steps, the raw material of the batch means; [] with too few
     steps.
 
@@ -57,8 +58,9 @@ def cycle_batches(step_end: list[float], bounds: list[int], batches: int = BATCH
     return [(end[i + 1] - end[i], edges[i + 1] - edges[i]) for i in range(k)]
 
 
-def relative_halfwidth(step_end: list[float], batches: int = BATCHES, burst: int = 1,
-                       bounds: list[int] | None = None) -> float | None:  # fmt: skip
+def relative_halfwidth(
+    step_end: list[float], batches: int = BATCHES, burst: int = 1, bounds: list[int] | None = None
+) -> float | None:
     """Relative half-width of the 95% confidence interval of the mean time per step, from batch means over the step
     end times measured from the window's start (`batch_durations`: equal numbers of steps) - with `bounds`, over
     batches of whole cycles (`cycle_batches`), which hold unequal numbers of steps and are weighted by them (the

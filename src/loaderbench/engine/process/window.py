@@ -54,8 +54,6 @@ class StopRule:
         return hw is not None and hw <= self.precision
 
 
-
-
 def _finished(start, events: list, device_end: list[float]) -> None:
     """Append to `device_end` the device's end time (from `start`) of each step whose end event has completed, in
     order, without waiting for the others (`events`: the steps' (start, end) CUDA events)."""
@@ -87,8 +85,17 @@ def hold_collection() -> None:
         gc.disable()
 
 
-def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None, min_steps: int | None = None,
-            agree_drained=None, waits: list | None = None) -> tuple[list[float], int | None]:  # fmt: skip
+def warm_up(
+    step,
+    batches,
+    steps: int,
+    sync,
+    heartbeat,
+    on_first_step=None,
+    min_steps: int | None = None,
+    agree_drained=None,
+    waits: list | None = None,
+) -> tuple[list[float], int | None]:
     """Run untimed steps (at least one); returns their host durations and the step after which the backlog was
     found used up (None: all `steps` ran).
 
@@ -125,8 +132,19 @@ def warm_up(step, batches, steps: int, sync, heartbeat, on_first_step=None, min_
     return durations, stopped
 
 
-def timed_window(step, batches, rule: StopRule, sync, heartbeat, agree_max, cuda_timer, label: str,
-                 samples_per_step: int, show_progress: bool, lead_wait: float = 0.0) -> WindowResult:  # fmt: skip
+def timed_window(
+    step,
+    batches,
+    rule: StopRule,
+    sync,
+    heartbeat,
+    agree_max,
+    cuda_timer,
+    label: str,
+    samples_per_step: int,
+    show_progress: bool,
+    lead_wait: float = 0.0,
+) -> WindowResult:
     """The measured loop. `agree_max(int) -> int` (the largest of every rank's value; ddp) makes every rank stop at
     the same step and keep the same whole bursts; `lead_wait`: the last warm-up step's wait for its batch."""
     w = _Window(rule, cuda_timer, lead_wait)
@@ -203,8 +221,15 @@ class _Window:
         # a loader delivering a batch a step - or a worker-fed one that, as far as its window tells, does not deliver
         # in bursts (before any whole bursts: two rounds of its workers' batches with little waiting) - is judged at
         # any step, on the device's clock where there is one
-        stream = rule.burst <= 1 or self.bursts is False or (
-            self.bursts is None and len(step_end) >= 2 * rule.burst and self.waited < BURST_WAIT_SHARE * step_end[-1])
+        stream = (
+            rule.burst <= 1
+            or self.bursts is False
+            or (
+                self.bursts is None
+                and len(step_end) >= 2 * rule.burst
+                and self.waited < BURST_WAIT_SHARE * step_end[-1]
+            )
+        )
         if not stream:
             return at_start, hw, False
         steady_hw = None
@@ -245,12 +270,17 @@ class _Window:
         extra["batch_unit"] = 1 if streamed else rule.burst  # steps a batch mean is a whole number of
         hw = relative_halfwidth(step_end, burst=extra["batch_unit"], bounds=cycles)
         converged = (hw is not None and hw <= rule.precision) if rule.mode == "adaptive" else None
-        return WindowResult(elapsed, len(step_end), waits, computes, step_end, self.loss, self.images_labels, hw,
-                            converged, extra)  # fmt: skip
+        return WindowResult(
+            elapsed, len(step_end), waits, computes, step_end, self.loss, self.images_labels, hw, converged, extra
+        )
 
 
 def _progress(label: str, w: _Window, shown: float, samples_per_step: int, hw: float | None) -> None:
     """A progress line every PROGRESS_S of the window (a worker-fed loader's precision: its whole cycles')."""
     known = f", known to +-{100 * hw:.1f}%" if hw is not None and math.isfinite(hw) else ""
-    print(f"  {label}: {len(w.step_end)} steps in {shown:.0f} s, {len(w.step_end) * samples_per_step / shown:.1f} "
-          f"samples/s{known} (host clock, device not synchronised)", file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"  {label}: {len(w.step_end)} steps in {shown:.0f} s, {len(w.step_end) * samples_per_step / shown:.1f} "
+        f"samples/s{known} (host clock, device not synchronised)",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -54,8 +54,14 @@ def start(mode: str, gpus: int, timeout_s: float) -> Dist:
     timeout = datetime.timedelta(seconds=max(60.0, timeout_s))
     # the cell runner's rendezvous file (runcell), else torchrun's environment (MASTER_ADDR, MASTER_PORT)
     where = os.environ.get("LOADERBENCH_RENDEZVOUS")
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{where}" if where else "env://",
-                            rank=rank, world_size=world, timeout=timeout, device_id=device if cuda else None)  # fmt: skip
+    dist.init_process_group(
+        "nccl" if cuda else "gloo",
+        init_method=f"file://{where}" if where else "env://",
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
+        device_id=device if cuda else None,
+    )
     ctrl = dist.new_group(backend="gloo", timeout=timeout) if cuda else dist.group.WORLD
     return Dist("ddp", rank, world, local, device, ctrl)
 
@@ -139,8 +145,13 @@ class ReplicaCache:
         modules = list(network.modules())
         params = list(network.parameters())
         buffers = list(network.buffers())
-        key = (tuple(devices), detach, tuple(m.training for m in modules), tuple(map(id, params)),
-               tuple(map(id, buffers)))  # fmt: skip
+        key = (
+            tuple(devices),
+            detach,
+            tuple(m.training for m in modules),
+            tuple(map(id, params)),
+            tuple(map(id, buffers)),
+        )
         if key != self.key:
             roots = replicate(network, devices, detach)
             self.modules = [list(r.modules()) for r in roots]
@@ -175,7 +186,9 @@ class ReplicaCache:
             slots += [(i, name, "param", at_param[id(p)]) for name, p in m._parameters.items() if p is not None]
             for name, b in m._buffers.items():
                 if b is not None:
-                    slots.append((i, name, "rg", at_rg[id(b)]) if id(b) in at_rg else (i, name, "not_rg", at_not_rg[id(b)]))
+                    slots.append(
+                        (i, name, "rg", at_rg[id(b)]) if id(b) in at_rg else (i, name, "not_rg", at_not_rg[id(b)])
+                    )
         return slots
 
 
@@ -211,13 +224,18 @@ class ReplicaThreads:
         def run(module, args, kw, device):
             device = torch.device(device) if device is not None else None
             dev_ctx = torch.cuda.device(device) if device is not None and device.type == "cuda" else nullcontext()
-            stream = torch.cuda.stream(torch.cuda.current_stream(device)) if device is not None and \
-                device.type == "cuda" else nullcontext()  # fmt: skip
+            stream = (
+                torch.cuda.stream(torch.cuda.current_stream(device))
+                if device is not None and device.type == "cuda"
+                else nullcontext()
+            )
             with torch.set_grad_enabled(grad), dev_ctx, stream, torch.autocast("cuda", dtype=dtype, enabled=autocast):
                 return module(*args, **kw)
 
-        futures = [pool.submit(run, m, a, k, d) for pool, m, a, k, d in
-                   zip(self.pools, modules[1:], inputs[1:], kwargs[1:], devices[1:])]  # fmt: skip
+        futures = [
+            pool.submit(run, m, a, k, d)
+            for pool, m, a, k, d in zip(self.pools, modules[1:], inputs[1:], kwargs[1:], devices[1:])
+        ]
         first = run(modules[0], inputs[0], kwargs[0], devices[0])
         return [first, *(f.result() for f in futures)]
 

@@ -53,9 +53,15 @@ def _event(e) -> dict:
     kind = e.activity_type() if hasattr(e, "activity_type") else None
     start = e.start_ns() if hasattr(e, "start_ns") else 1000 * e.start_us()
     length = e.duration_ns() if hasattr(e, "duration_ns") else 1000 * e.duration_us()
-    return {"name": e.name(), "kind": None if kind is None else str(kind), "gpu": str(e.device_type()).endswith("CUDA"),
-            "device": e.device_index(), "stream": getattr(e, "device_resource_id", lambda: 0)(), "start": start,
-            "end": start + length}  # fmt: skip
+    return {
+        "name": e.name(),
+        "kind": None if kind is None else str(kind),
+        "gpu": str(e.device_type()).endswith("CUDA"),
+        "device": e.device_index(),
+        "stream": getattr(e, "device_resource_id", lambda: 0)(),
+        "start": start,
+        "end": start + length,
+    }
 
 
 RUNTIME = re.compile(r"^cu(da)?[A-Z]")  # cudaLaunchKernel, cudaStreamSynchronize, cuLaunchKernelEx, ...
@@ -65,8 +71,13 @@ def _kind(ev: dict) -> str:
     """kernel, copy or memset (GPU); runtime (a CUDA runtime or driver call on the host); op (anything else)."""
     if ev["gpu"]:
         name = ev["name"].lower()
-        return "copy" if ev["kind"] == "gpu_memcpy" or name.startswith("memcpy") else \
-            "memset" if ev["kind"] == "gpu_memset" or name.startswith("memset") else "kernel"  # fmt: skip
+        return (
+            "copy"
+            if ev["kind"] == "gpu_memcpy" or name.startswith("memcpy")
+            else "memset"
+            if ev["kind"] == "gpu_memset" or name.startswith("memset")
+            else "kernel"
+        )
     if ev["kind"] is None:
         return "runtime" if RUNTIME.match(ev["name"]) else "op"
     return "runtime" if ev["kind"] in ("cuda_runtime", "cuda_driver") else "op"
@@ -121,16 +132,22 @@ def summarize(events: list[dict], steps: int) -> dict:
             "main_idle_ms": round((span - union_ns(main_all)) / per, 3),
             "overlap_ms": round(overlap_ns(streams[main]["kernel"], others) / per, 3) if main is not None else 0.0,
             "streams": {
-                str(s): {"role": "main" if s == main else "other",
-                         **{f"{k}_ms": round(union_ns(v[k]) / per, 3) for k in ("kernel", "copy", "memset")},
-                         "kernels_per_step": round(len(v["kernel"]) / max(1, steps), 1)}
+                str(s): {
+                    "role": "main" if s == main else "other",
+                    **{f"{k}_ms": round(union_ns(v[k]) / per, 3) for k in ("kernel", "copy", "memset")},
+                    "kernels_per_step": round(len(v["kernel"]) / max(1, steps), 1),
+                }
                 for s, v in sorted(streams.items(), key=lambda kv: -kernel_ns[kv[0]])
-            },  # fmt: skip
+            },
             "top_kernels": [
-                {"name": name[:100], "stream": "main" if st == main else "other", "ms": round(ns / per, 3),
-                 "calls": round(calls / max(1, steps), 1)}
+                {
+                    "name": name[:100],
+                    "stream": "main" if st == main else "other",
+                    "ms": round(ns / per, 3),
+                    "calls": round(calls / max(1, steps), 1),
+                }
                 for name, (ns, calls, st) in sorted(names.items(), key=lambda kv: -kv[1][0])[:TOP]
-            ],  # fmt: skip
+            ],
         }
     host = defaultdict(lambda: [0, 0])
     for e in events:
@@ -138,13 +155,17 @@ def summarize(events: list[dict], steps: int) -> dict:
             h = host[e["name"]]
             h[0] += e["end"] - e["start"]
             h[1] += 1
-    out["host_runtime"] = [{"name": n, "ms": round(ns / per, 3), "calls": round(c / max(1, steps), 1)}
-                           for n, (ns, c) in sorted(host.items(), key=lambda kv: -kv[1][0])[:TOP]]  # fmt: skip
+    out["host_runtime"] = [
+        {"name": n, "ms": round(ns / per, 3), "calls": round(c / max(1, steps), 1)}
+        for n, (ns, c) in sorted(host.items(), key=lambda kv: -kv[1][0])[:TOP]
+    ]
     if not gpu:
         ops = defaultdict(int)
         for e in events:
             if _kind(e) == "op":
                 ops[e["name"]] += e["end"] - e["start"]
         out["note"] = "no GPU activity (a CPU device): host operators only, inclusive of the operators they call"
-        out["host_ops"] = [{"name": n, "ms": round(ns / per, 3)} for n, ns in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP]]
+        out["host_ops"] = [
+            {"name": n, "ms": round(ns / per, 3)} for n, ns in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP]
+        ]
     return out

@@ -4,6 +4,7 @@ the window cut to whole bursts (docs/method.md, "The window")."""
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from typing import TYPE_CHECKING
 
@@ -69,7 +70,7 @@ def delivers_in_bursts(waits: list[float], step_end: list[float], bounds: list[i
         return False
     if sum(waits[j] for j in bounds if j >= 0) < BURST_WAIT_SHARE * step_end[-1]:
         return False
-    cycles = [b - a for a, b in zip(bounds, bounds[1:])]
+    cycles = [b - a for a, b in itertools.pairwise(bounds)]
     if len(cycles) < 3:
         return True
     mean = sum(cycles) / len(cycles)
@@ -117,13 +118,29 @@ def whole_bursts_cut(rule: StopRule, waits, step_end, lead_wait, agree_max, elap
     last = agree_max(bounds[-1] + 2 if bounds else 0) - 2
     delivery = "fixed steps" if rule.mode == "steps" else "bursts" if bursts else "stream"
     if not bursts or first < -1 or last - first < rule.burst:
-        return -1, n - 1, elapsed, None, {"steps": n, "cut_head_steps": 0, "cut_tail_steps": 0, "cut_s": 0.0,
-                                          "delivery": delivery}  # fmt: skip
+        return (
+            -1,
+            n - 1,
+            elapsed,
+            None,
+            {"steps": n, "cut_head_steps": 0, "cut_tail_steps": 0, "cut_s": 0.0, "delivery": delivery},
+        )
     cycles = _cycles(bounds or [], first, last)
     kept = elapsed if (first, last) == (-1, n - 1) else end(last) - end(first)
-    return first, last, kept, cycles, {"steps": last - first, "cut_head_steps": first + 1,
-                                       "cut_tail_steps": n - 1 - last, "cut_s": round(elapsed - kept, 4),
-                                       "cycles": len(cycles) - 1, "delivery": delivery}  # fmt: skip
+    return (
+        first,
+        last,
+        kept,
+        cycles,
+        {
+            "steps": last - first,
+            "cut_head_steps": first + 1,
+            "cut_tail_steps": n - 1 - last,
+            "cut_s": round(elapsed - kept, 4),
+            "cycles": len(cycles) - 1,
+            "delivery": delivery,
+        },
+    )
 
 
 def rebased(step_end: list[float], first: int, last: int) -> list[float]:

@@ -1,7 +1,7 @@
 """Cell job: run the measurement in a fresh child process and always leave a complete record.
 
-The child (`python -m loaderbench.engine.train`) reports ok/skipped/failed with its metrics; this parent covers what the
-child cannot (death by a signal, a stall, a hang past the cell timeout), adds what it measured around the child
+The child (`python -m loaderbench.engine.process.train --order FILE`, `contract.Order`) reports ok/skipped/failed
+with its metrics (`contract.Outcome`); this parent covers what the child cannot (death by a signal, a stall, a hang past the cell timeout), adds what it measured around the child
 (tier, telemetry, contention, provenance, phases) and builds the record, once (`records.make_record`).
 The record reaches `out` only by an atomic rename, so an interrupted run never leaves a truncated file, and before the
 telemetry timeline, so a disk that fills up costs the timeline, not the measurement: the job then succeeds, saying so
@@ -18,13 +18,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loaderbench.core.cells import TIERLESS, CellSpec, configuration
 from loaderbench.core.config import auto_timeout
+from loaderbench.core.layout import read_root
 from loaderbench.core.provenance import collect
 from loaderbench.core.records import make_record, warning_lines
-from loaderbench.core.layout import read_root
 from loaderbench.core.util import (
     WriteError,
     atomic_write_json,
@@ -35,14 +36,87 @@ from loaderbench.core.util import (
     writing,
 )
 
+from .. import placement
+from ..contract import TRAIN_MODULE, Order, Outcome
+from ..watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 from . import contention as _contention
-from . import hostlock, placement, telemetry, tier_run, warmclient
-from .watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
+from . import hostlock, telemetry, tier_run, warmclient
 
 
-def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = None, position: str = "",
-             host: hostlock.HostSettings | None = None, timeout_s: float | None = None,
-             stall: StallRule | None = None) -> dict:  # fmt: skip
+@dataclass(frozen=True)
+class _Job:
+    """One cell job's inputs, fixed before it starts."""
+
+    spec: CellSpec
+    manifest: Path
+    out: Path
+    timeline: Path | None
+    label: str  # "[3/26] " before the progress lines, or ""
+    host: hostlock.HostSettings
+    timeout_s: float
+    stall: StallRule
+
+
+@dataclass(frozen=True)
+class _Scratch:
+    """The measuring processes' files beside the record: the order, the outcome (rank 0's; `<outcome>.rank<N>` for a
+    failed rank N), heartbeats, stacks, and ddp's rendezvous."""
+
+    order: Path
+    outcome: Path
+    beats: list[Path]
+    stacks: list[Path]
+    rendezvous: Path
+
+    @classmethod
+    def beside(cls, out: Path, ranks: int) -> _Scratch:
+        """The scratch files of a cell whose record is `out`, left over ones removed."""
+        partial = out.parent / f".{out.name}.child"
+        # ddp's ranks meet through a file (torch's FileStore), not a TCP port picked here and bound later by rank 0:
+        # between the two, another process on the host could take the port
+        scratch = cls(
+            partial.with_name(f"{partial.name}.order"),
+            partial,
+            [heartbeat_path(partial, r) for r in range(ranks)],
+            [stacks_path(partial, r) for r in range(ranks)],
+            partial.with_name(f"{partial.name}.rendezvous").resolve(),
+        )
+        scratch.remove()
+        return scratch
+
+    def rank_outcome(self, rank: int) -> Path:
+        return self.outcome if rank == 0 else self.outcome.with_name(f"{self.outcome.name}.rank{rank}")
+
+    def remove(self) -> None:
+        ranks = range(len(self.beats))
+        for p in (self.order, *map(self.rank_outcome, ranks), *self.beats, *self.stacks, self.rendezvous):
+            p.unlink(missing_ok=True)
+
+
+@dataclass
+class _Around:
+    """What the runner saw and measured around the measuring processes."""
+
+    started: float
+    tier: dict
+    process_start: list = field(default_factory=list)  # per rank: pid, warm or not, how
+    samples: dict | None = None  # telemetry
+    contention: dict | None = None  # contention's samples
+    stacks: dict = field(default_factory=dict)  # a stalled rank's Python stacks
+    spawned: float | None = None
+    exited: float | None = None
+
+
+def run_cell(
+    spec: CellSpec,
+    manifest: Path,
+    out: Path,
+    timeline: Path | None = None,
+    position: str = "",
+    host: hostlock.HostSettings | None = None,
+    timeout_s: float | None = None,
+    stall: StallRule | None = None,
+) -> dict:
     """Measure the cell in child processes and write its record to `out` (and its telemetry to `timeline`).
 
     Around the measurement: an emulated tier is mounted (and always unmounted), a cold tier's files are evicted
@@ -52,19 +126,22 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
     The whole of it holds the host lock (`hostlock`: one measurement at a time per host; `host` gives its
     directory, wait limit and the contention thresholds); a host still busy after the wait limit gives a failed
     record naming the holder. The runner stops, as on SIGTERM, when one of its ancestors dies."""
-    # --- exclusive measurement (hostlock): SIGTERM -> cleanup, the ancestor watch, the host lock ---
     host = host or hostlock.HostSettings()
-    run = dict(timeout_s=timeout_s or spec_timeout(spec), stall=stall or StallRule())
+    label = f"[{position}] " if position else ""
+    job = _Job(
+        spec, Path(manifest), Path(out), timeline, label, host, timeout_s or spec_timeout(spec), stall or StallRule()
+    )
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup in _run_cell
     try:
         with hostlock.watch_ancestors():
             try:
-                with hostlock.exclusive(f"cell {spec.cell_id}", hostlock.gpu_indices(spec.gpus), host.directory,
-                                        host.lock_wait_s):  # fmt: skip
-                    return _run_cell(spec, manifest, out, timeline, position, host, busy=None, **run)
+                with hostlock.exclusive(
+                    f"cell {spec.cell_id}", hostlock.gpu_indices(spec.gpus), host.directory, host.lock_wait_s
+                ):
+                    return _run_cell(job, busy=None)
             except hostlock.HostBusy as e:
-                return _run_cell(spec, manifest, out, timeline, position, host, busy=str(e), **run)
+                return _run_cell(job, busy=str(e))
     except WriteError as e:  # the host lock's file (a full /tmp)
         raise SystemExit(f"cell {spec.cell_id}: {e}; not measured") from None
     finally:
@@ -72,66 +149,91 @@ def run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None = 
             signal.signal(signal.SIGTERM, previous)
 
 
-def _run_cell(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, position: str,
-              host: hostlock.HostSettings, busy: str | None, timeout_s: float, stall: StallRule) -> dict:  # fmt: skip
-    out = Path(out)
+def _run_cell(job: _Job, busy: str | None) -> dict:
+    spec = job.spec
     try:
-        with writing(out.parent):
-            out.parent.mkdir(parents=True, exist_ok=True)
+        with writing(job.out.parent):
+            job.out.parent.mkdir(parents=True, exist_ok=True)
     except WriteError as e:
         raise SystemExit(f"cell {spec.cell_id}: {e}; not measured") from None
-    _check_room(spec, out, timeline)
-    scratch = _scratch(out, spec.gpus if spec.parallel == "ddp" else 1)
+    _check_room(spec, job.out, job.timeline)
+    scratch = _Scratch.beside(job.out, spec.gpus if spec.parallel == "ddp" else 1)
     try:
-        return _measure(spec, manifest, out, timeline, position, host, busy, timeout_s, stall, *scratch)
+        return _measure(job, busy, scratch)
     finally:
-        for p in scratch[-1]:  # the child's outcome, heartbeats, stacks: gone whatever happened
-            p.unlink(missing_ok=True)
+        scratch.remove()  # the order, the outcomes, heartbeats, stacks: gone whatever happened
 
 
-def _measure(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, position: str,
-             host: hostlock.HostSettings, busy: str | None, timeout_s: float, stall: StallRule, partial: Path,
-             beats: list[Path], stacks: list[Path], rendezvous: Path, leftovers: list[Path]) -> dict:  # fmt: skip
-    """The cell measured and its record (then its timeline) written; `partial` ... `leftovers`: its scratch files."""
-    ranks = len(beats)
-    args = ["--spec", json.dumps(spec.to_dict()), "--manifest", str(manifest), "--out", str(partial),
-            "--timeout-s", str(timeout_s)]  # fmt: skip
-    started = time.time()
-    label = f"[{position}] " if position else ""
-    print(f"{label}cell {spec.cell_id}: starting ({spec.loader} on {spec.tier} ({spec.tier_kind}, {spec.cache}), "
-          f"{spec.gpus} GPU x batch {spec.batch_size}, {spec.precision}, {spec.parallel})",
-          file=sys.stderr, flush=True)  # fmt: skip
-    manifest_data = json.loads(Path(manifest).read_text())
+def _measure(job: _Job, busy: str | None, scratch: _Scratch) -> dict:
+    """The cell measured and its record (then its timeline) written."""
+    spec = job.spec
+    print(
+        f"{job.label}cell {spec.cell_id}: starting ({spec.loader} on {spec.tier} ({spec.tier_kind}, {spec.cache}), "
+        f"{spec.gpus} GPU x batch {spec.batch_size}, {spec.precision}, {spec.parallel})",
+        file=sys.stderr,
+        flush=True,
+    )
+    manifest_data = json.loads(job.manifest.read_text())
     # where the cell reads: the spec's tier (or its mount), in the folder the tier's staging made for this project
-    data_root = (read_root(manifest_data, spec.read_path or spec.tier_path) if "root" in manifest_data
-                 else spec.data_root)  # a manifest that names no root: where this project's staging would put it
-    tier = {"name": spec.tier, "kind": spec.tier_kind, "cache": spec.cache, "path": spec.tier_path,
-            "read_path": str(data_root), "model": spec.device_model}  # fmt: skip
-    procs, process_start = [], []  # filled as the ranks start: an interruption kills those already started
-    mount = sampler = samples = keep_cold = None
+    data_root = (
+        read_root(manifest_data, spec.read_path or spec.tier_path) if "root" in manifest_data else spec.data_root
+    )  # a manifest that names no root: where this project's staging would put it
+    tier = {
+        "name": spec.tier,
+        "kind": spec.tier_kind,
+        "cache": spec.cache,
+        "path": spec.tier_path,
+        "read_path": str(data_root),
+        "model": spec.device_model,
+    }
+    around = _Around(time.time(), tier)
+    procs: list = []  # filled as the ranks start: an interruption kills those already started
+    rc, why, culprit, absent = _run_processes(job, busy, scratch, manifest_data, data_root, around, procs)
+    if any(getattr(p, "server_gone", False) for p in procs):
+        # the warm-start server died, and the measuring process with it: it dies with Snakemake, so the run is
+        # ending - let the ancestor watch say so (it checks twice a second), else stop as interrupted all the same
+        time.sleep(2)
+        raise SystemExit(f"cell {spec.cell_id}: interrupted (the warm-start server is gone); no record written")
+    if rc in (-signal.SIGTERM, -signal.SIGINT):
+        # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
+        # so the next run measures this cell again.
+        raise SystemExit(f"cell {spec.cell_id}: interrupted ({signal.Signals(-rc).name}); no record written")
+    result = _outcome(scratch, culprit, why, absent)
+    record = _record(job, manifest_data, result, around)
+    _write(spec, record, job.out, job.timeline, around.samples, (result.metrics or {}).get("marks"), job.label)
+    return record
+
+
+def _run_processes(
+    job: _Job, busy: str | None, scratch: _Scratch, manifest_data: dict, data_root: Path, around: _Around, procs: list
+) -> tuple[int | None, str | None, int | None, bool]:
+    """Prepare the tier, start the ranks and wait for them, with the samplers running; the tier, samplers and the
+    runner's threads put back whatever happens. Returns (exit status, reason, failed rank, FUSE absent)."""
+    spec = job.spec
+    mount = sampler = keep_cold = None
     placed_runner: dict[int, set[int]] = {}
-    rc, why, culprit, stack_dump, absent = None, busy, None, {}, False
-    spawned = exited = None
+    rc, why, culprit, absent = None, busy, None, False
     contention = None if busy else _contention.Sampler(spec.gpus).start()
     try:
         if why is None and spec.loader not in TIERLESS:
             try:
-                mount = tier_run.prepare(spec, manifest_data, tier)
+                mount = tier_run.prepare(spec, manifest_data, around.tier)
             except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
                 why = f"tier {spec.tier} ({spec.tier_kind}) could not be prepared: {e}"
                 # FUSE simply absent here: skipped (the reason names the fix); a refused mount stays failed
                 absent = spec.tier_kind == "emulated" and tier_run.fuse_missing()
         if why is None:
-            spawned = time.time()
-            _spawn_ranks(spec, args, ranks, rendezvous, contention, procs, process_start)
+            around.spawned = time.time()
+            order = Order(spec, job.manifest, scratch.outcome, job.timeout_s).write(scratch.order)
+            _spawn_ranks(spec, order, scratch.rendezvous, contention, procs, around.process_start)
         if spec.telemetry_hz > 0 and procs:
             sampler = telemetry.Sampler(spec.telemetry_hz, [p.pid for p in procs], data_root, spec.gpus).start()
         if procs:
             keep_cold = tier_run.keep_cold(spec, manifest_data)
         placed_runner = _keep_off_launch_cores(spec, mount)
         if procs:
-            rc, why, culprit, stack_dump = _wait_all(procs, timeout_s, beats, stacks, stall)
-            exited = time.time()
+            rc, why, culprit, around.stacks = _wait_all(procs, job.timeout_s, scratch.beats, scratch.stacks, job.stall)
+            around.exited = time.time()
     except BaseException:
         for proc in procs:
             _kill_tree(proc)  # interrupted: take the ranks and their loader workers down with us
@@ -142,27 +244,14 @@ def _measure(spec: CellSpec, manifest: Path, out: Path, timeline: Path | None, p
         for tid, cpus in placed_runner.items():
             placement.set_thread_cpus(tid, cpus)
         if sampler:
-            samples = sampler.stop()
+            around.samples = sampler.stop()
         if keep_cold:
-            tier["keep_cold"] = keep_cold.stop()
+            around.tier["keep_cold"] = keep_cold.stop()
         if mount:
             mount.unmount()
-            tier["emulated"] = mount.final_stats
-        contention_samples = contention.stop() if contention else None
-    if any(getattr(p, "server_gone", False) for p in procs):
-        # the warm-start server died, and the measuring process with it: it dies with Snakemake, so the run is
-        # ending - let the ancestor watch say so (it checks twice a second), else stop as interrupted all the same
-        time.sleep(2)
-        raise SystemExit(f"cell {spec.cell_id}: interrupted (the warm-start server is gone); no record written")
-    if rc in (-signal.SIGTERM, -signal.SIGINT):
-        # Interrupted with the run (Snakemake, Ctrl-C, scancel), not a property of the cell: leave no record,
-        # so the next run measures this cell again.
-        raise SystemExit(f"cell {spec.cell_id}: interrupted ({signal.Signals(-rc).name}); no record written")
-    result = _outcome(partial, leftovers, culprit, why, absent)
-    record = _record(spec, manifest_data, tier, host, result, samples, contention_samples, timeline, stack_dump,
-                     started, (spawned, exited), process_start)  # fmt: skip
-    _write(spec, record, out, timeline, samples, (result.get("metrics") or {}).get("marks"), label)
-    return record
+            around.tier["emulated"] = mount.final_stats
+        around.contention = contention.stop() if contention else None
+    return rc, why, culprit, absent
 
 
 def _write(spec: CellSpec, record: dict, out: Path, timeline: Path | None, samples, marks, label: str) -> None:
@@ -209,102 +298,113 @@ def _check_room(spec: CellSpec, out: Path, timeline: Path | None) -> None:
     for path in (out, timeline) if timeline is not None else (out,):
         free, mount = free_space(path)
         if free < ROOM_BYTES:
-            raise SystemExit(f"cell {spec.cell_id}: cannot write {path}: only {human_bytes(free)} free on {mount} "
-                             f"(a record and its timeline need about {human_bytes(ROOM_BYTES)}); not measured")  # fmt: skip
+            raise SystemExit(
+                f"cell {spec.cell_id}: cannot write {path}: only {human_bytes(free)} free on {mount} "
+                f"(a record and its timeline need about {human_bytes(ROOM_BYTES)}); not measured"
+            )
 
 
-def _scratch(out: Path, ranks: int) -> tuple[Path, list[Path], list[Path], Path, list[Path]]:
-    """(partial outcome, heartbeats, stacks, rendezvous, every scratch file) beside `out`, left over ones removed."""
-    partial = out.parent / f".{out.name}.child"
-    beats = [heartbeat_path(partial, r) for r in range(ranks)]
-    stacks = [stacks_path(partial, r) for r in range(ranks)]
-    # ddp's ranks meet through a file (torch's FileStore), not a TCP port picked here and bound later by rank 0:
-    # between the two, another process on the host could take the port
-    rendezvous = partial.with_name(f"{partial.name}.rendezvous").resolve()
-    leftovers = [partial, *(partial.with_name(f"{partial.name}.rank{r}") for r in range(1, ranks)), *beats, *stacks,
-                 rendezvous]  # fmt: skip
-    for p in leftovers:
-        p.unlink(missing_ok=True)
-    return partial, beats, stacks, rendezvous, leftovers
-
-
-def _spawn_ranks(spec: CellSpec, args: list[str], ranks: int, rendezvous: Path, contention, procs: list,
-                 process_start: list) -> None:  # fmt: skip
+def _spawn_ranks(
+    spec: CellSpec, args: list[str], rendezvous: Path, contention, procs: list, process_start: list
+) -> None:
     """Start the cell's measuring processes - ddp: one per GPU (rank), as torchrun would - forked warm where the
     server can, else plainly; each appended to `procs` as it starts."""
+    ranks = spec.gpus if spec.parallel == "ddp" else 1
     for rank in range(ranks):
         env = dict(os.environ)
         if spec.parallel == "ddp":
-            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
-                       LOADERBENCH_RENDEZVOUS=str(rendezvous))  # fmt: skip
+            env.update(
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(ranks),
+                LOCAL_WORLD_SIZE=str(ranks),
+                LOADERBENCH_RENDEZVOUS=str(rendezvous),
+            )
             # the ranks share the CPUs: split torch's intra-op threads among them as torchrun does (without it,
             # ranks on few cores spin against each other)
             env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // ranks)))
         # a dp cell (one process) may be measured by a process the server kept from a cell of another
         # configuration (host.reuse_processes; warmstart): the cell id but for its repeat
         config = configuration(spec.cell_id) if spec.parallel == "dp" else None
-        proc, how, reused = warmclient.spawn(args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp"
-                                                                       else ""), reuse_config=config)  # fmt: skip
+        proc, how, reused = warmclient.spawn(
+            args, env, spec.cell_id + (f" --rank {rank}" if spec.parallel == "ddp" else ""), reuse_config=config
+        )
         if proc is not None and contention is not None:
             contention.roots.append(proc.pid)  # not the runner's child, but measured as its own
-        procs.append(proc or subprocess.Popen([sys.executable, "-m", "loaderbench.engine.train", *args],
-                                              preexec_fn=die_with_parent, env=env))  # fmt: skip
-        process_start.append({"rank": rank, "pid": procs[-1].pid, "warm": proc is not None, "how": how,
-                              "reused": reused})  # fmt: skip
+        procs.append(
+            proc
+            or subprocess.Popen(
+                [sys.executable, "-m", TRAIN_MODULE, *args],
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
+                env=env,
+            )
+        )
+        process_start.append(
+            {"rank": rank, "pid": procs[-1].pid, "warm": proc is not None, "how": how, "reused": reused}
+        )
 
 
-def _record(spec: CellSpec, manifest_data: dict, tier: dict, host: hostlock.HostSettings, result: dict, samples,
-            contention_samples, timeline: Path | None, stack_dump: dict, started: float, spawned_exited: tuple,
-            process_start: list) -> dict:  # fmt: skip
+def _record(job: _Job, manifest_data: dict, result: Outcome, around: _Around) -> dict:
     """The cell's record from what its processes reported and what the runner measured around them: rereads and the
     device's share of the reads, telemetry (and where its timeline goes), contention, stacks of a stalled rank,
     provenance."""
-    metrics = result.get("metrics") or {}
+    spec, tier = job.spec, around.tier
+    metrics = result.metrics or {}
     if spec.loader not in TIERLESS:
         tier_run.check_rereads(manifest_data, tier, metrics)
     marks = metrics.get("marks")
+    samples = around.samples
     telemetry_summary = telemetry.summarize(samples, marks) if samples is not None else {"off": "telemetry_hz is 0"}
-    if result.get("metrics") is not None and spec.loader not in TIERLESS:
+    if result.metrics is not None and spec.loader not in TIERLESS:
         tier_run.device_read_share(spec, manifest_data, tier, metrics, telemetry_summary)
     parts = {}
-    if contention_samples is not None:  # foreign CPU and GPU use during the window (contention.py)
-        parts["contention"] = _contention.summarize(contention_samples, marks, host.contention_cpu_cores,
-                                                    host.contention_gpu_processes)  # fmt: skip
-        if (warn := _contention.warning(parts["contention"])) and result.get("metrics") is not None:
+    if around.contention is not None:  # foreign CPU and GPU use during the window (contention.py)
+        parts["contention"] = _contention.summarize(
+            around.contention, marks, job.host.contention_cpu_cores, job.host.contention_gpu_processes
+        )
+        if (warn := _contention.warning(parts["contention"])) and result.metrics is not None:
             metrics.setdefault("warnings", []).append(warn)
-    if timeline is not None:  # written after the record (`_write`)
-        telemetry_summary["timeline"] = str(timeline)
-    if stack_dump:
-        parts["stacks"] = stack_dump
-        for rank, text in stack_dump.items():
+    if job.timeline is not None:  # written after the record (`_write`)
+        telemetry_summary["timeline"] = str(job.timeline)
+    if around.stacks:
+        parts["stacks"] = around.stacks
+        for rank, text in around.stacks.items():
             print(f"--- Python stacks of rank {rank} ---\n{text}", file=sys.stderr, flush=True)
-    provenance = collect(spec.tier_path, result.get("runtime"))
     ended = time.time()
-    spawned, exited = spawned_exited
     return make_record(
-        spec, result["status"], metrics=result.get("metrics"), reason=result.get("reason"), detail=result.get("detail"),
-        started_at=started, wall_s=ended - started, manifest_sha256=manifest_data.get("sha256"), tier=tier,
-        telemetry=telemetry_summary, provenance=provenance, phases_s=phases(started, spawned, marks, exited, ended),
-        process_start=process_start, **parts,
-    )  # fmt: skip
+        spec,
+        result.status,
+        metrics=result.metrics,
+        reason=result.reason,
+        detail=result.detail,
+        started_at=around.started,
+        wall_s=ended - around.started,
+        manifest_sha256=manifest_data.get("sha256"),
+        tier=tier,
+        telemetry=telemetry_summary,
+        provenance=collect(spec.tier_path, result.runtime),
+        phases_s=phases(around.started, around.spawned, marks, around.exited, ended),
+        process_start=around.process_start,
+        **parts,
+    )
 
 
-def _outcome(partial: Path, leftovers: list[Path], culprit: int | None, why: str | None, absent: bool) -> dict:
+def _outcome(scratch: _Scratch, culprit: int | None, why: str | None, absent: bool) -> Outcome:
     """What the measuring processes reported (train.outcome), or, where they could not (killed, stalled, timed out,
     host busy, tier not prepared), the runner's own failed or skipped outcome with its reason."""
-    rank0 = json.loads(partial.read_text()) if partial.is_file() else None
+    rank0 = Outcome.read(scratch.outcome)
     if culprit:
         # another rank failed first; what rank 0 then reported (a broken collective) is a consequence, not the cause
-        own = leftovers[culprit]
-        if own.is_file():
-            return json.loads(own.read_text())
-        consequence = rank0["reason"] if rank0 else None
-        return {"status": "failed", "reason": why, "detail": f"rank 0 then: {consequence}" if consequence else None}
-    if rank0 and (why is None or rank0["status"] != "ok"):
+        own = Outcome.read(scratch.rank_outcome(culprit))
+        if own is not None:
+            return own
+        consequence = rank0.reason if rank0 else None
+        return Outcome("failed", why, detail=f"rank 0 then: {consequence}" if consequence else None)
+    if rank0 and (why is None or rank0.status != "ok"):
         return rank0
     if absent:
-        return {"status": "skipped", "reason": why}
-    return {"status": "failed", "reason": why or "measurement process wrote no record"}
+        return Outcome("skipped", why)
+    return Outcome("failed", why or "measurement process wrote no record")
 
 
 def phases(started: float, spawned: float | None, marks: dict | None, exited: float | None, ended: float) -> dict:
@@ -316,8 +416,14 @@ def phases(started: float, spawned: float | None, marks: dict | None, exited: fl
         return out
     out["before_process"] = spawned - started
     m = marks or {}
-    points = [("startup", m.get("setup_start")), ("setup", m.get("warmup_start")), ("warmup", m.get("window_start")),
-              ("window", m.get("window_end")), ("teardown", exited), ("close", ended)]  # fmt: skip
+    points = [
+        ("startup", m.get("setup_start")),
+        ("setup", m.get("warmup_start")),
+        ("warmup", m.get("window_start")),
+        ("window", m.get("window_end")),
+        ("teardown", exited),
+        ("close", ended),
+    ]
     last = spawned
     for name, t in points:
         if t is not None:
@@ -327,8 +433,14 @@ def phases(started: float, spawned: float | None, marks: dict | None, exited: fl
     return out
 
 
-def _wait_all(procs: list[subprocess.Popen], timeout_s: float, beats: list[Path], stacks: list[Path],
-              stall: StallRule, grace_s: float = 60.0) -> tuple[int | None, str | None, int | None, dict]:  # fmt: skip
+def _wait_all(
+    procs: list[subprocess.Popen],
+    timeout_s: float,
+    beats: list[Path],
+    stacks: list[Path],
+    stall: StallRule,
+    grace_s: float = 60.0,
+) -> tuple[int | None, str | None, int | None, dict]:
     """Wait for every rank. The first rank to fail, a stall (no heartbeat for the stall rule's limit) or a hang past
     the timeout stops them all: ranks block in collectives for their peers, so one failure would otherwise hang the
     rest until the timeout. When one rank finishes, the others get `grace_s` to finish too. A stall or a timeout
@@ -362,8 +474,9 @@ def _wait_all(procs: list[subprocess.Popen], timeout_s: float, beats: list[Path]
         if now > deadline:
             return stop(f"timed out after {timeout_s:g} s (cell_timeout_s)", None, True)
         if first_done is not None and now - first_done > grace_s:
-            return stop(f"ranks still running {grace_s:g} s after another finished (a collective without its peers)",
-                        None, True)  # fmt: skip
+            return stop(
+                f"ranks still running {grace_s:g} s after another finished (a collective without its peers)", None, True
+            )
         if now >= next_beat_check:
             next_beat_check = now + 0.5
             for rank, path in enumerate(beats):
@@ -415,8 +528,10 @@ def summary_line(record: dict) -> str:
         gpu_util = [g["util_pct"]["mean"] for g in tel.get("gpus", []) if g.get("util_pct")]
         if gpu_util:
             res += ", GPU " + "/".join(f"{u:.0f}" for u in gpu_util) + "%"
-        return (f"cell {record['cell_id']}: ok  {m['samples_per_s']:.1f} samples/s  ({m['steps']} steps in "
-                f"{m['time_s']:.1f} s, data wait {100 * m['data_wait_fraction']:.0f}% of the window{res}){warn}")  # fmt: skip
+        return (
+            f"cell {record['cell_id']}: ok  {m['samples_per_s']:.1f} samples/s  ({m['steps']} steps in "
+            f"{m['time_s']:.1f} s, data wait {100 * m['data_wait_fraction']:.0f}% of the window{res}){warn}"
+        )
     return f"cell {record['cell_id']}: {record['status']}  {record['reason']}"
 
 

@@ -83,8 +83,10 @@ class Nvml:
                 out[f"gpu{k}_util"] = out[f"gpu{k}_mem_mb"] = float("nan")
             try:  # the SM clock and why it is below its maximum: a slower GPU moves every rate measured on it
                 out[f"gpu{k}_sm_mhz"] = float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
-                reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                    nv.nvmlDeviceGetCurrentClocksThrottleReasons  # fmt: skip
+                reasons = (
+                    getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                    or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+                )
                 out[f"gpu{k}_clock_reasons"] = int(reasons(h))
             except Exception:
                 pass
@@ -94,8 +96,10 @@ class Nvml:
         """GPU k's PCIe RX/TX in MB/s (NVML reports KB/s over its 20 ms window; the call blocks that long)."""
         nv, h = self.nv, self.handles[k]
         try:
-            return {f"gpu{k}_pcie_rx_mb_s": nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES) / 1e3,
-                    f"gpu{k}_pcie_tx_mb_s": nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES) / 1e3}  # fmt: skip
+            return {
+                f"gpu{k}_pcie_rx_mb_s": nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES) / 1e3,
+                f"gpu{k}_pcie_tx_mb_s": nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES) / 1e3,
+            }
         except Exception:
             return {}
 
@@ -252,9 +256,17 @@ def write_timeline(path: Path, timeline: dict, marks: dict | None) -> None:
 
 
 # NVML's clock event reasons (nvmlClocksEventReason*): why a GPU's clock was held below its maximum
-CLOCK_REASONS = {0x1: "idle", 0x2: "application clocks setting", 0x4: "software power cap", 0x8: "hardware slowdown",
-                 0x10: "sync boost", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
-                 0x80: "hardware power brake", 0x100: "display clock setting"}  # fmt: skip
+CLOCK_REASONS = {
+    0x1: "idle",
+    0x2: "application clocks setting",
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+    0x100: "display clock setting",
+}
 
 
 def clock_reasons(rows: list[dict], key: str) -> list[str] | None:
@@ -302,9 +314,15 @@ def summarize(timeline: dict, marks: dict | None) -> dict:
     for key in ("rss_mb", "proc_read_mb_s", "disk_read_mb_s"):
         out[key] = stats(key)
     out["gpus"] = [
-        {"index": index, "util_pct": stats(f"gpu{k}_util"), "mem_mb": stats(f"gpu{k}_mem_mb"),
-         "pcie_rx_mb_s": stats(f"gpu{k}_pcie_rx_mb_s"), "pcie_tx_mb_s": stats(f"gpu{k}_pcie_tx_mb_s"),
-         "sm_mhz": stats(f"gpu{k}_sm_mhz"), "clock_reasons": clock_reasons(rows, f"gpu{k}_clock_reasons")}
+        {
+            "index": index,
+            "util_pct": stats(f"gpu{k}_util"),
+            "mem_mb": stats(f"gpu{k}_mem_mb"),
+            "pcie_rx_mb_s": stats(f"gpu{k}_pcie_rx_mb_s"),
+            "pcie_tx_mb_s": stats(f"gpu{k}_pcie_tx_mb_s"),
+            "sm_mhz": stats(f"gpu{k}_sm_mhz"),
+            "clock_reasons": clock_reasons(rows, f"gpu{k}_clock_reasons"),
+        }
         for k, index in enumerate(meta.get("gpus") or [])
-    ]  # fmt: skip
+    ]
     return out

@@ -2,8 +2,8 @@
 training code, and forks one fresh process per cell (per rank under ddp) on request.
 
 The child is still fresh (its own CUDA context, loader workers, random state; the server never touches CUDA) and
-renames itself `python -m loaderbench.engine.train --cell ID`; it dies with its runner and with the server. With
-`host.reuse_processes` a dp cell's process is kept for the next dp cell of another configuration. A runner that cannot
+renames itself `python -m loaderbench.engine.process.train --cell ID`; it dies with its runner and with the server.
+With `host.reuse_processes` a dp cell's process is kept for the next dp cell of another configuration. A runner that cannot
 use the server starts the process itself and says why in `process_start`. Details: docs/internals.md,
 "engine.warmstart".
 """
@@ -11,7 +11,6 @@ use the server starts the process itself and says why in `process_start`. Detail
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import select
@@ -23,41 +22,22 @@ from pathlib import Path
 
 from loaderbench.core.util import die_with_parent, kill_tree, stable_hash
 
-from . import placement
+from .. import placement
+from ..contract import MAX_MESSAGE, TRAIN_MODULE, key
 
-ENV_SOCKET = "LOADERBENCH_WARM_SOCKET"
-PRELOAD = ("torch", "torchvision", "torchvision.models", "numpy", "PIL.Image", "cv2", "psutil",
-           "loaderbench.engine.train", "loaderbench.engine.window", "loaderbench.engine.metrics")  # fmt: skip
-# environment that changes what an import does: a server started under other values is not used
-_IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD")
-MAX_MESSAGE = 1 << 20  # the most bytes one message on the server's socket holds (requests and replies)
+PRELOAD = (
+    "torch",
+    "torchvision",
+    "torchvision.models",
+    "numpy",
+    "PIL.Image",
+    "cv2",
+    "psutil",
+    "loaderbench.engine.process.train",
+    "loaderbench.engine.process.window",
+    "loaderbench.engine.process.metrics",
+)
 _TITLE_ROOM = 240
-_PACKAGE = Path(__file__).resolve().parents[1]  # the whole loaderbench package
-
-
-def key(env: dict | None = None) -> str:
-    """What a forked process shares with its server: interpreter, loaderbench's code (files, sizes, mtimes), the
-    import-relevant environment, user and mount namespace. Equal keys: a warm process runs what an exec would."""
-    env = os.environ if env is None else env
-    h = hashlib.sha256()
-    h.update(f"{sys.executable}\0{sys.version}\0{os.getuid()}\0{_mount_namespace()}\0".encode())
-    for name in _IMPORT_ENV:
-        h.update(f"{name}={env.get(name, '')}\0".encode())
-    for path in sorted(_PACKAGE.rglob("*.py")):
-        st = path.stat()
-        h.update(f"{path.relative_to(_PACKAGE)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return h.hexdigest()[:20]
-
-
-def _mount_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/mnt")
-    except OSError:
-        return "?"
-
-
-def in_container() -> bool:
-    return any(v in os.environ for v in ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"))
 
 
 # ----------------------------------------------------------------------------------------------------- the server
@@ -67,8 +47,9 @@ class _Kid:
     """A process the server forked: the runner it measures for (None: that runner is gone, or it waits idle), and
     for a reusable one its control socket, the environment it was made for and the configurations it measured."""
 
-    def __init__(self, pid: int, conn: socket.socket, ctl: socket.socket | None, signature: str | None,
-                 config: str | None):  # fmt: skip
+    def __init__(
+        self, pid: int, conn: socket.socket, ctl: socket.socket | None, signature: str | None, config: str | None
+    ):
         self.pid, self.conn, self.ctl, self.signature = pid, conn, ctl, signature
         self.served = {config}  # one configuration a cell: how many cells it measured, too
 
@@ -108,8 +89,12 @@ def serve(path: str | os.PathLike, reuse: bool = False) -> int:
                 print("loaderbench warm start: CUDA was initialised while importing; not serving", file=sys.stderr)
                 return 1
             placement.remember_default_threads()
-        print(f"loaderbench warm start: ready in {time.perf_counter() - started:.1f} s (pid {os.getpid()}, {path}"
-              f"{', reusing dp processes' if reuse else ''})", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"loaderbench warm start: ready in {time.perf_counter() - started:.1f} s (pid {os.getpid()}, {path}"
+            f"{', reusing dp processes' if reuse else ''})",
+            file=sys.stderr,
+            flush=True,
+        )
         _loop(listener, own_key, reuse, kids, parent)
     finally:
         for pid in list(kids):
@@ -165,8 +150,7 @@ def _term_with_parent() -> None:
         pass
 
 
-def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[int, _Kid],
-                    others: list) -> _Kid | None:  # fmt: skip
+def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[int, _Kid], others: list) -> _Kid | None:
     """Serve one request on `conn`: a ping, or a process - a kept one, or one forked now (which closes `others`, the
     server's sockets besides its processes', and those)."""
     try:
@@ -178,8 +162,13 @@ def _handle_request(conn: socket.socket, own_key: str, reuse: bool, kids: dict[i
         _send(conn, {"same_code": request.get("key") == own_key, "reuse": reuse})
         return None
     if request.get("key") != own_key or len(fds) != 3:
-        _send(conn, {"error": f"server key {own_key} differs from the runner's {request.get('key')} (other code, "
-                              "interpreter, environment or mount namespace)"})  # fmt: skip
+        _send(
+            conn,
+            {
+                "error": f"server key {own_key} differs from the runner's {request.get('key')} (other code, "
+                "interpreter, environment or mount namespace)"
+            },
+        )
         for fd in fds:
             os.close(fd)
         return None
@@ -264,8 +253,11 @@ def _child(conn: socket.socket, request: dict, fds: list[int], ctl: socket.socke
     then waits for its next cell there."""
     conn.close()
     die_with_parent()  # with the server (itself dying with Snakemake)
-    for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL),
-                         (signal.SIGCHLD, signal.SIG_DFL)):  # fmt: skip
+    for sig, handler in (
+        (signal.SIGINT, signal.default_int_handler),
+        (signal.SIGTERM, signal.SIG_DFL),
+        (signal.SIGCHLD, signal.SIG_DFL),
+    ):
         signal.signal(sig, handler)
     cpus = os.sched_getaffinity(0)
     from . import train
@@ -305,9 +297,11 @@ def _run_cell(request: dict, fds: list[int]) -> int:
     import random
 
     random.seed()
-    sys.argv = ["-m loaderbench.engine.train", *request["args"]]
-    _set_cmdline(f"{sys.executable} -m loaderbench.engine.train --cell {request.get('title', '?')} (forked by the "
-                 f"warm-start server {os.getppid()})")  # fmt: skip
+    sys.argv = [f"-m {TRAIN_MODULE}", *request["args"]]
+    _set_cmdline(
+        f"{sys.executable} -m loaderbench.engine.process.train --cell {request.get('title', '?')} (forked by the "
+        f"warm-start server {os.getppid()})"
+    )
     from . import train
 
     try:
@@ -382,9 +376,11 @@ def _send(conn: socket.socket, message: dict) -> None:
 # ----------------------------------------------------------------------------------------------------- the runner
 
 
-if __name__ == "__main__":  # python -m loaderbench.engine.warmstart SOCKET [--reuse]
+if __name__ == "__main__":  # python -m loaderbench.engine.process.warmstart SOCKET [--reuse]
     words = [w for w in sys.argv[1:] if w.strip()]
     if len(words) == len(sys.argv) - 1:
         # once more with room for the children's command lines (`_set_cmdline` writes them over this one's)
-        os.execv(sys.executable, [sys.executable, "-m", "loaderbench.engine.warmstart", *words, " " * _TITLE_ROOM])
+        os.execv(
+            sys.executable, [sys.executable, "-m", "loaderbench.engine.process.warmstart", *words, " " * _TITLE_ROOM]
+        )
     sys.exit(serve(words[0], reuse="--reuse" in words[1:]))

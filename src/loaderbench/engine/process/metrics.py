@@ -39,34 +39,60 @@ def step_durations(step_end: list[float]) -> list[float]:
 
 
 # Each warning has a stable code (records.WARNINGS) beside its text, so tables and reports can group them.
-def warnings_for(*, final_loss: float, backlog: int, steps: int, ratio: float | None, rule, converged: bool | None,
-                 halfwidth: float | None, warmup_durations: list[float], window_step_end: list[float]) -> list[dict]:  # fmt: skip
+def warnings_for(
+    *,
+    final_loss: float,
+    backlog: int,
+    steps: int,
+    ratio: float | None,
+    rule,
+    converged: bool | None,
+    halfwidth: float | None,
+    warmup_durations: list[float],
+    window_step_end: list[float],
+) -> list[dict]:
     out = []
     if not math.isfinite(final_loss):
         out.append(warning("diverged", f"loss is {final_loss} at the end of the window (throughput still measured)"))
     if backlog and steps < 10 * backlog and rule.mode != "adaptive":
-        out.append(warning(
-            "short_window", f"{steps} steps is under 10x the prefetch depth ({backlog} batches); "
-            "lengthen it so start-up backlog cannot inflate the result",
-        ))  # fmt: skip
+        out.append(
+            warning(
+                "short_window",
+                f"{steps} steps is under 10x the prefetch depth ({backlog} batches); "
+                "lengthen it so start-up backlog cannot inflate the result",
+            )
+        )
     if ratio is not None and not 0.8 <= ratio <= 1.25:
         out.append(warning("unsteady", f"the second half of the window ran at {ratio:.2f}x the first half's rate"))
     if converged is False:
-        known = (f"is known to +-{100 * halfwidth:.1f}%" if halfwidth is not None
-                 else f"has no interval ({steps} steps, fewer than {MIN_BATCHES * max(1, rule.burst)}"
-                      + (f": {MIN_BATCHES} batch means of whole bursts of {rule.burst} steps, one per loader worker"
-                         if rule.burst > 1 else "") + ")")  # fmt: skip
-        out.append(warning(
-            "not_converged", f"after the window's maximum of {rule.max_seconds:g} s the rate {known}, not "
-            f"+-{100 * rule.precision:g}%; raise window.max_seconds or read the spread of repeats",
-        ))  # fmt: skip
+        known = (
+            f"is known to +-{100 * halfwidth:.1f}%"
+            if halfwidth is not None
+            else f"has no interval ({steps} steps, fewer than {MIN_BATCHES * max(1, rule.burst)}"
+            + (
+                f": {MIN_BATCHES} batch means of whole bursts of {rule.burst} steps, one per loader worker"
+                if rule.burst > 1
+                else ""
+            )
+            + ")"
+        )
+        out.append(
+            warning(
+                "not_converged",
+                f"after the window's maximum of {rule.max_seconds:g} s the rate {known}, not "
+                f"+-{100 * rule.precision:g}%; raise window.max_seconds or read the spread of repeats",
+            )
+        )
     later = warmup_durations[1:]
     window_steps = step_durations(window_step_end)
     if later and window_steps:
         slow = statistics.median(later) / max(statistics.median(window_steps), 1e-9)
         if slow > WARMUP_SLOW:
-            out.append(warning(
-                "implausible", f"warm-up steps ran {slow:.0f}x slower than window steps (median); the warm-up was "
-                "disturbed or the window measured something else",
-            ))  # fmt: skip
+            out.append(
+                warning(
+                    "implausible",
+                    f"warm-up steps ran {slow:.0f}x slower than window steps (median); the warm-up was "
+                    "disturbed or the window measured something else",
+                )
+            )
     return out
