@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 from loaderbench.core.cells import cell_spec
@@ -88,6 +89,24 @@ def register(add) -> None:
     s.add_argument("--out", help="records folder and tune.json (default <results>/tune/<loader>)")
     s.add_argument("--json", help="also write the report here")
     side_measurement(s, cmd_tune)
+
+    s = add(
+        "predict",
+        help="each cell's samples/s predicted from its parts (the loader alone, the model's ceiling, the host's "
+        "cores), and at more GPUs from one GPU's cells, against the measured",
+    )
+    s.add_argument(
+        "--records",
+        action="append",
+        required=True,
+        metavar="DIR",
+        help="a folder holding cell records: every cells/*.json beneath it (repeatable)",
+    )
+    s.add_argument("--fit-model", help="the model whose cells k is fitted on (default: the most measured)")
+    s.add_argument("--gpus", type=int, nargs="+", default=[2, 4], help="GPU counts to predict (default 2 4)")
+    s.add_argument("--k", type=float, help="use this k instead of fitting it (inf: the hard minimum)")
+    s.add_argument("--out", help="write the 1-GPU table to this CSV, and the n-GPU table beside it (<stem>.scale.csv)")
+    s.set_defaults(func=cmd_predict)
 
     s = add("engine-report", help="the engine's cost and trust: per-cell overhead, convergence, dp/ddp, spread")
     s.add_argument("--cells", default=RESULTS.cells, help="folder of cell records (default %(default)s)")
@@ -265,4 +284,60 @@ def cmd_sweep(a) -> int:
         f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)"
     )
     print(render(rows))
+    return 0
+
+
+def cmd_predict(a) -> int:
+    from loaderbench.core.records import CorruptRecord, read_record
+    from loaderbench.core.util import atomic_write_text
+    from loaderbench.report.columns import run_of
+    from loaderbench.report.sharing import predict, render_predict, render_scale, scale
+
+    records, folders, commits, seen = [], {}, {}, set()
+    for d in a.records:
+        if not Path(d).is_dir():
+            raise ConfigError(f"--records {d}: no such folder")
+        files = sorted(p for p in Path(d).rglob("*.json") if p.parent.name == "cells")
+        if not files:
+            raise ConfigError(f"--records {d}: no cell record (cells/*.json) beneath it")
+        for p in files:
+            try:
+                r = read_record(p)
+            except CorruptRecord as e:
+                print(f"loaderbench predict: {e}; left out", file=sys.stderr)
+                continue
+            # the same record in two places (results/cells and the bundle's copy): one measurement
+            key = (r.get("cell_id"), r.get("spec_hash"), r.get("started_at"), r.get("finished_at"))
+            if key in seen:
+                continue
+            seen.add(key)
+            records.append(r)
+            folders.setdefault(run_of(r), set()).add(d)
+            commit = ((r.get("provenance") or {}).get("git") or {}).get("commit")
+            commits.setdefault(run_of(r), set()).add(str(commit)[:7] if commit else "unknown")
+    if any(g < 2 for g in a.gpus):
+        raise ConfigError("--gpus: GPU counts of 2 or more (1 GPU is the table of parts)")
+    try:
+        cells = predict(records, a.fit_model)
+    except ValueError as e:
+        raise ConfigError(f"--fit-model: {e}") from None
+    more = scale(records, tuple(a.gpus), k=a.k, fit_model=a.fit_model)
+    print(f"{len(records)} cell records from {', '.join(a.records)}")
+    for run, dirs in sorted(folders.items()):
+        if len(dirs) > 1:
+            print(f"  note: run {run!r} has records in {', '.join(sorted(dirs))}: taken as one run")
+        if len(commits[run]) > 1:
+            print(
+                f"  note: run {run!r} holds records of {len(commits[run])} code commits "
+                f"({', '.join(sorted(commits[run]))}): taken as one run (records without a run id cannot be told apart)"
+            )
+    print(render_predict(cells))
+    print()
+    print(render_scale(more))
+    if a.out:
+        out = Path(a.out)
+        atomic_write_text(out, cells.to_csv(index=False, float_format="%.6g"))
+        beside = out.with_name(f"{out.stem}.scale.csv")
+        atomic_write_text(beside, more.to_csv(index=False, float_format="%.6g"))
+        print(f"wrote {out} and {beside}")
     return 0

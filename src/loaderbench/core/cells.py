@@ -1,5 +1,6 @@
-"""Cells: a cell's spec (`CellSpec`), its id (`<loader>_<tier>_g<gpus>_b<batch>_<precision>_<parallel>_r<repeat>`),
-the grid of a validated config and its parts, and the configuration a repeat belongs to."""
+"""Cells: a cell's spec (`CellSpec`), its id (`<loader>_<tier>_g<gpus>_b<batch>_<precision>_<parallel>[_<model>]
+_r<repeat>`, the model left out for MobileNetV2), the grid of a validated config and its parts, and the configuration a
+repeat belongs to."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from .layout import staged_root, tier_read_path
 from .pluginsource import plugin_identity
+from .registry import DEFAULT_MODEL, NO_MODEL
 
 PRECISIONS = ("fp32", "amp")
 
@@ -19,7 +21,7 @@ PARALLEL = ("dp", "ddp")
 
 CELL_ID_RE = re.compile(
     r"^(?P<loader>[a-z0-9-]+)_(?P<tier>[a-z][a-z0-9-]*)_g(?P<gpus>[1-9]\d*)_b(?P<batch_size>[1-9]\d*)"
-    r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)_r(?P<repeat>\d+)$"
+    r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)(?:_(?P<model>[a-z0-9](?:[a-z0-9_-]*[a-z0-9])?))?_r(?P<repeat>\d+)$"
 )
 
 
@@ -115,6 +117,13 @@ class CellSpec:
     # source), so that an edited or upgraded plugin re-measures its cells; None for a built-in loader, or a plugin
     # whose module cannot be found (its cells fail, and are measured again once it is found)
     loader_identity: dict | None = field(default=None, metadata={"since_records": True, "fixed": True})
+    # the model the cell trains (config key `models`): a torchvision classification builder's name, `none` (the loader
+    # alone) or a plugin model's name; records from before models were an axis trained MobileNetV2
+    model: str = field(default=DEFAULT_MODEL, metadata={"since_records": True, "fixed": True})
+    # a plugin model's factory, 'module:factory', and its code's identity (as loader_ref, loader_identity); None for
+    # torchvision's models and `none`
+    model_ref: str | None = field(default=None, metadata={"since_records": True})
+    model_identity: dict | None = field(default=None, metadata={"since_records": True, "fixed": True})
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
@@ -127,7 +136,9 @@ class CellSpec:
 
     @property
     def cell_id(self) -> str:
-        return cell_id(self.loader, self.tier, self.gpus, self.batch_size, self.precision, self.parallel, self.repeat)
+        return cell_id(
+            self.loader, self.tier, self.gpus, self.batch_size, self.precision, self.parallel, self.repeat, self.model
+        )
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -157,19 +168,39 @@ def loader_settings(settings: dict, loader: str) -> dict:
     }
 
 
-def cell_id(loader: str, tier: str, gpus: int, batch_size: int, precision: str, parallel: str, repeat: int) -> str:
-    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_{parallel}_r{repeat}"
+def cell_id(
+    loader: str,
+    tier: str,
+    gpus: int,
+    batch_size: int,
+    precision: str,
+    parallel: str,
+    repeat: int,
+    model: str = DEFAULT_MODEL,
+) -> str:
+    """The id of a cell; the model part is left out for the default model (MobileNetV2), as ids were before."""
+    trained = "" if model == DEFAULT_MODEL else f"_{model}"
+    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_{parallel}{trained}_r{repeat}"
 
 
 def parse_cell_id(cid: str) -> dict:
+    """A cell id's fields, "model" always (the default model where the id leaves it out)."""
     m = CELL_ID_RE.match(cid)
     if not m:
-        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp_rN)")
+        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp[_model]_rN)")
     d = m.groupdict()
-    return {**d, "gpus": int(d["gpus"]), "batch_size": int(d["batch_size"]), "repeat": int(d["repeat"])}
+    if d["model"] == DEFAULT_MODEL:
+        raise ConfigError(f"'{cid}' is not a cell id: the default model {DEFAULT_MODEL} is left out of its cells' ids")
+    return {
+        **d,
+        "gpus": int(d["gpus"]),
+        "batch_size": int(d["batch_size"]),
+        "repeat": int(d["repeat"]),
+        "model": d["model"] or DEFAULT_MODEL,
+    }
 
 
-# Loaders that read no file: measured once per (gpus, batch, precision), on the grid's first tier.
+# Loaders that read no file: measured once per (gpus, batch, precision, model), on the grid's first tier.
 TIERLESS = ("synthetic",)
 
 
@@ -178,22 +209,33 @@ def _on_tier(part: dict, loader: str, tier: str) -> bool:
     return loader not in TIERLESS or tier == part["tiers"][0]
 
 
+def is_cell(loader: str, model: str) -> bool:
+    """`synthetic` x `none` measures nothing (no loader and no model): not a cell of any grid."""
+    return not (loader in TIERLESS and model == NO_MODEL)
+
+
+def part_models(part: dict) -> list[str]:
+    """A part's models (a part resolved before models were an axis trains the default)."""
+    return part.get("models") or [DEFAULT_MODEL]
+
+
 def part_cells(part: dict) -> list[str]:
-    """A part's cells in a stable order: repeats outermost, then the parallel mode and the GPUs, so that the dp cells
-    follow one another and a kept process (host.reuse_processes) serves all but the first of them (a ddp cell in
-    between would end it), those of one GPU count, and so of the same shapes, together."""
+    """A part's cells in a stable order: repeats outermost, then the parallel mode, the GPUs and the model, so that the
+    dp cells follow one another and a kept process (host.reuse_processes) serves all but the first of them (a ddp cell
+    in between would end it), those of one GPU count and one model, and so of the same shapes, together."""
     return [
-        cell_id(lo, t, g, b, p, par, r)
-        for r, par, g, lo, t, b, p in itertools.product(
+        cell_id(lo, t, g, b, p, par, r, m)
+        for r, par, g, m, lo, t, b, p in itertools.product(
             range(part["repeats"]),
             part["parallel"],
             part["gpus"],
+            part_models(part),
             part["loaders"],
             part["tiers"],
             part["batch_sizes"],
             part["precisions"],
         )
-        if _on_tier(part, lo, t)
+        if _on_tier(part, lo, t) and is_cell(lo, m)
     ]
 
 
@@ -210,7 +252,9 @@ def cell_part(cfg: dict, cid: str) -> dict | None:
             and d["precision"] in part["precisions"]
             and d["parallel"] in part["parallel"]
             and d["repeat"] < part["repeats"]
+            and d["model"] in part_models(part)
             and _on_tier(part, d["loader"], d["tier"])
+            and is_cell(d["loader"], d["model"])
         ):
             return part
     return None
@@ -244,6 +288,7 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     tier = cfg["storage"][d["tier"]]
     settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
     ref = cfg.get("plugins", {}).get(d["loader"])
+    model_ref = (cfg.get("model_plugins") or {}).get(d["model"])
     return CellSpec(
         **d,
         **loader_settings(settings, d["loader"]),
@@ -256,6 +301,8 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
         device_model=tier["model"],
         loader_ref=ref,
         loader_identity=plugin_identity(ref) if ref else None,
+        model_ref=model_ref,
+        model_identity=plugin_identity(model_ref) if model_ref else None,
     )
 
 

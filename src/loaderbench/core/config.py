@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import os
 import re
@@ -21,10 +22,24 @@ from .cells import (
     loader_settings,
     parse_cell_id,
     part_cells,
+    part_models,
 )
 from .pluginsource import find_module
 from .provenance import filesystem_of
-from .registry import LOADERS, PLUGIN_NAME, REFERENCE, SHARD_LOADERS, installed_plugins, reference_name
+from .registry import (
+    DEFAULT_MODEL,
+    LOADERS,
+    MODEL_NAME,
+    NO_MODEL,
+    PLUGIN_NAME,
+    REFERENCE,
+    SHARD_LOADERS,
+    TORCHVISION_MODELS,
+    installed_models,
+    installed_plugins,
+    reference_name,
+    torchvision_input_size,
+)
 from .util import stable_hash
 
 
@@ -79,6 +94,7 @@ def validate_config(
 
     find_plugins = check_paths if find_plugins is None else find_plugins
     _resolve_loaders(cfg, find=find_plugins)
+    _resolve_models(cfg, find=find_plugins)
     if cfg["tiers"] is None:
         cfg["tiers"] = list(cfg["storage"])
     missing = [t for t in cfg["tiers"] if t not in cfg["storage"]]
@@ -121,6 +137,7 @@ def validate_config(
             f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)"
         )
     _resolve_parts(raw or {}, cfg, base_dir, find_plugins)
+    _check_input_sizes(cfg, raw or {})
     _resolve_shards(cfg)
     if check_paths:
         _check_paths(cfg, base_dir)
@@ -204,7 +221,7 @@ def _resolve_shards(cfg: dict) -> None:
 
 
 # Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).
-AXES = ("loaders", "tiers", "gpus", "batch_sizes", "precisions", "parallel", "repeats")
+AXES = ("loaders", "models", "tiers", "gpus", "batch_sizes", "precisions", "parallel", "repeats")
 STUDY_KEYS = ("parts", "budget_minutes", "trim")
 
 
@@ -273,6 +290,93 @@ def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'", find: bool = 
     cfg["loaders"], cfg["plugins"] = names, {**declared, **plugins}
 
 
+def _resolve_models(cfg: dict, key: str = "config key 'models'", find: bool = False) -> None:
+    """cfg["models"] as the names cells carry, and cfg["model_plugins"] (name -> `module:factory`) for the plugin
+    models: a `models` entry is a torchvision classification builder's name, `none` (the loader alone), a name under
+    `model_plugins`, a `module:factory` reference (named by `reference_name`) or an installed package's model
+    (entry-point group `loaderbench.models`). torchvision is imported only for a name none of these know (a builder
+    newer than TORCHVISION_MODELS). find: as in `_resolve_loaders`."""
+    declared = dict(cfg.get("model_plugins") or {})
+    for name, ref in declared.items():
+        if not MODEL_NAME.match(name) or name == NO_MODEL or name in TORCHVISION_MODELS:
+            raise ConfigError(
+                f"config key 'model_plugins.{name}': a model's name is lowercase letters, digits, '_' and '-', and "
+                "not `none` or a torchvision model's"
+            )
+        if not REFERENCE.match(ref):
+            raise ConfigError(f"config key 'model_plugins.{name}': {ref!r} is not a 'module:factory' reference")
+    names, plugins, installed = [], {}, None
+    for entry in cfg.get("models") or [DEFAULT_MODEL]:
+        if entry == NO_MODEL or entry in TORCHVISION_MODELS:
+            names.append(entry)
+            continue
+        if entry in declared:
+            name, ref, where = entry, declared[entry], f"config key 'model_plugins.{entry}'"
+        elif REFERENCE.match(entry):
+            name, ref, where = reference_name(entry), entry, f"{key}: plugin {entry!r}"
+        else:
+            installed = installed_models() if installed is None else installed
+            if entry in installed:
+                name, ref = entry, installed[entry]
+                where = f"{key}: model {entry!r} (an installed package's entry point, {ref!r})"
+            elif MODEL_NAME.match(entry) and entry in _newer_torchvision_models():
+                names.append(entry)
+                continue
+            else:
+                known = [NO_MODEL, *TORCHVISION_MODELS, *declared, *installed]
+                close = difflib.get_close_matches(entry, known, n=4, cutoff=0.5)
+                raise ConfigError(
+                    f"{key}: unknown model {entry!r}"
+                    + (f"; closest: {', '.join(close)}" if close else "")
+                    + "; name a classification model of torchvision.models (e.g. resnet50), `none`, a model under "
+                    "'model_plugins', or a plugin's factory as 'module:factory' (docs/plugins.md)"
+                )
+        if find and find_module(module := ref.partition(":")[0]) is None:
+            raise ConfigError(
+                f"{where}: module {module!r} cannot be found here (not installed, not on PYTHONPATH, "
+                "or a package above it fails to import); install its package, or put the folder that "
+                "holds it on PYTHONPATH before starting snakemake (docs/plugins.md)"
+            )
+        if name == NO_MODEL or name in TORCHVISION_MODELS or not MODEL_NAME.match(name):
+            raise ConfigError(
+                f"{key}: plugin {entry!r} would be named {name!r}, which is `none`, a torchvision model's or not "
+                "a name; name it under 'model_plugins'"
+            )
+        if plugins.setdefault(name, ref) != ref:
+            raise ConfigError(
+                f"{key}: {plugins[name]!r} and {ref!r} would both be named {name!r}; name them under 'model_plugins'"
+            )
+        names.append(name)
+    if len(set(names)) < len(names):
+        raise ConfigError(f"{key}: a model is named twice ({', '.join(names)})")
+    cfg["models"], cfg["model_plugins"] = names, {**declared, **plugins}
+
+
+def _newer_torchvision_models() -> list[str]:
+    """The classification builders of the installed torchvision (imported only here: a name TORCHVISION_MODELS lacks
+    may be one a newer torchvision added); none when torchvision is not installed."""
+    try:
+        import torchvision
+    except ImportError:
+        return []
+    return torchvision.models.list_models(module=torchvision.models)
+
+
+def _check_input_sizes(cfg: dict, raw: dict) -> None:
+    """A torchvision model that takes one image size only (a vision transformer's position embeddings) needs that
+    crop_size in every part that trains it; otherwise each of its cells would fail on its first step."""
+    for i, part in enumerate(cfg["parts"]):
+        crop = part["settings"]["crop_size"]
+        for model in part_models(part):
+            size = torchvision_input_size(model) if model not in cfg.get("model_plugins", {}) else None
+            if size is not None and crop != size:
+                where = f"config key 'parts[{i}]' ({part['name']}): " if raw.get("parts") else ""
+                raise ConfigError(
+                    f"{where}config key 'models': {model} takes {size} x {size} images only, but config key "
+                    f"'crop_size' is {crop}; set crop_size to {size} for it (a part of its own can), or drop {model}"
+                )
+
+
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
@@ -312,6 +416,7 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path, find_plugins: bool = Fa
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
         cfg["plugins"].update(pc["plugins"])
+        cfg["model_plugins"].update(pc["model_plugins"])
         part = _part(p["name"], pc, p.get("note", ""))
         part["cell_timeout_s"] = pc["cell_timeout_s"]
         for cid in part_cells(part):

@@ -56,15 +56,26 @@ def dtypes(spec: CellSpec, kind: str):
 
 
 def training_step(spec: CellSpec, classes: int, device, wrap=None):
-    """The cell's model (MobileNetV2, channels_last, wrapped by `wrap`, compiled if asked), loss, SGD and AMP
-    (autocast + GradScaler for float16). Returns (model, step); step(images, labels) runs one training step."""
-    import torch
-    import torchvision
+    """The cell's model (`spec.model`, built by `models.build_model`; channels_last, wrapped by `wrap`, compiled if
+    asked), loss, SGD and AMP (autocast + GradScaler for float16). Returns (model, step); step(images, labels) runs one
+    training step and returns its loss. For `none` (the loader alone) the model is None and the step does nothing but
+    return a zero on the device: no optimizer, no wrap, so a window times the loader's delivery alone.
 
+    A model that cannot be built, or whose first step fails (its output not (N, classes) logits, say), raises
+    ModelError naming the model: the cell's failed record carries it as its reason."""
+    import torch
+
+    from loaderbench.models import ModelError, build_model, model_label
+
+    num_classes = max(classes, 2)
+    model = build_model(spec, spec.model_ref, num_classes, spec.crop_size)
+    if model is None:
+        return None, _no_step(device)
+    who = model_label(spec.model, spec.model_ref)
     kind = device.type
     amp = spec.precision == "amp"
     amp_dtype, _ = dtypes(spec, kind)
-    model = torchvision.models.mobilenet_v2(num_classes=max(classes, 2)).to(device)
+    model = model.to(device)
     if spec.channels_last:
         model = model.to(memory_format=torch.channels_last)
     if wrap is not None:
@@ -85,17 +96,58 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
         model = torch.compile(model)
     scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
 
-    def step(images, labels):
+    def train(images, labels, check: bool = False):
         with torch.autocast(kind, dtype=amp_dtype, enabled=amp):
-            loss = criterion(model(images), labels)
+            out = model(images)
+            if check:
+                _check_output(out, labels.shape[0], num_classes, who)
+            loss = criterion(out, labels)
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
         return loss
 
+    checked = [False]
+
+    def step(images, labels):
+        if checked[0]:
+            return train(images, labels)
+        try:  # the first step: a model that breaks the contract fails naming itself
+            loss = train(images, labels, check=True)
+        except ModelError:
+            raise
+        except Exception as e:
+            raise ModelError(f"{who} failed its first step: {type(e).__name__}: {e}") from e
+        checked[0] = True
+        return loss
+
     step.optimizer = optimizer  # for the record (fused or not)
     return model, step
+
+
+def _check_output(out, n: int, num_classes: int, who: str) -> None:
+    """Raise ModelError unless `out` is the (n, num_classes) logits a classifier's loss takes."""
+    import torch
+
+    from loaderbench.models import ModelError
+
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (n, num_classes):
+        what = f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ModelError(f"{who} returned {what}; expected logits of shape ({n}, {num_classes})")
+
+
+def _no_step(device):
+    """The step of `none`: the batch is on the device already (the loader put it there); nothing runs on it."""
+    import torch
+
+    zero = torch.zeros((), device=device)
+
+    def step(images, labels):
+        return zero
+
+    step.optimizer = None
+    return step
 
 
 def cold_batch(ctx, classes: int):

@@ -1,6 +1,8 @@
 """What one cell of a study costs on a host, before it runs: overhead + warm-up + window, on the first basis that
 applies: an ok record of the same host and configuration (`record`); records of the same host and the closest
-measured configuration (`host records`); else the calibrated constants below (`rules`). Kept dp processes
+measured configuration (`host records`: of the cell's model when there are some, else another model's rate scaled by
+the models' relative compute, `models.relative_cost`); else the calibrated constants below (`rules`, MobileNetV2's,
+scaled the same way). Kept dp processes
 (`host.reuse_processes`) are followed in run order (`KeptProcesses`); every cell also costs Snakemake's job (JOB_S).
 `loaderbench.plan.predict` adds the fixed costs and the budget. Details: docs/internals.md, "plan.costmodel".
 """
@@ -16,8 +18,10 @@ from pathlib import Path
 from loaderbench.core.cells import TIERLESS, CellSpec, configuration
 from loaderbench.core.config import ConfigError
 from loaderbench.core.records import CorruptRecord, read_record
+from loaderbench.core.registry import DEFAULT_MODEL
 from loaderbench.engine.process.batchmeans import MIN_BATCHES
 from loaderbench.loaders import BACKLOG
+from loaderbench.models import relative_cost
 
 # The rules (no record of the host), by host kind ("gpu" when it has a GPU, else "cpu"); docs/internals.md,
 # "plan.costmodel: calibration", gives the records each constant was read from.
@@ -38,9 +42,10 @@ PROFILED_STEP_FACTOR, PROFILE_SUMMARY_S = 1.5, 2.0
 # optimizer_fused changes how fast a step runs, not how long a cell takes (its window is seconds, its overhead the
 # process's): the unfused records of a host predict its fused cells.
 NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset", "cold_step", "optimizer_fused")
-# The closest measured configuration: these spec fields relaxed last to first (the tier first, the loader last; of
-# other loaders, one fed the same way - loaders.BACKLOG - first).
-NEIGHBOUR_FIELDS = ("loader", "feed", "gpus", "batch_size", "precision", "parallel", "tier")
+# The closest measured configuration: these spec fields relaxed last to first (the tier first, the model last; of
+# other loaders, one fed the same way - loaders.BACKLOG - first). Another model's records predict a cell only when
+# none of its own model exist, their rate scaled by the models' compute (`_model_scale`).
+NEIGHBOUR_FIELDS = ("model", "loader", "feed", "gpus", "batch_size", "precision", "parallel", "tier")
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,8 @@ class _Measured:
 def _key(spec: dict, field_name: str):
     if field_name == "feed":
         return BACKLOG.get(spec.get("loader"))
+    if field_name == "model":
+        return spec.get("model", DEFAULT_MODEL)  # records before models were an axis trained MobileNetV2
     return spec.get(field_name, "dp" if field_name == "parallel" else None)  # records before ddp were dp
 
 
@@ -196,6 +203,7 @@ def _shapes(spec: dict) -> tuple:
     return tuple(
         spec.get(k)
         for k in (
+            "model",
             "batch_size",
             "gpus",
             "precision",
@@ -283,6 +291,43 @@ def _warmup(
     return steps, first + fast * compute + (steps - 1 - fast) * step_s
 
 
+def _model_scale(spec: CellSpec, measured: str) -> tuple[float | None, str]:
+    """(compute factor, what was done) to predict a cell of `spec.model` from records of model `measured`: the
+    models' relative compute (`models.relative_cost`); None where one is unknown (a plugin model) or `measured` ran
+    none (the loader alone says nothing of a model's compute): the records' rate is then taken as it is."""
+    if spec.model == measured:
+        return 1.0, ""
+    new, old = relative_cost(spec.model), relative_cost(measured)
+    if new is None or old is None or old == 0:
+        why = f"{spec.model if new is None else measured}'s compute unknown" if new is None or old is None else ""
+        return None, f"{measured}'s rate as it is ({why or measured + ' runs no model'})"
+    return new / old, f"{measured}'s rate for {new / old:.3g} x its compute ({spec.model})"
+
+
+def _or_one(factor: float | None) -> float:
+    return 1.0 if factor is None else factor
+
+
+def _model_rate(spec: CellSpec, m: _Measured, factor: float | None) -> float:
+    """The rate record `m` predicts for a cell whose step computes `factor` x what m's did. The ceiling
+    (`synthetic`) is its model's compute alone: m's rate / factor. A loader's cell runs the loader and the model side
+    by side: at most m's rate (the loader's) and at most the model's own pace, m's compute per step x factor; m
+    without its compute: m's rate / factor for a costlier model, else m's rate."""
+    rate = m.samples_per_s
+    if factor is None or factor == 1.0:
+        return rate
+    if spec.loader in TIERLESS:
+        return rate / factor
+    if m.compute_s and m.global_batch and factor > 0:
+        return min(rate, m.global_batch / (m.compute_s * factor))
+    return rate / factor if factor > 1.0 else rate
+
+
+def _values(measured: list[_Measured], *field_names: str, only: list[str]) -> list[str]:
+    """The values the records `measured` hold of those of `field_names` in `only`, each once."""
+    return [str(v) for f in field_names if f in only for v in dict.fromkeys(m.key(f) for m in measured)]
+
+
 def _cell_seconds(
     spec: CellSpec,
     host: Host,
@@ -352,10 +397,12 @@ def predict(
         want = {f: _key(d, f) for f in NEIGHBOUR_FIELDS}
         nearest = min(tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) for m in rated)
         near = [m for m in rated if tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) == nearest]
-        rate = _median(m.samples_per_s for m in near)
+        # another model's records (none of this one's): each scaled by the models' compute
+        scales = {model: _model_scale(spec, model) for model in sorted({m.key("model") for m in near})}
+        rate = _median(_model_rate(spec, m, scales[m.key("model")][0]) for m in near)
         io_bound = io is not None and io < rate  # the neighbour read a faster tier than this emulated one
         rate = io if io_bound else rate
-        same_loader = not nearest[0]
+        same_loader = not (nearest[0] or nearest[1])  # this model and this loader
         # the neighbour's own overhead, first step and window when it ran this loader, else the host's; a kept
         # process's cell: the overhead of cells measured that way
         pool = [m for m in (near if same_loader else mine) if not m.kept] or (fresh or mine)
@@ -371,7 +418,11 @@ def predict(
             else None
         )
         # the neighbours' compute per step, for this cell's global batch
-        compute = _median(m.compute_s * gb / m.global_batch for m in near if m.compute_s and m.global_batch)
+        compute = _median(
+            m.compute_s * gb / m.global_batch * _or_one(scales[m.key("model")][0])
+            for m in near
+            if m.compute_s and m.global_batch
+        )
         seconds, detail = _cell_seconds(
             spec,
             host,
@@ -387,15 +438,24 @@ def predict(
             f"{len(near)} record(s) of this configuration (other settings)"
             if not relaxed
             else f"{len(near)} record(s) of another {', '.join(relaxed)}"
-            + (f" ({near[0].key('loader')})" if nearest[0] else "")
+            + (f" ({', '.join(_values(near, 'model', 'loader', only=relaxed))})" if nearest[0] or nearest[1] else "")
         )
+        scaled = "; ".join(what for _, what in scales.values() if what)
+        like += f": {scaled}" if scaled else ""
         return seconds, "host records", f"{rate:.0f} samples/s from {like}; {detail}"
-    assumed = ASSUMED_SAMPLES_PER_S[host.kind]
+    factor, _ = _model_scale(spec, DEFAULT_MODEL)  # the rules are MobileNetV2's: a costlier model's step is slower
+    slower = factor is not None and factor > 1.0
+    assumed = ASSUMED_SAMPLES_PER_S[host.kind] / (factor if slower else 1.0)
     io_bound = io is not None and io < assumed
     rate = io if io_bound else assumed
     overhead = CELL_OVERHEAD_S[host.kind] if kept is None else KEPT_OVERHEAD_S[kept]
     seconds, detail = _cell_seconds(spec, host, overhead, _first_step_s(spec, host), gb / rate, None, io_bound)
-    why = f"{rate:.0f} samples/s the device model allows" if io_bound else f"{rate:.0f} samples/s assumed"
+    why = (
+        f"{rate:.0f} samples/s the device model allows"
+        if io_bound
+        else f"{rate:.0f} samples/s assumed"
+        + (f" ({DEFAULT_MODEL}'s for {factor:.3g} x its compute: {spec.model})" if slower else "")
+    )
     return seconds, "rules", f"{why}; {detail}"
 
 

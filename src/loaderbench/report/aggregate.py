@@ -19,21 +19,30 @@ from loaderbench.core.uncertainty import (
 )
 from loaderbench.core.util import atomic_write_text
 
-from .columns import KEYS, SEED_COLUMNS, table_csv, to_labels
+from .columns import (
+    DEFAULT_MODEL,
+    KEYS,
+    LOADER_ALONE,
+    SEED_COLUMNS,
+    run_of,
+    table_csv,
+    to_labels,
+    trains,
+    with_model,
+)
 
 # A loader with no 1-GPU mode of its own takes another loader's 1-GPU cell as its GPU Efficiency baseline.
 ONE_GPU_BASELINE = {"dali-mc": "dali-sc"}
 
 
-def run_of(record: dict) -> str:
-    """The run a record belongs to (`provenance.run_id`). A record made before runs were named counts as one run
-    per host name and boot (what it can say), so such records of several runs on one host cannot be told apart."""
-    prov = record.get("provenance") or {}
-    if prov.get("run_id"):
-        return prov["run_id"]
-    host = prov.get("host") or {}
-    boot = f", boot {host['boot_id']}" if host.get("boot_id") else ""
-    return f"unnamed ({host.get('hostname') or 'unknown host'}{boot})"
+def host_of(record: dict) -> str | None:
+    """The machine a record was measured on, in words: its name, its GPU models (else its CPU) and its usable CPUs."""
+    host = (record.get("provenance") or {}).get("host") or {}
+    if not host:
+        return None
+    chips = ", ".join(sorted(set(host.get("gpu_models") or []))) or host.get("cpu_model") or "unknown chips"
+    cpus = f", {host['cpus_usable']} CPUs" if host.get("cpus_usable") else ""
+    return f"{host.get('hostname') or 'unknown host'} ({chips}{cpus})"
 
 
 def repeats_table(records: list[dict]) -> pd.DataFrame:
@@ -48,6 +57,7 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
             {
                 "cell_id": r["cell_id"],
                 "loader": s["loader"],
+                "model": s.get("model", DEFAULT_MODEL),
                 "tier": s["tier"],
                 "gpus": s["gpus"],
                 "batch_size": s["batch_size"],
@@ -55,6 +65,7 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "parallel": s.get("parallel", "dp"),
                 "repeat": s["repeat"],
                 "run": run_of(r),
+                "host": host_of(r),
                 "status": r["status"],
                 "reason": r.get("reason"),
                 "time_s": m.get("time_s"),
@@ -133,6 +144,7 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
             "repeats": len(g),
             "repeats_ok": len(ok),
             "run": runs[0] if len(runs) == 1 else ("several: " + ", ".join(runs) if runs else None),
+            "host": "; ".join(sorted({h for h in g.get("host", []) if isinstance(h, str)})) or None,
             "status": status,
             "reason": reasons[0] if reasons else "",
             "data_wait_ms": float(ok["data_wait_ms"].median()) if len(ok) else np.nan,
@@ -192,7 +204,9 @@ def _max(rows: pd.DataFrame, col: str) -> float:
 
 
 def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05) -> pd.DataFrame:
-    """The seed's table: median over repeats, min-max, Speed and GPU Efficiency."""
+    """The seed's table: median over repeats, min-max, Speed and GPU Efficiency (each model's cells against the
+    baseline configuration of the same model; the loader alone, model `none`, against nothing)."""
+    repeats = with_model(repeats)
     if "run" not in repeats:
         repeats = repeats.assign(run="unnamed")  # rows that say nothing of their run: one run
     rows = [
@@ -220,11 +234,13 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
         & (t["batch_size"] == baseline["batch_size"])
         & (t["precision"] == baseline["precision"])
         & (t["parallel"] == baseline.get("parallel", "dp"))
-    ]
-    t["speed"] = speed(t["samples_per_s"], float(base["samples_per_s"].iloc[0]) if len(base) else np.nan)
+        & trains(t)
+    ].drop_duplicates("model")  # each model's baseline cell
+    base_rate = t["model"].map(base.set_index("model")["samples_per_s"]).astype(float)
+    t["speed"] = speed(t["samples_per_s"].astype(float), base_rate)
     t["gpu_efficiency"] = gpu_efficiency(t)
     t["au"] = accelerator_utilisation(t)
-    _within_one_run(t, base["run"].iloc[0] if len(base) else None)
+    _within_one_run(t, base.set_index("model")["run"].to_dict())
     aus = au_interval(t)
     implausible = pd.Series([au_implausible(au, q) for au, q in zip(t["au"], aus)], index=t.index, dtype=bool)
     t.loc[implausible, "warnings"] = [
@@ -238,7 +254,13 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
 # the loader's batches were not the work the ceiling's were. With the AU's interval known, above 1 beyond it counts;
 # without one, above this.
 AU_IMPLAUSIBLE = 1.05
-AU_BY = ["gpus", "batch_size", "precision", "parallel"]  # a ceiling's configuration
+AU_BY = [
+    "model",
+    "gpus",
+    "batch_size",
+    "precision",
+    "parallel",
+]  # a ceiling's configuration: the model's synthetic cell
 
 
 def au_interval(t: pd.DataFrame) -> pd.Series:
@@ -247,6 +269,7 @@ def au_interval(t: pd.DataFrame) -> pd.Series:
     interval is unknown."""
     if not {"samples_per_s", "halfwidth", "au"} <= set(t.columns):
         return pd.Series(None, index=t.index, dtype=object)
+    t = with_model(t)
     rate = pd.to_numeric(t["samples_per_s"], errors="coerce")
     synth = t[(t["loader"] == "synthetic") & rate.notna()]
     ceiling_hw = {key: g.loc[rate[g.index].idxmax()].get("halfwidth") for key, g in synth.groupby(AU_BY)}
@@ -279,28 +302,30 @@ def _one_run(run) -> bool:
     return isinstance(run, str) and not run.startswith("several: ")
 
 
-def _within_one_run(t: pd.DataFrame, baseline_run) -> None:
-    """Speed, GPU Efficiency and AU divide a cell by another (the baseline, the 1-GPU cell, the synthetic ceiling):
-    only within one run (one machine, one boot, one code), else they are left out and `not_divided` says why - two
-    runs on different machines differ by more than most of what these ratios are read for."""
-    one = t[t["gpus"] == 1].set_index(["loader", "tier", "batch_size", "precision", "parallel"])["run"]
-    by = ["gpus", "batch_size", "precision", "parallel"]
+def _within_one_run(t: pd.DataFrame, baseline_runs: dict) -> None:
+    """Speed, GPU Efficiency and AU divide a cell by another of its model (the baseline, the 1-GPU cell, the synthetic
+    ceiling; `baseline_runs`: each model's baseline cell's run): only within one run (one machine, one boot, one code),
+    else they are left out and `not_divided` says why - two runs on different machines differ by more than most of
+    what these ratios are read for. The loader alone (model `none`) is divided by nothing: it trains no model."""
+    one = t[t["gpus"] == 1].set_index(ONE_GPU_BY)["run"]
     ceiling = {}
-    for key, g in t[t["loader"] == "synthetic"].groupby(by):
+    for key, g in t[t["loader"] == "synthetic"].groupby(AU_BY):
         ceiling[key] = g.loc[g["samples_per_s"].idxmax(), "run"] if g["samples_per_s"].notna().any() else None
     notes = []
     for i, r in t.iterrows():
+        if r["model"] == LOADER_ALONE:
+            t.loc[i, ["speed", "gpu_efficiency", "au"]] = np.nan
+            notes.append("the loader alone (model none) trains nothing: no training rate to divide")
+            continue
         if not _one_run(r["run"]):
             t.loc[i, ["speed", "gpu_efficiency", "au"]] = np.nan
             notes.append("its repeats come from several runs")
             continue
-        gpu_base = one.get(
-            (ONE_GPU_BASELINE.get(r["loader"], r["loader"]), r["tier"], r["batch_size"], r["precision"], r["parallel"])
-        )
+        gpu_base = one.get(_one_gpu_key(r))
         others = {
-            "speed": ("Speed: the baseline cell", baseline_run),
+            "speed": ("Speed: the baseline cell", baseline_runs.get(r["model"])),
             "gpu_efficiency": ("GPU Efficiency: the 1-GPU cell", gpu_base),
-            "au": ("AU: the synthetic ceiling", ceiling.get(tuple(r[k] for k in by))),
+            "au": ("AU: the synthetic ceiling", ceiling.get(tuple(r[k] for k in AU_BY))),
         }
         why = []
         for col, (what, run) in others.items():
@@ -311,31 +336,43 @@ def _within_one_run(t: pd.DataFrame, baseline_run) -> None:
     t["not_divided"] = notes
 
 
-def speed(samples_per_s: pd.Series, baseline_samples_per_s: float) -> pd.Series:
-    """Speed = Samples/s / the baseline cell's Samples/s (NaN when the baseline has no result)."""
-    if not np.isfinite(baseline_samples_per_s) or baseline_samples_per_s <= 0:
-        return pd.Series(np.nan, index=samples_per_s.index)
-    return samples_per_s / baseline_samples_per_s
+def speed(samples_per_s: pd.Series, baseline_samples_per_s: pd.Series) -> pd.Series:
+    """Speed = Samples/s / the baseline cell's Samples/s, row by row (NaN where the baseline has no result)."""
+    base = pd.to_numeric(baseline_samples_per_s, errors="coerce")
+    return samples_per_s / base.where(np.isfinite(base) & (base > 0))
+
+
+ONE_GPU_BY = ["loader", "model", "tier", "batch_size", "precision", "parallel"]  # a GPU Efficiency group
+
+
+def _one_gpu_key(r: pd.Series) -> tuple:
+    """The GPU Efficiency group of row `r`, its loader replaced by the one whose 1-GPU cell it is divided by."""
+    return tuple(ONE_GPU_BASELINE.get(r["loader"], r["loader"]) if k == "loader" else r[k] for k in ONE_GPU_BY)
 
 
 def gpu_efficiency(t: pd.DataFrame) -> pd.Series:
     """Samples/s / (GPUs x the same group's 1-GPU Samples/s); dali-mc's group baseline is dali-sc. The group is
-    loader, tier, per-GPU batch, precision and parallel mode (dp cells against the 1-GPU dp cell, ddp against ddp)."""
-    one = t[t["gpus"] == 1].set_index(["loader", "tier", "batch_size", "precision", "parallel"])["samples_per_s"]
+    loader, model, tier, per-GPU batch, precision and parallel mode (dp cells against the 1-GPU dp cell, ddp against
+    ddp); the loader alone (model `none`) has none."""
+    t = with_model(t)
+    one = t[(t["gpus"] == 1) & trains(t)].set_index(ONE_GPU_BY)["samples_per_s"]
     out = []
     for _, r in t.iterrows():
-        loader = ONE_GPU_BASELINE.get(r["loader"], r["loader"])
-        base = one.get((loader, r["tier"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
+        base = one.get(_one_gpu_key(r), np.nan)
         out.append(r["samples_per_s"] / (r["gpus"] * base) if base and np.isfinite(base) and base > 0 else np.nan)
     return pd.Series(out, index=t.index, dtype=float)
 
 
 def accelerator_utilisation(t: pd.DataFrame) -> pd.Series:
-    """AU (MLPerf Storage's accelerator utilisation): Samples/s / the `synthetic` loader's Samples/s at the same GPUs,
-    batch, precision and parallel mode - the share of the compute ceiling a loader delivers. NaN without a synthetic cell."""
-    by = ["gpus", "batch_size", "precision", "parallel"]
-    ceiling = t[t["loader"] == "synthetic"].groupby(by)["samples_per_s"].max().to_dict()
-    out = [r["samples_per_s"] / ceiling.get(tuple(r[k] for k in by), np.nan) for _, r in t.iterrows()]
+    """AU (MLPerf Storage's accelerator utilisation): Samples/s / the `synthetic` loader's Samples/s of the same model
+    at the same GPUs, batch, precision and parallel mode - the share of the model's compute ceiling a loader delivers.
+    NaN without a synthetic cell, and for the loader alone (model `none`: no ceiling, no training)."""
+    t = with_model(t)
+    ceiling = t[(t["loader"] == "synthetic") & trains(t)].groupby(AU_BY)["samples_per_s"].max().to_dict()
+    out = [
+        r["samples_per_s"] / ceiling.get(tuple(r[k] for k in AU_BY), np.nan) if r["model"] != LOADER_ALONE else np.nan
+        for _, r in t.iterrows()
+    ]
     return pd.Series(out, index=t.index, dtype=float)
 
 
@@ -363,14 +400,46 @@ def aggregate(
     repeats = repeats_table(records)
     table = cells_table(repeats, baseline, spread_warn)
     add_tier_rates(table, tier_rates(results))
+    ids = repeats.groupby(KEYS, sort=False, dropna=False)["cell_id"].first().map(configuration)
+    configurations = pd.Series([ids.get(tuple(r[k] for k in KEYS)) for _, r in table.iterrows()], index=table.index)
+    add_predictions(table, configurations, predictions(records))
     if ledger:  # rerun once for their spread: the spread those repeats had before
         before = {key: entry["spread"] for key, entry in ledger.items()}
-        ids = repeats.groupby(KEYS, sort=False, dropna=False)["cell_id"].first().map(configuration)
-        table["spread_before_rerun"] = [before.get(ids.get(tuple(r[k] for k in KEYS))) for _, r in table.iterrows()]
+        table["spread_before_rerun"] = configurations.map(lambda c: before.get(c))
     out_dir = Path(out_dir)
     atomic_write_text(out_dir / "repeats.csv", table_csv(repeats, "repeats"))
     atomic_write_text(out_dir / "cells.csv", table_csv(table, "cells", float_format="%.4g"))
     return table
+
+
+# the sharing model's columns (report/sharing.py) -> the cells table's
+PREDICTED = {
+    "predicted": "predicted",
+    "error": "prediction_error",
+    "role": "prediction_role",
+    "limited_by": "limited_by",
+}
+
+
+def predictions(records: list[dict]) -> pd.DataFrame:
+    """The sharing model's prediction of each configuration of `records` that has its parts (`sharing.predict`)."""
+    from .sharing import predict  # sharing reads records as this module tabulates them: imported where used
+
+    return predict(records)
+
+
+def add_predictions(table: pd.DataFrame, configurations: pd.Series, predicted: pd.DataFrame | None) -> None:
+    """Each row's predicted Samples/s, its error (measured / predicted - 1), its role in the model (fit or check) and
+    the limit the model names, in place, from `predicted` (`predictions`) by the row's configuration (cell id
+    without its repeat, `configurations`); blank where the row has no prediction."""
+    known = (
+        predicted.drop_duplicates("configuration").set_index("configuration")
+        if predicted is not None and len(predicted)
+        else pd.DataFrame(columns=list(PREDICTED))
+    )
+    for src, col in PREDICTED.items():
+        values = configurations.map(known[src]) if src in known else pd.Series(np.nan, index=table.index)
+        table[col] = values.astype(float) if col in ("predicted", "prediction_error") else values.astype(object)
 
 
 def add_tier_rates(table: pd.DataFrame, rates: dict[str, dict]) -> None:
@@ -388,20 +457,36 @@ def add_tier_rates(table: pd.DataFrame, rates: dict[str, dict]) -> None:
 
 
 def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """The seed's columns (plus precision and status) with readable number formats, labelled for display."""
+    """The seed's columns (plus precision and status; the model right after the loader where the table holds more than
+    one; the predicted Samples/s and its error where any row has one) with readable number formats, labelled for
+    display."""
+    table = with_model(table)
     rerun = ["spread_before_rerun"] if "spread_before_rerun" in table else []
     divided = "not_divided" in table and any(isinstance(x, str) and x for x in table["not_divided"])
+    predicted = ["predicted", "prediction_error"] if "predicted" in table and table["predicted"].notna().any() else []
     extra = rerun + (["not_divided"] if divided else [])
-    t = table[SEED_COLUMNS[:4] + ["precision"] + SEED_COLUMNS[4:] + ["status", "repeats_ok", "spread", *extra]].copy()
+    model = ["model"] if table["model"].nunique() > 1 else []
+    t = table[
+        SEED_COLUMNS[:1]
+        + model
+        + SEED_COLUMNS[1:4]
+        + ["precision"]
+        + SEED_COLUMNS[4:]
+        + predicted
+        + ["status", "repeats_ok", "spread", *extra]
+    ].copy()
     fmt = {
         "time_s": "{:.1f}",
         "steps": "{:.0f}",
         "samples_per_s": "{:.1f}",
         "speed": "{:.2f}",
         "gpu_efficiency": "{:.2f}",
+        **({"predicted": "{:.1f}", "prediction_error": "{:+.1%}"} if predicted else {}),
     }
     for col, f in fmt.items():
-        t[col] = [f.format(v) if pd.notna(v) else "-" for v in t[col]]
+        t[col] = [f.format(float(v)) if pd.notna(v) else "-" for v in t[col]]
     for col in ["spread", *rerun]:
         t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
+    if divided:
+        t["not_divided"] = [x if isinstance(x, str) else "" for x in t["not_divided"]]
     return to_labels(t)

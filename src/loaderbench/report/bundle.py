@@ -16,8 +16,8 @@ from loaderbench.core.records import warning_lines, warnings_of
 from loaderbench.core.util import writing
 
 from .aggregate import seed_table_frame
-from .columns import read_table, to_labels
-from .figure_list import EXTRA_FILES, FIGURE_FILES, FIGURES, load_captions
+from .columns import read_table, to_labels, with_model
+from .figure_list import EXTRA_FILES, FIGURE_FILES, FIGURES, FORMATS, REGISTRY, WHERE_MEASURED, load_captions
 from .verdict import render_html
 
 
@@ -69,12 +69,16 @@ def make_bundle(
     timeline_files: list[Path] = (),
     crosscheck_files: list[Path] = (),
 ) -> Path:
-    """index.html in `out_dir` with the tables, figures (the registry's, in its order), cell records, timelines
-    and provenance copied beside it; the folder zipped to `zip_path`."""
+    """index.html in `out_dir` with the tables, figures (the registry's, in its order, then those of `WHERE_MEASURED`
+    found beside them), cell records, timelines and provenance copied beside it; the folder zipped to `zip_path`."""
     out_dir, zip_path = Path(out_dir), Path(zip_path)
     tables = _by_name(table_files, TABLES, "tables")
     figures = _by_name(figure_files, (*FIGURE_FILES, *EXTRA_FILES), "figures")
-    _copy_tables_and_figures(out_dir, tables, figures, timeline_files)
+    drawn = drawn_where_measured(figures[FIGURE_FILES[0]].parent)
+    figures.update(
+        {f"{name}.{ext}": figures[FIGURE_FILES[0]].parent / f"{name}.{ext}" for name in drawn for ext in FORMATS}
+    )
+    _copy_tables_and_figures(out_dir, tables, figures, timeline_files, drawn)
     records = []
     for f in cell_files:
         _copy(f, out_dir / "cells" / Path(f).name)
@@ -93,7 +97,7 @@ def make_bundle(
     }
     _write_text(out_dir / "provenance.json", json.dumps(provenance, indent=2))
     table = read_table(tables["cells.csv"])
-    captions = load_captions(captions_dir)
+    captions = load_captions(captions_dir, (*REGISTRY, *WHERE_MEASURED))
     diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
     recs = json.loads(tables["recommendations.json"].read_text())
     verdict = render_html(json.loads(tables["verdict.json"].read_text()))
@@ -115,22 +119,33 @@ def make_bundle(
             {Path(f).name for f in timeline_files},
             _crosscheck_html(crosscheck),
             verdict,
+            drawn,
         ),
     )
     _zip(out_dir, zip_path)
     return out_dir / "index.html"
 
 
+def drawn_where_measured(folder: Path) -> tuple[str, ...]:
+    """The figures of `WHERE_MEASURED` drawn in `folder` (in every format), in their order."""
+    return tuple(f.name for f in WHERE_MEASURED if all((Path(folder) / f"{f.name}.{ext}").is_file() for ext in FORMATS))
+
+
 def _copy_tables_and_figures(
-    out_dir: Path, tables: dict[str, Path], figures: dict[str, Path], timeline_files: list[Path]
+    out_dir: Path,
+    tables: dict[str, Path],
+    figures: dict[str, Path],
+    timeline_files: list[Path],
+    drawn: tuple[str, ...] = (),
 ) -> None:
-    """`out_dir` made afresh with its figures/, tables/ and cells/ folders, the figures, tables and timelines in it."""
+    """`out_dir` made afresh with its figures/, tables/ and cells/ folders, the figures (the registry's and those
+    `drawn` of `WHERE_MEASURED`), tables and timelines in it."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     for sub in ("figures", "tables", "cells"):
         with writing(out_dir / sub):
             (out_dir / sub).mkdir(parents=True)
-    for name in FIGURE_FILES:
+    for name in (*FIGURE_FILES, *(f"{n}.{ext}" for n in drawn for ext in FORMATS)):
         _copy(figures[name], out_dir / "figures" / name)
     for name in EXTRA_FILES:  # the seed's table as HTML sits with the tables
         _copy(figures[name], out_dir / "tables" / name)
@@ -244,6 +259,7 @@ def _index_html(
     timelines: set[str],
     crosscheck: str = "",
     verdict: str = "",
+    drawn: tuple[str, ...] = (),
 ) -> str:
     """The bundle's index.html: summary, verdict, tables, diagnosis, recommendations, figures, tiers, provenance."""
     e = html.escape
@@ -283,7 +299,7 @@ def _index_html(
         ),
         crosscheck,
         "<h2>Figures</h2>",
-        *_figure_parts(captions),
+        *_figure_parts(captions, drawn),
         "<h2>Dataset and storage tiers</h2>",
         *_tier_parts(check, tiers, provenance),
         "<h2>Provenance</h2><table><tr><th>field</th><th>values (cells)</th></tr>",
@@ -297,6 +313,7 @@ def _index_html(
 
 _DIAGNOSIS_COLUMNS = (
     "loader",
+    "model",
     "tier",
     "gpus",
     "batch_size",
@@ -311,18 +328,22 @@ _DIAGNOSIS_COLUMNS = (
 
 
 def _diagnosis_html(diagnosis: pd.DataFrame) -> str:
-    """The diagnosis table (those of its columns the page shows, labelled) as HTML."""
-    shown = diagnosis[[c for c in _DIAGNOSIS_COLUMNS if c in diagnosis]]
+    """The diagnosis table (those of its columns the page shows, labelled; the model where it holds more than one)
+    as HTML."""
+    diagnosis = with_model(diagnosis)
+    cols = [c for c in _DIAGNOSIS_COLUMNS if c != "model" or diagnosis["model"].nunique() > 1]
+    shown = diagnosis[[c for c in cols if c in diagnosis]]
     return to_labels(shown).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-")
 
 
-def _figure_parts(captions: dict) -> list[str]:
-    """One figure per registered figure, in the registry's order, its PNG linking to its SVG."""
+def _figure_parts(captions: dict, drawn: tuple[str, ...] = ()) -> list[str]:
+    """One figure per registered figure, in the registry's order, then those `drawn` of `WHERE_MEASURED`, each PNG
+    linking to its SVG."""
     e = html.escape
     return [
         f"<figure><a href='figures/{name}.svg'><img src='figures/{name}.png' alt='{name}'></a>"
         f"<figcaption>{e(captions[name])} (<a href='figures/{name}.svg'>SVG</a>)</figcaption></figure>"
-        for name in FIGURES
+        for name in (*FIGURES, *drawn)
     ]
 
 

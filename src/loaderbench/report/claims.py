@@ -29,6 +29,7 @@ from loaderbench.core.records import read_record
 from loaderbench.core.uncertainty import Ratio, quotient, ratio
 
 from .aggregate import add_tier_rates, cells_table, repeats_table
+from .columns import DEFAULT_MODEL
 
 MARKER = re.compile(r"<!--c:([A-Za-z0-9_.\-]+)-->")
 NUM = r"\d[\d,]*(?:\.\d+)?"
@@ -108,14 +109,16 @@ def pct(x):
     return x * 100 if isinstance(x, (Value, Span)) else 100 * float(x)
 
 
-KEYS = ("loader", "tier", "gpus", "batch_size", "precision", "parallel")
+KEYS = ("loader", "tier", "gpus", "batch_size", "precision", "parallel", "model")
+SPEC_DEFAULTS = {"parallel": "dp", "model": DEFAULT_MODEL}  # what a record made before these keys measured
 
 
 def parse_cell(sel: str) -> tuple:
-    """The keys of a cell named like "dali-mc/ram/g2/b256/amp/ddp"; after loader/tier the parts come in any order,
-    and g1, fp32 and dp are the defaults ("opencv/local/b128" is opencv/local/g1/b128/fp32/dp)."""
+    """The keys of a cell named like "dali-mc/ram/g2/b256/amp/ddp" (KEYS' order); after loader/tier the parts come
+    in any order, and g1, fp32, dp and MobileNetV2 are the defaults ("opencv/local/b128" is
+    opencv/local/g1/b128/fp32/dp); a part `model=NAME` names another model ("torchvision/ram/b256/model=resnet50")."""
     loader, tier, *rest = sel.split("/")
-    gpus, batch, precision, parallel = 1, None, "fp32", "dp"
+    gpus, batch, precision, parallel, model = 1, None, "fp32", "dp", DEFAULT_MODEL
     for part in rest:
         if re.fullmatch(r"g\d+", part):
             gpus = int(part[1:])
@@ -125,15 +128,20 @@ def parse_cell(sel: str) -> tuple:
             precision = part
         elif part in ("dp", "ddp"):
             parallel = part
+        elif re.fullmatch(r"model=[a-z0-9_-]+", part):
+            model = part.removeprefix("model=")
         else:
             raise ValueError(f"cell {sel!r}: cannot read {part!r}")
     if batch is None:
         raise ValueError(f"cell {sel!r}: no batch size (bN)")
-    return loader, tier, gpus, batch, precision, parallel
+    return loader, tier, gpus, batch, precision, parallel, model
 
 
 def cell_name(row) -> str:
-    return f"{row['loader']}/{row['tier']}/g{row['gpus']}/b{row['batch_size']}/{row['precision']}/{row['parallel']}"
+    """The row's cell as `parse_cell` reads it (its model named where it is not MobileNetV2)."""
+    model = row.get("model", DEFAULT_MODEL)
+    name = f"{row['loader']}/{row['tier']}/g{row['gpus']}/b{row['batch_size']}/{row['precision']}/{row['parallel']}"
+    return name if model == DEFAULT_MODEL else f"{name}/model={model}"
 
 
 class Run:
@@ -205,11 +213,12 @@ class Run:
         return self.rate(a) / self.rate(b)
 
     def ceiling(self, sel: str) -> str:
-        """The synthetic cell of the same GPUs, batch, precision and parallel mode (the fastest, where several)."""
-        _, _, g, b, p, par = parse_cell(sel)
+        """The synthetic cell of the same model, GPUs, batch, precision and parallel mode (the fastest, where several)."""
+        _, _, g, b, p, par, model = parse_cell(sel)
         t = self.table
         syn = t[
             (t["loader"] == "synthetic")
+            & (t["model"] == model)
             & (t["gpus"] == g)
             & (t["batch_size"] == b)
             & (t["precision"] == p)
@@ -241,7 +250,11 @@ class Run:
     def raw(self, sel: str) -> list[dict]:
         """The records of the cell (every repeat), for what the tables do not carry."""
         key = parse_cell(sel)
-        out = [r for r in self.records if tuple(r["spec"].get(k, "dp") for k in KEYS) == key and r["status"] == "ok"]
+        out = [
+            r
+            for r in self.records
+            if tuple(r["spec"].get(k, SPEC_DEFAULTS.get(k)) for k in KEYS) == key and r["status"] == "ok"
+        ]
         if not out:
             raise KeyError(f"{self.folder}: no ok record of {sel!r}")
         return out

@@ -21,11 +21,14 @@ SEED = {
     "gpu_efficiency": "GPU Efficiency",
 }
 SEED_COLUMNS = list(SEED)
-KEYS = ["loader", "tier", "gpus", "batch_size", "precision", "parallel"]  # one configuration (repeats aside)
+KEYS = ["loader", "model", "tier", "gpus", "batch_size", "precision", "parallel"]  # one configuration (repeats aside)
+DEFAULT_MODEL = "mobilenet_v2"  # the model of a record, or a table, that names none (made before models were an axis)
+LOADER_ALONE = "none"  # the model of a cell that runs the loader alone: a measurement of the loader, not of training
 
 # cells.csv and diagnosis.csv: every column has a label
 CELLS = {
     **SEED,
+    "model": "Model",
     "precision": "Precision",
     "parallel": "Parallel",
     "samples_per_s_min": "Samples/s min",
@@ -58,12 +61,18 @@ CELLS = {
     "tier_sequential_mb_s": "Tier sequential MB/s",  # the tier probe: one reader streaming
     "tier_files_s": "Tier files/s",  # the tier probe: random whole-file reads, the most any reader count got
     "warnings": "Warnings",
+    # the rate the sharing model predicts for the cell (report/sharing.py)
+    "predicted": "Predicted samples/s",
+    "prediction_error": "Prediction error",  # measured / predicted - 1
+    "prediction_role": "Prediction role",  # fit: the cell set the model's parameter; check: it tests the model
+    "limited_by": "Predicted limit",
     "halfwidth": "Rel. interval (95%)",
     "halfwidth_basis": "Interval from",
     "contended": "Contended",
     "converged": "Converged",
     "au": "AU",
     "run": "Run",
+    "host": "Host",
     "not_divided": "Not divided because",
     # the diagnosis (stall attribution after DS-Analyzer)
     "step_ms": "Step (ms)",
@@ -76,8 +85,19 @@ CELLS = {
     "evidence": "Evidence",
 }
 # repeats.csv: the configuration and the seed's measures are labelled, the per-repeat details keep their names
-REPEATS = {k: CELLS[k] for k in (*SEED_COLUMNS, "precision", "parallel")}
+REPEATS = {k: CELLS[k] for k in (*SEED_COLUMNS, "model", "precision", "parallel")}
 TABLES = {"cells": CELLS, "diagnosis": CELLS, "repeats": REPEATS}
+
+
+def run_of(record: dict) -> str:
+    """The run a record belongs to (`provenance.run_id`). A record made before runs were named counts as one run
+    per host name and boot (what it can say), so such records of several runs on one host cannot be told apart."""
+    prov = record.get("provenance") or {}
+    if prov.get("run_id"):
+        return prov["run_id"]
+    host = prov.get("host") or {}
+    boot = f", boot {host['boot_id']}" if host.get("boot_id") else ""
+    return f"unnamed ({host.get('hostname') or 'unknown host'}{boot})"
 
 
 def label(name: str) -> str:
@@ -94,8 +114,24 @@ def from_labels(df: pd.DataFrame, table: str = "cells") -> pd.DataFrame:
 
 
 def read_table(path: Path | str, table: str = "cells") -> pd.DataFrame:
-    """A table written by aggregate or diagnose, with the program's names."""
-    return from_labels(pd.read_csv(path), table)
+    """A table written by aggregate or diagnose, with the program's names (and its model: MobileNetV2 in a table
+    written before models were an axis)."""
+    return with_model(from_labels(pd.read_csv(path), table))
+
+
+def with_model(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with its `model` column: as it is where it has one, else every row DEFAULT_MODEL, right after the loader
+    (a copy)."""
+    if "model" in df:
+        return df
+    out = df.copy()
+    out.insert(list(out.columns).index("loader") + 1 if "loader" in out else len(out.columns), "model", DEFAULT_MODEL)
+    return out
+
+
+def trains(df: pd.DataFrame) -> pd.Series:
+    """Which rows are training jobs: every model but LOADER_ALONE (the loader alone trains nothing)."""
+    return with_model(df)["model"] != LOADER_ALONE
 
 
 def table_csv(df: pd.DataFrame, table: str = "cells", **to_csv) -> str:

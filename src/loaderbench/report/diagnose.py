@@ -9,6 +9,9 @@ loader takes its images at under half the tier's sequential rate: the device pos
 transfer-bound, CPU-prep-bound, GPU-prep-bound, each with its evidence; a CPU cell whose batches were ready yet whose
 step is slower than compute is CPU-prep-bound only for a loader with workers or threads beside the training, else
 unexplained. Details: docs/internals.md, "report.diagnose".
+
+Every comparison stays within one model (a cell's compute is its own model's synthetic cell); the loader alone (model
+`none`) trains nothing, so it has no bottleneck here and carries no recommendation.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from loaderbench.data.cache import COLD_SHARE
 
 from . import columns
 from .aggregate import au_implausible, au_implausible_text, au_interval
+from .columns import DEFAULT_MODEL, trains, with_model
 
-CONFIG_KEYS = ["gpus", "batch_size", "precision", "parallel"]
+BASE_KEYS = ["gpus", "batch_size", "precision", "parallel"]  # the baseline's configuration, of any model
+CONFIG_KEYS = ["model", *BASE_KEYS]  # one configuration: its synthetic cell is its compute
 GPU_BOUND_AU = 0.9  # within 10% of the synthetic ceiling
 STALL_SHARE = 0.1  # a stall under 10% of the step is not the bottleneck
 WAIT_SHARE = 0.1  # data wait under 10% of the step: batches were ready
@@ -45,7 +50,7 @@ def step_ms(t: pd.DataFrame) -> pd.Series:
 
 def attribute(t: pd.DataFrame) -> pd.DataFrame:
     """Stall attribution columns for every row of the cells table (median over repeats)."""
-    t = t.copy()
+    t = with_model(t).copy()
     t["step_ms"] = step_ms(t)
     kind = t["tier_kind"] if "tier_kind" in t else pd.Series("path", index=t.index)
     synth = t[t["loader"] == "synthetic"].groupby(CONFIG_KEYS)["step_ms"].min().to_dict()
@@ -117,7 +122,10 @@ def label(r: pd.Series) -> tuple[str, str]:
     q = r.get("au_interval")
     q = q if isinstance(q, Ratio) else None
     if au_implausible(au, q):
-        ceiling = f"synthetic/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}"
+        model = r.get("model", DEFAULT_MODEL)
+        ceiling = f"synthetic/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}" + (
+            "" if model == DEFAULT_MODEL else f"/model={model}"
+        )
         return "implausible", (
             f"{au_implausible_text(au, q)} ({ceiling}: is it the same work?); no bottleneck is named from it; {facts}"
         )
@@ -244,14 +252,18 @@ def _at_device(r: pd.Series) -> str | None:
 
 
 def diagnose(t: pd.DataFrame) -> pd.DataFrame:
-    a = attribute(t)
+    """The diagnosis table: every training cell of the cells table `t` (not the loader alone) with its stall
+    attribution, bottleneck and evidence."""
+    t = with_model(t)
+    a = attribute(t[trains(t)])
     labels = [label(r) for _, r in a.iterrows()]
     a["bottleneck"] = [x[0] for x in labels]
     a["evidence"] = [x[1] for x in labels]
     cols = [
         "loader",
+        "model",
         "tier",
-        *CONFIG_KEYS,
+        *BASE_KEYS,
         "tier_kind",
         "samples_per_s",
         "au",
@@ -280,9 +292,12 @@ def diagnose(t: pd.DataFrame) -> pd.DataFrame:
     return a[[c for c in cols if c in a]]
 
 
-def cell_name(r: pd.Series) -> str:
-    """The row's configuration as reports name it: loader/tier/gGPUs/bBATCH/precision/parallel."""
-    return f"{r['loader']}/{r['tier']}/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}"
+def cell_name(r) -> str:
+    """The row's configuration as reports name it: loader/tier/gGPUs/bBATCH/precision/parallel, then model=NAME where
+    the model is not MobileNetV2 (as `claims.parse_cell` reads it)."""
+    name = f"{r['loader']}/{r['tier']}/g{r['gpus']}/b{r['batch_size']}/{r['precision']}/{r['parallel']}"
+    model = r.get("model", DEFAULT_MODEL)
+    return name if model == DEFAULT_MODEL else f"{name}/model={model}"
 
 
 def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
@@ -352,8 +367,24 @@ def _x(q: Ratio) -> str:
 
 def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
     """The seed's section 4, computed: what would pay off and by how much, each with its 95% interval and the cells
-    behind it; a difference inside the interval is "no measurable difference"."""
-    ok = d[np.isfinite(d["samples_per_s"].astype(float))]
+    behind it; a difference inside the interval is "no measurable difference". Each model's cells are compared among
+    themselves only (its text names the model where the table holds several); the loader alone carries none."""
+    d = with_model(d)
+    ok = d[np.isfinite(d["samples_per_s"].astype(float)) & trains(d)]
+    several = ok["model"].nunique() > 1
+    out: list[dict] = []
+    for model, m in ok.groupby("model", sort=False):
+        recs = _model_recommendations(m, baseline)
+        for rec in recs:
+            rec["model"] = model
+            if several:
+                rec["text"] = f"{model}: {rec['text']}"
+        out += recs
+    return out
+
+
+def _model_recommendations(ok: pd.DataFrame, baseline: dict) -> list[dict]:
+    """The recommendations among the measured cells `ok` of one model."""
     out: list[dict] = []
     base_loader = baseline.get("loader")
     base_cfg = (
@@ -362,7 +393,7 @@ def recommendations(d: pd.DataFrame, baseline: dict) -> list[dict]:
         baseline.get("precision"),
         baseline.get("parallel", "dp"),
     )
-    at_base = ok[[tuple(r[k] for k in CONFIG_KEYS) == base_cfg for _, r in ok.iterrows()]]
+    at_base = ok[[tuple(r[k] for k in BASE_KEYS) == base_cfg for _, r in ok.iterrows()]]
     real = at_base[at_base["loader"] != "synthetic"]
 
     _loader_recs(out, real, base_loader)

@@ -49,7 +49,14 @@ FIGURES = tuple(f.name for f in REGISTRY)  # the names, in the order they are dr
 FIGURE_FILES = tuple(f"{name}.{ext}" for name in FIGURES for ext in FORMATS)  # each figure as PNG and SVG
 EXTRA_FILES = tuple(x for f in REGISTRY for x in f.extra)
 
+# Figures that only some grids can draw: each is drawn where its inputs hold what it shows, else no file is written
+# (no empty figure). Not outputs the figures rule promises: the bundle shows those it finds beside the others.
+WHERE_MEASURED = (
+    Figure("loader_alone", "Models", ("table",)),  # each loader's rate alone against each model's compute ceiling
+    Figure("predicted", "Models", ("table",)),  # each cell's measured rate against the sharing model's prediction
+)
 
-def load_captions(captions_dir: Path | str) -> dict[str, str]:
+
+def load_captions(captions_dir: Path | str, figures: tuple[Figure, ...] = REGISTRY) -> dict[str, str]:
     """Each figure's caption as one line of text (from its .rst file)."""
-    return {f.name: " ".join(f.caption(captions_dir).read_text().split()) for f in REGISTRY}
+    return {f.name: " ".join(f.caption(captions_dir).read_text().split()) for f in figures}

@@ -19,8 +19,8 @@ import seaborn as sns
 from loaderbench.core.util import atomic_write_text, writing
 
 from .aggregate import seed_table_frame
-from .columns import label, read_table
-from .figure_list import FORMATS, REGISTRY
+from .columns import DEFAULT_MODEL, LOADER_ALONE, label, read_table, trains, with_model
+from .figure_list import FORMATS, REGISTRY, WHERE_MEASURED
 
 MAX_TIMELINES = 6
 
@@ -55,10 +55,13 @@ def _save(fig, out_dir: Path, name: str) -> None:
 
 def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
     """Samples/s per loader (x) and tier (hue), one panel per batch size and precision; bars = median, whiskers = min-max."""
-    ok = repeats[repeats["status"] == "ok"].copy()
+    repeats = with_model(repeats)
+    ok = repeats[(repeats["status"] == "ok") & trains(repeats)].copy()
     if ok.empty:
-        raise ValueError("no cell finished ok: nothing to plot (see results/tables/cells.csv for the reasons)")
-    ok["Batch / GPUs"] = "batch " + ok["batch_size"].astype(str) + ", " + ok["gpus"].astype(str) + " GPU"
+        raise ValueError("no training cell finished ok: nothing to plot (see results/tables/cells.csv for the reasons)")
+    ok["Batch / GPUs"] = (
+        _model_part(ok) + "batch " + ok["batch_size"].astype(str) + ", " + ok["gpus"].astype(str) + " GPU"
+    )
     loaders = ok["loader"].nunique()
     g = sns.catplot(
         data=ok,
@@ -78,14 +81,15 @@ def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
     )
     g.set_titles(row_template="{row_name}", col_template="{col_name}")
     g.tick_params(axis="x", labelrotation=30)
-    g.figure.suptitle("Training throughput (MobileNetV2): median of repeats, whiskers min-max", y=1.02)
+    g.figure.suptitle(f"Training throughput ({_models_text(ok)}): median of repeats, whiskers min-max", y=1.02)
     _save(g.figure, out_dir, "throughput")
 
 
 def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> None:
     """Speed relative to the baseline cell, loader x tier rows against GPUs x batch x precision columns."""
-    t = table.copy()
-    t["row"] = t["loader"] + " / " + t["tier"]
+    t = with_model(table)
+    t = t[trains(t)].copy()  # the loader alone has no Speed
+    t["row"] = _model_part(t, " / ") + t["loader"] + " / " + t["tier"]
     t["col"] = t["gpus"].astype(str) + " GPU, b" + t["batch_size"].astype(str) + ", " + t["precision"]
     pivot = t.pivot_table(index="row", columns="col", values="speed", aggfunc="first")
     fig, ax = plt.subplots(figsize=(1.3 + 1.1 * pivot.shape[1], 0.9 + 0.45 * pivot.shape[0]))
@@ -114,9 +118,29 @@ def seed_table(table: pd.DataFrame, out_dir: Path) -> None:
     _save(fig, out_dir, "seed_table")
 
 
+def _model_part(t: pd.DataFrame, sep: str = ", ") -> pd.Series:
+    """Each row's model followed by `sep` where the rows hold more than one model, else nothing: a panel or a row of a
+    figure names its model only where there is a choice."""
+    t = with_model(t)
+    return t["model"].astype(str) + sep if t["model"].nunique() > 1 else pd.Series("", index=t.index)
+
+
+def _models_text(t: pd.DataFrame) -> str:
+    """The models of the rows, in words (MobileNetV2 where it is the only one)."""
+    models = list(dict.fromkeys(with_model(t)["model"]))
+    return "MobileNetV2" if models == [DEFAULT_MODEL] else ", ".join(map(str, models))
+
+
 def _label(t: pd.DataFrame) -> pd.Series:
     return (
-        t["gpus"].astype(str) + " GPU x b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
+        _model_part(t)
+        + t["gpus"].astype(str)
+        + " GPU x b"
+        + t["batch_size"].astype(str)
+        + ", "
+        + t["precision"]
+        + ", "
+        + t["parallel"]
     )
 
 
@@ -169,7 +193,8 @@ def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> None:
 
 def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
     """AU (Samples/s over the synthetic ceiling) per loader and tier, one panel per configuration."""
-    t = table[table["loader"] != "synthetic"].copy()
+    table = with_model(table)
+    t = table[(table["loader"] != "synthetic") & trains(table)].copy()
     t["config"] = _label(t)
     if t["au"].notna().any():
         g = sns.catplot(
@@ -246,7 +271,7 @@ def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
 def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
     """Samples/s against the per-GPU batch size per loader, one panel per tier and precision (the seed's 3.2.3)."""
     t = table[table["samples_per_s"].notna()].copy()
-    t["panel"] = t["tier"] + ", " + t["precision"] + ", " + t["gpus"].astype(str) + " GPU"
+    t["panel"] = _model_part(t) + t["tier"] + ", " + t["precision"] + ", " + t["gpus"].astype(str) + " GPU"
     g = sns.relplot(
         data=t,
         kind="line",
@@ -274,7 +299,9 @@ def scaling(table: pd.DataFrame, out_dir: Path) -> None:
     """Samples/s against GPU count per loader with the ideal (linear from 1 GPU) line; one panel per tier,
     batch, precision and parallel mode."""
     t = table[table["samples_per_s"].notna()].copy()
-    t["panel"] = t["tier"] + ", b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
+    t["panel"] = (
+        _model_part(t) + t["tier"] + ", b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
+    )
     g = sns.relplot(
         data=t,
         kind="line",
@@ -389,6 +416,179 @@ def tier_probe(probe: pd.DataFrame, out_dir: Path) -> None:
     _save(fig, out_dir, "tier_probe")
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")  # one per model (then again)
+CONFIG = ["gpus", "batch_size", "precision", "parallel"]
+
+
+def _interval(t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's median Samples/s and the low and high ends of its 95% interval (`halfwidth`: value / (1 + hw) to
+    value x (1 + hw)); no interval known: both ends the median."""
+    v = pd.to_numeric(t["samples_per_s"], errors="coerce").to_numpy(dtype=float)
+    hw = pd.to_numeric(t.get("halfwidth", pd.Series(np.nan, index=t.index)), errors="coerce").fillna(0).to_numpy()
+    return v, v / (1 + hw), v * (1 + hw)
+
+
+def _of_config(t: pd.DataFrame, key: tuple) -> pd.DataFrame:
+    """The rows of `t` at the GPUs, batch, precision and parallel mode `key` (CONFIG's order)."""
+    return t[np.logical_and.reduce([t[k] == v for k, v in zip(CONFIG, key)])]
+
+
+def _not_drawn(out_dir: Path, name: str) -> bool:
+    """No figure `name` in `out_dir` (one left by an earlier grid removed): its inputs do not hold what it shows."""
+    for ext in FORMATS:
+        (out_dir / f"{name}.{ext}").unlink(missing_ok=True)
+    return False
+
+
+def _spread_labels(ys: list[float], low: float, high: float, gap: float = 0.05) -> list[float]:
+    """Positions (log10) for labels wanted at `ys` (log10, ascending) at least `gap` of the range [low, high] apart,
+    each as near its own as the others let it be."""
+    step = gap * max(high - low, 1e-9)
+    out = []
+    for y in ys:
+        out.append(max(y, out[-1] + step) if out else y)
+    over = out[-1] - high if out else 0
+    if over > 0:  # pushed above the top: the whole stack moves down, never below the wanted spacing
+        out = [y - over for y in out]
+        for i in range(len(out) - 2, -1, -1):
+            out[i] = min(out[i], out[i + 1] - step)
+    return out
+
+
+def loader_alone(table: pd.DataFrame, out_dir: Path) -> bool:
+    """Which loader feeds which model on this host: every loader's rate alone (model `none`: median, 95% interval as
+    whiskers) as bars, against every model's compute ceiling (its synthetic cell, with its interval as a band) as a
+    line named by the model; one panel per GPUs, batch, precision and parallel mode holding both. A bar under a
+    model's line starves that model. Drawn only where the table holds both (returns whether it drew)."""
+    t = with_model(table)
+    t = t[pd.to_numeric(t["samples_per_s"], errors="coerce") > 0]
+    alone = t[(t["model"] == LOADER_ALONE) & (t["loader"] != "synthetic")]
+    ceilings = t[(t["loader"] == "synthetic") & trains(t)]
+    configs = [key for key, _ in alone.groupby(CONFIG, sort=False) if key in set(ceilings.groupby(CONFIG).groups)]
+    if not configs:
+        return _not_drawn(out_dir, "loader_alone")
+    models = list(dict.fromkeys(ceilings["model"]))
+    model_colors = dict(zip(models, sns.color_palette("dark", len(models))))
+    n_bars = max(len(_of_config(alone, c)) for c in configs)
+    fig, axes = plt.subplots(len(configs), 1, figsize=(max(7.5, 0.7 * n_bars + 4.5), 4.6 * len(configs)), squeeze=False)
+    for ax, key in zip(axes[:, 0], configs):
+        bars, lines = _of_config(alone, key), _of_config(ceilings, key)
+        tiers = list(dict.fromkeys(bars["tier"]))
+        loaders = list(dict.fromkeys(bars["loader"]))
+        width = 0.8 / len(tiers)
+        tier_colors = dict(zip(tiers, sns.color_palette("pastel", len(tiers))))
+        for j, tier in enumerate(tiers):
+            b = bars[bars["tier"] == tier]
+            v, lo, hi = _interval(b)
+            x = np.array([loaders.index(x) for x in b["loader"]]) - 0.4 + width * (j + 0.5)
+            ax.bar(x, v, width=width * 0.95, color=tier_colors[tier], edgecolor="#555555", lw=0.6, label=tier)
+            ax.errorbar(x, v, yerr=[v - lo, hi - v], fmt="none", ecolor="k", capsize=3, lw=1)
+        # each model's ceiling: the fastest synthetic cell of the configuration, its interval as a band
+        lines = lines.loc[lines.groupby("model")["samples_per_s"].idxmax()]
+        lines = lines.sort_values("samples_per_s")
+        v, lo, hi = _interval(lines)
+        for model, y, y_lo, y_hi in zip(lines["model"], v, lo, hi):
+            ax.axhspan(y_lo, y_hi, color=model_colors[model], alpha=0.12, lw=0)
+            ax.axhline(y, color=model_colors[model], lw=1.4, ls="--")
+        ax.set_yscale("log")
+        every = np.concatenate([_interval(bars)[1], _interval(bars)[2], lo, hi])
+        ax.set_ylim(every.min() / 1.6, every.max() * 1.6)
+        ax.set_xlim(-0.6, len(loaders) - 0.4)
+        ax.set_xticks(range(len(loaders)), loaders, rotation=20 if len(loaders) > 4 else 0)
+        low, high = np.log10(ax.get_ylim())
+        for model, y, at in zip(lines["model"], v, _spread_labels(list(np.log10(v)), low, high)):
+            ax.annotate(
+                f"{model} ({y:.0f}/s)",
+                xy=(1.0, y),
+                xycoords=ax.get_yaxis_transform(),
+                xytext=(1.02, 10**at),
+                textcoords=ax.get_yaxis_transform(),
+                va="center",
+                fontsize=8,
+                color=model_colors[model],
+                arrowprops={"arrowstyle": "-", "color": model_colors[model], "lw": 0.6},
+            )
+        hosts = sorted({h for h in pd.concat([bars, lines]).get("host", pd.Series(dtype=object)) if isinstance(h, str)})
+        gpus, batch, precision, parallel = key
+        ax.set_title(
+            f"{'; '.join(hosts) or 'host not recorded'}: {gpus} GPU, batch {batch}, {precision}, {parallel}",
+            fontsize=9,
+        )
+        ax.set_ylabel("samples/s (log)")
+        ax.set_xlabel("")
+        ax.legend(title="loader alone, tier", fontsize=7, title_fontsize=7, loc="upper left")
+    fig.suptitle(
+        "Which loader feeds which model on this host\nbars: each loader alone (95% interval); dashed: each model's "
+        "compute ceiling (band: its interval)\na bar under a model's line starves that model",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    _save(fig, out_dir, "loader_alone")
+    return True
+
+
+def predicted(table: pd.DataFrame, out_dir: Path) -> bool:
+    """Each cell's measured Samples/s (with its 95% interval) against the rate the sharing model predicts for it, log-
+    log: colour the loader, marker the model, hollow the cells the model was fitted on, filled those that check it;
+    the line y = x and a band of +-10%; the median |error| of the check cells in the title. Drawn only where a cell
+    has a prediction (returns whether it drew)."""
+    t = with_model(table)
+    if "predicted" not in t:
+        return _not_drawn(out_dir, "predicted")
+    pred = pd.to_numeric(t["predicted"], errors="coerce")
+    t = t[(pred > 0) & (pd.to_numeric(t["samples_per_s"], errors="coerce") > 0)].copy()
+    if t.empty:
+        return _not_drawn(out_dir, "predicted")
+    t["predicted"] = pd.to_numeric(t["predicted"], errors="coerce")
+    role = t.get("prediction_role", pd.Series("check", index=t.index)).fillna("check").astype(str)
+    loaders = list(dict.fromkeys(t["loader"]))
+    models = list(dict.fromkeys(t["model"]))
+    colors = dict(zip(loaders, sns.color_palette("tab10", len(loaders))))
+    markers = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(models)}
+    fig, ax = plt.subplots(figsize=(7.5, 6))
+    _, lo, hi = _interval(t)
+    every = np.concatenate([t["predicted"].to_numpy(dtype=float), lo, hi])
+    span = np.array([every.min() / 1.3, every.max() * 1.3])
+    ax.fill_between(span, span * 0.9, span * 1.1, color="#dddddd", lw=0, label="+-10%")
+    ax.plot(span, span, color="k", lw=0.8, label="measured = predicted")
+    for (loader, model, fit), g in t.groupby([t["loader"], t["model"], role == "fit"], sort=False):
+        gv, glo, ghi = _interval(g)
+        c = colors[loader]
+        ax.errorbar(g["predicted"], gv, yerr=[gv - glo, ghi - gv], fmt="none", ecolor=c, lw=0.8, alpha=0.7)
+        ax.scatter(
+            g["predicted"], gv, marker=markers[model], s=46, edgecolors=c, facecolors="none" if fit else c, lw=1.3
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*span)
+    ax.set_ylim(*span)
+    ax.set_xlabel("predicted samples/s")
+    ax.set_ylabel("measured samples/s (median, 95% interval)")
+    check = t[role == "check"]
+    err = pd.to_numeric(check.get("prediction_error", pd.Series(dtype=float)), errors="coerce").abs().dropna()
+    told = (
+        f"median |error| of the {len(err)} check cells {100 * err.median():.1f}%"
+        if len(err)
+        else "no check cell: every predicted cell was used to fit the model"
+    )
+    ax.set_title(f"Measured against predicted samples/s: {told}", fontsize=10)
+    from matplotlib.lines import Line2D
+
+    handles, labels = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], ls="", marker="o", color=colors[x]) for x in loaders]
+    labels += [f"loader: {x}" for x in loaders]
+    handles += [Line2D([], [], ls="", marker=markers[m], color="#444444", mfc="none") for m in models]
+    labels += [f"model: {m}" for m in models]
+    handles += [
+        Line2D([], [], ls="", marker="o", color="#444444", mfc="none"),
+        Line2D([], [], ls="", marker="o", color="#444444"),
+    ]
+    labels += ["fitted on (hollow)", "checked (filled)"]
+    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    _save(fig, out_dir, "predicted")
+    return True
+
+
 def make_figures(
     table_csv: Path,
     repeats_csv: Path,
@@ -398,7 +598,7 @@ def make_figures(
     timeline_csvs: list[Path] = (),
     timeline_cells: list[str] | None = None,
 ) -> None:
-    """Every figure of the registry, in its order, into `out_dir`. Without `diagnosis_csv` the diagnosis is
+    """Every figure of the registry, in its order, and those of `WHERE_MEASURED` the tables allow, into `out_dir`. Without `diagnosis_csv` the diagnosis is
     computed from the table; without `probe_csv` the tier-probe figure says there is none."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -418,7 +618,7 @@ def make_figures(
         "timelines": {Path(p).stem: Path(p) for p in timeline_csvs},
         "timeline_cells": timeline_cells,
     }
-    jobs = [(fig.name, {k: inputs[k] for k in fig.inputs}, out_dir) for fig in REGISTRY]
+    jobs = [(fig.name, {k: inputs[k] for k in fig.inputs}, out_dir) for fig in (*REGISTRY, *WHERE_MEASURED)]
     workers = min(len(jobs), len(os.sched_getaffinity(0)))
     if workers < 2:
         for job in jobs:

@@ -1,4 +1,5 @@
-"""The answer first: per GPU count and tier, what limits the training and the best measured fix, with how far to trust it.
+"""The answer first: per model, GPU count and tier, what limits the training and the best measured fix, with how far to
+trust it. The loader alone (model `none`) trains nothing and gets no verdict.
 
 For each (GPUs, tier) the reference is the baseline loader's cell there (at the baseline's batch and precision where
 measured; without the baseline loader, the slowest cell): its bottleneck, AU and data wait say what limits it. The best
@@ -20,6 +21,7 @@ import pandas as pd
 
 from loaderbench.core.util import atomic_write_text
 
+from .columns import trains, with_model
 from .diagnose import cell_name, compare, read_flag
 
 
@@ -36,11 +38,13 @@ def _num(x) -> float | None:
 
 
 def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
-    """One verdict per (GPUs, tier) of the diagnosis table `d` (`diagnose.diagnose`) with a measured real loader."""
-    ok = d[pd.to_numeric(d["samples_per_s"], errors="coerce").notna()]
+    """One verdict per (model, GPUs, tier) of the diagnosis table `d` (`diagnose.diagnose`) with a measured real
+    loader training the model."""
+    d = with_model(d)
+    ok = d[pd.to_numeric(d["samples_per_s"], errors="coerce").notna() & trains(d)]
     real = ok[ok["loader"] != "synthetic"]
     out = []
-    for (gpus, tier), g in real.groupby(["gpus", "tier"], sort=False):
+    for (model, gpus, tier), g in real.groupby(["model", "gpus", "tier"], sort=False):
         ref_rows = g[g["loader"] == baseline.get("loader")]
         if len(ref_rows):
             at = ref_rows[
@@ -82,6 +86,7 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
         reps = [int(x) for x in g.get("repeats_ok", []) if _num(x) is not None]
         out.append(
             {
+                "model": str(model),
                 "gpus": int(gpus),
                 "tier": str(tier),
                 "reference": {
@@ -148,13 +153,19 @@ def render_text(vs: list[dict], limit: int = 12) -> list[str]:
     lines = ["verdict (95% intervals; fix = the fastest cell that can carry a verdict, against the reference):"]
     fits = (limit - 1) // 2
     shown = vs if len(vs) <= fits else vs[: (limit - 2) // 2]  # else one line says what is left out
+    several = _several_models(vs)
     for v in shown:
-        head = f"{v['gpus']} GPU, {v['tier']}"
+        head = f"{v['model']}, " * several + f"{v['gpus']} GPU, {v['tier']}"
         lines.append(f"  {head}: {_limit_text(v['reference'])}; {v['reference']['samples_per_s']:.0f} samples/s")
         lines.append(f"  {' ' * len(head)}  fix: {v['fix']['text']}. Trust: {_trust_text(v['trust'])}")
     if len(shown) < len(vs):
-        lines.append(f"  ... {len(vs) - len(shown)} more (GPU count, tier) in the bundle")
+        lines.append(f"  ... {len(vs) - len(shown)} more ({'model, ' * several}GPU count, tier) in the bundle")
     return lines
+
+
+def _several_models(vs: list[dict]) -> bool:
+    """Whether the verdicts are of more than one model (then each names its own)."""
+    return len({v.get("model") for v in vs}) > 1
 
 
 def render_html(vs: list[dict]) -> str:
@@ -165,6 +176,7 @@ def render_html(vs: list[dict]) -> str:
     if not vs:
         return "<h2>Verdict</h2><p>No real loader was measured (only the synthetic ceiling or failed cells).</p>"
     rows = []
+    several = _several_models(vs)
     for v in vs:
         ref, fix = v["reference"], v["fix"]
         au = f"{ref['au']:.2f}" if ref["au"] is not None else "-"
@@ -174,16 +186,20 @@ def render_html(vs: list[dict]) -> str:
             else "-"
         )
         rows.append(
-            f"<tr><td>{v['gpus']}</td><td>{e(v['tier'])}</td><td>{e(ref['what'])}: "
+            "<tr>"
+            + (f"<td>{e(str(v.get('model')))}</td>" if several else "")
+            + f"<td>{v['gpus']}</td><td>{e(v['tier'])}</td><td>{e(ref['what'])}: "
             f"<b>{e(ref['bottleneck'])}</b>, {ref['samples_per_s']:.0f} samples/s</td><td>{au}</td>"
             f"<td>{wait}</td><td>{e(fix['text'])}</td><td>{e(_trust_text(v['trust']))}</td></tr>"
         )
     return (
         "<h2>Verdict: what limits training, and what fixes it</h2>"
-        "<p>Per GPU count and tier: the reference cell (the baseline loader) and its bottleneck; the fastest cell "
+        f"<p>Per {'model, ' * several}GPU count and tier: the reference cell (the baseline loader) and its bottleneck; the fastest cell "
         "there that can carry a verdict (a contended or unconverged cell measured once cannot), against the "
         "reference with its 95% interval; how far to trust the group. Details: the diagnosis and recommendations "
         "below.</p>"
-        "<table><tr><th>GPU</th><th>Disk</th><th>Limited by</th><th>AU</th><th>Data wait</th>"
+        "<table><tr>"
+        + ("<th>Model</th>" if several else "")
+        + "<th>GPU</th><th>Disk</th><th>Limited by</th><th>AU</th><th>Data wait</th>"
         "<th>Best measured fix [95%]</th><th>Trust</th></tr>" + "".join(rows) + "</table>"
     )

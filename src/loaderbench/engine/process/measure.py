@@ -312,11 +312,13 @@ def _settings(run: CellRun, images) -> dict:
             "dtype": str(first_input.dtype).replace("torch.", ""),
             "channels_last": first_input.is_contiguous(memory_format=torch.channels_last),
         },
-        "compiled": spec.compile,
-        "optimizer": {
+        "compiled": spec.compile and run.model is not None,
+        "optimizer": {  # None for `none`: no model, no optimizer
             "name": type(run.step.optimizer).__name__,
             "fused": bool(run.step.optimizer.defaults.get("fused")),
-        },
+        }
+        if run.step.optimizer is not None
+        else None,
         "cudnn_benchmark": spec.cudnn_benchmark if kind == "cuda" else None,
         "cudnn_benchmark_limit": torch.backends.cudnn.benchmark_limit if kind == "cuda" else None,
         "placement": {**run.place.to_dict(), **run.placed}
@@ -333,7 +335,7 @@ def _parallel_record(run: CellRun, ranks: list[dict]) -> dict:
         "mode": spec.parallel,
         "processes": run.dist.world,
         "backend": ("nccl" if run.kind == "cuda" else "gloo") if run.ddp else None,
-        "wrapper": type(run.model).__name__ if not spec.compile else f"compiled {type(run.model._orig_mod).__name__}",
+        "wrapper": _wrapper(run.model, spec.compile),
         "per_rank": [
             {
                 "rank": r["rank"],
@@ -347,6 +349,13 @@ def _parallel_record(run: CellRun, ranks: list[dict]) -> dict:
             for r in ranks
         ],
     }
+
+
+def _wrapper(model, compiled: bool) -> str | None:
+    """What the step's model is wrapped in (DataParallel, DistributedDataParallel); None without a model (`none`)."""
+    if model is None:
+        return None
+    return f"compiled {type(model._orig_mod).__name__}" if compiled else type(model).__name__
 
 
 def _process_tree_rss_mb() -> float | None:
