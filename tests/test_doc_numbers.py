@@ -33,6 +33,7 @@ NOT_MEASURED = [
     r"\b7200 rpm\b",
     r"\bMobileNetV2\b",
     r"\bResNet-50\b",
+    r"\bViT-B/16\b",
     r"\bfp32\b",
     r"\bfloat(?:16|32)\b",
     r"\bb\d+\b",

@@ -36,10 +36,19 @@ GFLOPS_224 = {
 # fmt: on
 
 
-def relative_cost(model: str) -> float | None:
-    """A step of `model` against one of MobileNetV2 at the same batch and crop (forward compute per image); 0 for
-    `none` (no model); None where unknown (a plugin model, a builder newer than the table)."""
+# How a step's time grows with its compute, by host kind. On a CPU it grows with the compute. On a GPU a light model's
+# step is held up by memory traffic and kernel launches more than by arithmetic, so it grows far more slowly: on one
+# H200 at batch 256 AMP (docs/results/2026-12-04-h200/models) the step's time against MobileNetV2's went as GFLOPS to
+# the power 0.16 (resnet50) to 1.8 (efficientnet_b0), 0.34 for vit_b_16 and 0.42 for convnext_tiny; the median is
+# taken. A prior for the planner only, until records of the model exist on the host.
+COMPUTE_EXPONENT = {"cpu": 1.0, "gpu": 0.4}
+
+
+def relative_cost(model: str, kind: str = "cpu") -> float | None:
+    """A step of `model` against one of MobileNetV2 at the same batch and crop on a host of `kind` ("cpu" or
+    "gpu"), from their forward compute per image; 0 for `none` (no model); None where unknown (a plugin model, a
+    builder newer than the table)."""
     if model == NO_MODEL:
         return 0.0
     gflops = GFLOPS_224.get(model)
-    return None if gflops is None else gflops / GFLOPS_224[DEFAULT_MODEL]
+    return None if gflops is None else (gflops / GFLOPS_224[DEFAULT_MODEL]) ** COMPUTE_EXPONENT[kind]

@@ -291,13 +291,13 @@ def _warmup(
     return steps, first + fast * compute + (steps - 1 - fast) * step_s
 
 
-def _model_scale(spec: CellSpec, measured: str) -> tuple[float | None, str]:
+def _model_scale(spec: CellSpec, measured: str, kind: str) -> tuple[float | None, str]:
     """(compute factor, what was done) to predict a cell of `spec.model` from records of model `measured`: the
-    models' relative compute (`models.relative_cost`); None where one is unknown (a plugin model) or `measured` ran
+    models' relative compute on a host of `kind` (`models.relative_cost`); None where one is unknown (a plugin model) or `measured` ran
     none (the loader alone says nothing of a model's compute): the records' rate is then taken as it is."""
     if spec.model == measured:
         return 1.0, ""
-    new, old = relative_cost(spec.model), relative_cost(measured)
+    new, old = relative_cost(spec.model, kind), relative_cost(measured, kind)
     if new is None or old is None or old == 0:
         why = f"{spec.model if new is None else measured}'s compute unknown" if new is None or old is None else ""
         return None, f"{measured}'s rate as it is ({why or measured + ' runs no model'})"
@@ -398,7 +398,7 @@ def predict(
         nearest = min(tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) for m in rated)
         near = [m for m in rated if tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) == nearest]
         # another model's records (none of this one's): each scaled by the models' compute
-        scales = {model: _model_scale(spec, model) for model in sorted({m.key("model") for m in near})}
+        scales = {model: _model_scale(spec, model, host.kind) for model in sorted({m.key("model") for m in near})}
         rate = _median(_model_rate(spec, m, scales[m.key("model")][0]) for m in near)
         io_bound = io is not None and io < rate  # the neighbour read a faster tier than this emulated one
         rate = io if io_bound else rate
@@ -443,7 +443,9 @@ def predict(
         scaled = "; ".join(what for _, what in scales.values() if what)
         like += f": {scaled}" if scaled else ""
         return seconds, "host records", f"{rate:.0f} samples/s from {like}; {detail}"
-    factor, _ = _model_scale(spec, DEFAULT_MODEL)  # the rules are MobileNetV2's: a costlier model's step is slower
+    factor, _ = _model_scale(
+        spec, DEFAULT_MODEL, host.kind
+    )  # the rules are MobileNetV2's: a costlier model's step is slower
     slower = factor is not None and factor > 1.0
     assumed = ASSUMED_SAMPLES_PER_S[host.kind] / (factor if slower else 1.0)
     io_bound = io is not None and io < assumed
