@@ -269,12 +269,8 @@ def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'", find: bool = 
                 )
             name, ref = entry, installed[entry]
             where = f"{key}: plugin {entry!r} (an installed package's entry point, {ref!r})"
-        if find and find_module(module := ref.partition(":")[0]) is None:
-            raise ConfigError(
-                f"{where}: module {module!r} cannot be found here (not installed, not on PYTHONPATH, "
-                "or a package above it fails to import); install its package, or put the folder that "
-                "holds it on PYTHONPATH before starting snakemake (docs/plugins.md)"
-            )
+        if find:
+            _require_module(ref, where)
         if name in LOADERS or not PLUGIN_NAME.match(name):
             raise ConfigError(
                 f"{key}: plugin {entry!r} would be named {name!r}, which is a built-in "
@@ -288,6 +284,17 @@ def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'", find: bool = 
     if len(set(names)) < len(names):
         raise ConfigError(f"{key}: a loader is named twice ({', '.join(names)})")
     cfg["loaders"], cfg["plugins"] = names, {**declared, **plugins}
+
+
+def _require_module(ref: str, where: str) -> None:
+    """Refuse plugin `ref` ('module:factory', named in the config at `where`) whose module cannot be found here,
+    without importing it (pluginsource.find_module): otherwise each of its cells would fail on the import."""
+    if find_module(module := ref.partition(":")[0]) is None:
+        raise ConfigError(
+            f"{where}: module {module!r} cannot be found here (not installed, not on PYTHONPATH, "
+            "or a package above it fails to import); install its package, or put the folder that "
+            "holds it on PYTHONPATH before starting snakemake (docs/plugins.md)"
+        )
 
 
 def _resolve_models(cfg: dict, key: str = "config key 'models'", find: bool = False) -> None:
@@ -331,12 +338,8 @@ def _resolve_models(cfg: dict, key: str = "config key 'models'", find: bool = Fa
                     + "; name a classification model of torchvision.models (e.g. resnet50), `none`, a model under "
                     "'model_plugins', or a plugin's factory as 'module:factory' (docs/plugins.md)"
                 )
-        if find and find_module(module := ref.partition(":")[0]) is None:
-            raise ConfigError(
-                f"{where}: module {module!r} cannot be found here (not installed, not on PYTHONPATH, "
-                "or a package above it fails to import); install its package, or put the folder that "
-                "holds it on PYTHONPATH before starting snakemake (docs/plugins.md)"
-            )
+        if find:
+            _require_module(ref, where)
         if name == NO_MODEL or name in TORCHVISION_MODELS or not MODEL_NAME.match(name):
             raise ConfigError(
                 f"{key}: plugin {entry!r} would be named {name!r}, which is `none`, a torchvision model's or not "
