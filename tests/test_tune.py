@@ -11,7 +11,7 @@ import yaml
 
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import ConfigError, validate_config
-from loaderbench.experiments.tune import _finer, config_precision, knobs, render, tune
+from loaderbench.experiments.tune import _finer, config_precision, knobs, not_applicable, render, tune
 from tests.conftest import staged_disk
 
 
@@ -213,3 +213,114 @@ def test_a_best_found_over_two_knobs_is_measured_beside_the_start_for_its_gain(m
     assert rep["best"] == {"workers": 4, "prefetch_factor": 4}
     assert rep["gain"]["value"] == pytest.approx(1.8, rel=0.02) and rep["gain"]["low"] > 1.0
     assert "1.80x" in tune_mod.render(rep)
+
+
+def test_the_knobs_that_measured_gains_come_first_and_the_steps_need_a_gpu():
+    cfg = validate_config({"loaders": ["dali-sc", "dali-cpu", "torchvision"], "batch_sizes": [4]})
+    tier = cfg["tiers"][0]
+
+    def spec(loader):
+        return cell_spec(cfg, f"{loader}_{tier}_g1_b4_fp32_dp_r0")
+
+    assert list(knobs("dali-sc", spec("dali-sc"), cpus=16, cuda=True)) == [
+        "dali_hw_decoder_load",
+        "step_stream_priority",
+        "dali_threads",
+        "dali_prefetch",
+        "compile",
+    ]
+    gpu = knobs("dali-cpu", spec("dali-cpu"), cpus=16, cuda=True)
+    assert list(gpu) == ["step_stream_priority", "dali_threads", "dali_prefetch", "compile"]
+    assert gpu["step_stream_priority"] == ["default", "high"] and gpu["compile"] == [False, "reduce-overhead"]
+    assert list(knobs("torchvision", spec("torchvision"), cpus=16, cuda=True))[-1] == "compile"
+    # on a host without a CUDA device the step's knobs are left out, each with why
+    assert list(knobs("dali-cpu", spec("dali-cpu"), cpus=16)) == ["dali_threads", "dali_prefetch"]
+    left = not_applicable("dali-cpu", spec("dali-cpu"), 16, cuda=False)
+    assert set(left) == {"step_stream_priority", "compile"} and all("no CUDA device" in v for v in left.values())
+    assert not_applicable("dali-cpu", spec("dali-cpu"), 16, cuda=True) == {}
+
+
+def _scripted_search(monkeypatch, tmp_path, loader: str, budget_s: float, wait: float, cuda: bool) -> dict:
+    """`tune` over constructed records, on a clock each cell moves by 10 s: the hardware decoder's share 1.0 makes
+    the loader 1.1x, the step's high-priority stream 1.15x (its ceiling 1.05x), nothing else moves it; every cell waits
+    `wait` of its time for data."""
+    import contextlib
+    import types
+
+    from loaderbench.experiments import tune as tune_mod
+
+    clock = [0.0]
+
+    def measure(self, lo, settings, r):
+        clock[0] += 10.0
+        self.walls.append(10.0)
+        high = settings.get("step_stream_priority") == "high"
+        if lo == "synthetic":
+            rate = 1000.0 * (1.05 if high else 1.0)
+        else:
+            rate = 100.0 * (1.1 if settings.get("dali_hw_decoder_load") == 1.0 else 1.0) * (1.15 if high else 1.0)
+        return {
+            "status": "ok",
+            "wall_s": 10.0,
+            "metrics": {
+                "samples_per_s": rate * (1 + 0.005 * (-1) ** r),
+                "data_wait_fraction": wait,
+                "window": {"ci95_rel_halfwidth": 0.01},
+            },
+        }
+
+    monkeypatch.setattr(tune_mod.Tuner, "measure", measure)
+    monkeypatch.setattr(tune_mod, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(tune_mod.warmclient, "serving", contextlib.nullcontext)
+    cfg = validate_config({"loaders": [loader], "batch_sizes": [4]})
+    return tune_mod.tune(cfg, loader, cfg["tiers"][0], 4, "amp", budget_s, tmp_path, tmp_path, cpus=8, cuda=cuda)
+
+
+def test_a_loader_whose_batches_are_ready_gets_the_step_knobs_first_and_its_feeding_knobs_skipped(
+    monkeypatch, tmp_path
+):
+    rep = _scripted_search(monkeypatch, tmp_path, "dali-sc", 6000, wait=0.03, cuda=True)
+    assert rep["order"] == ["dali_hw_decoder_load", "step_stream_priority", "compile"]
+    assert set(rep["moved_last"]) == set(rep["skipped"]) == {"dali_threads", "dali_prefetch"}
+    assert "batches ready: the step waited 3% of its time for data" in rep["skipped"]["dali_threads"]
+    assert not any("dali_threads=" in k or "dali_prefetch=" in k for k in rep["measured"])
+    assert rep["not_reached"] == [] and rep["not_applicable"] == {}
+    assert rep["best"] == {"dali_hw_decoder_load": 1.0, "step_stream_priority": "high"}
+    assert rep["gain"]["value"] == pytest.approx(1.1 * 1.15, rel=0.02) and rep["gain"]["low"] > 1.0
+    # the ceiling beside each candidate trains its step: the best's AU is against the high-priority step's ceiling
+    assert set(rep["ceilings"]) == {
+        "start",
+        "step_stream_priority=high",
+        "compile=reduce-overhead,step_stream_priority=high",
+    }
+    assert rep["au"] == pytest.approx(100 * 1.1 * 1.15 / 1050, rel=0.02)
+    assert rep["fix"]["what"] == "dali-sc with dali.hw_decoder_load: 1.0, step_stream_priority: high"
+    assert rep["fix"]["text"] == f"{rep['fix']['what']}: {rep['gain']['value']:.2f}x [{rep['gain']['low']:.2f}, " + (
+        f"{rep['gain']['high']:.2f}] the config's settings"
+    )
+    text = render(rep)
+    assert "best fix: dali-sc with dali.hw_decoder_load: 1.0, step_stream_priority: high" in text
+    assert "skipped: dali_prefetch: batches ready" in text and "every knob reached within the budget" in text
+    assert "step_stream_priority: high" in rep["snippet"]
+
+
+def test_a_report_lists_the_knobs_its_budget_did_not_reach(monkeypatch, tmp_path):
+    """14 cells of 10 s fit: the decoder's share and the stream priority, two rounds each; the rest is listed as not reached,
+    and a best not measured beside the start in one round names no fix."""
+    rep = _scripted_search(monkeypatch, tmp_path, "dali-sc", 145, wait=0.03, cuda=True)
+    assert rep["cells"] == 14 and rep["order"] == ["dali_hw_decoder_load", "step_stream_priority"]
+    assert rep["not_reached"] == ["dali_threads", "dali_prefetch", "compile"]
+    assert rep["best"] == {"dali_hw_decoder_load": 1.0, "step_stream_priority": "high"}
+    assert rep["gain"] is None and rep["fix"] is None
+    assert "not reached within the budget: dali_threads, dali_prefetch, compile" in render(rep)
+
+
+def test_a_loader_that_waits_for_data_gets_its_feeding_knobs_in_order_and_no_gpu_knob_on_a_cpu_host(
+    monkeypatch, tmp_path
+):
+    rep = _scripted_search(monkeypatch, tmp_path, "dali-cpu", 6000, wait=0.3, cuda=False)
+    assert rep["order"] == ["dali_threads", "dali_prefetch"] and rep["moved_last"] == rep["skipped"] == {}
+    assert set(rep["not_applicable"]) == {"step_stream_priority", "compile"} and rep["not_reached"] == []
+    assert not any("step_stream_priority" in k or "compile" in k for k in [*rep["measured"], *rep["ceilings"]])
+    assert rep["best"] == {} and rep["fix"] is None
+    assert "not applicable here: compile: a captured step" in render(rep)

@@ -69,8 +69,9 @@ def register(add) -> None:
 
     s = add(
         "tune",
-        help="search one loader's settings on this host within a time budget, against the ceiling; "
-        "the best with its interval and the config lines to paste",
+        help="search one loader's settings on this host within a time budget, against the ceiling, the knobs that "
+        "measured the larger gains first (on a GPU host the training step's stream priority and a captured step too); "
+        "the best with its interval, the config lines to paste and the knobs the budget did not reach",
     )
     s.add_argument("--config", required=True, help="the starting settings and the staged tier")
     s.add_argument(

@@ -77,7 +77,7 @@ class CellSpec:
     prefetch_factor: int = _from_config("prefetch_factor")
     channels_last: bool = _from_config("channels_last")
     input_dtype: str = _from_config("input_dtype")
-    compile: bool = _from_config("compile")
+    compile: bool | str = _from_config("compile")  # false, true (torch.compile) or reduce-overhead (a captured step)
     dali_threads: int | str = _from_config("dali.threads")
     dali_prefetch: int = _from_config("dali.prefetch_queue_depth")
     dali_hw_decoder_load: float = _from_config("dali.hw_decoder_load")
@@ -124,6 +124,10 @@ class CellSpec:
     # torchvision's models and `none`
     model_ref: str | None = field(default=None, metadata={"since_records": True})
     model_identity: dict | None = field(default=None, metadata={"since_records": True, "fixed": True})
+    # the CUDA stream the training step runs on: default (the device's current stream, beside the loader's copies) or
+    # high (a stream of the highest priority, so that a loader's own GPU work - DALI's decoding and resizing - yields
+    # to the step)
+    step_stream_priority: str = _from_config("step_stream_priority", since_records=True, default="default")
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
@@ -158,6 +162,16 @@ CONFIG_KEYS = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "co
 
 # Settings of some loaders only (`_from_config(loaders=...)`): field -> (its loaders, its default)
 _LOADER_SCOPED = {f.name: (f.metadata["loaders"], f.default) for f in fields(CellSpec) if f.metadata.get("loaders")}
+
+
+# The settings of the training step: a loader's cell and the `synthetic` ceiling of its configuration share them, so
+# that AU is the loader's share of the same step.
+STEP_SETTINGS = ("compile", "step_stream_priority")
+
+
+# `compile`'s value that captures the step: torch.compile's mode that replays the model's forward and backward as CUDA
+# graphs (fewer kernel launches a step)
+CAPTURED = "reduce-overhead"
 
 
 def loader_settings(settings: dict, loader: str) -> dict:

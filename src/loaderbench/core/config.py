@@ -14,11 +14,14 @@ import jsonschema
 import yaml
 
 from .cells import (
+    CAPTURED,
     CELL_ID_RE,
     CONFIG_KEYS,
+    STEP_SETTINGS,
     TIERLESS,
     ConfigError,
     config_value,
+    configuration,
     loader_settings,
     parse_cell_id,
     part_cells,
@@ -138,6 +141,8 @@ def validate_config(
         )
     _resolve_parts(raw or {}, cfg, base_dir, find_plugins)
     _check_input_sizes(cfg, raw or {})
+    _check_captured_step(cfg, raw or {})
+    _check_ceiling_steps(cfg)
     _resolve_shards(cfg)
     if check_paths:
         _check_paths(cfg, base_dir)
@@ -378,6 +383,59 @@ def _check_input_sizes(cfg: dict, raw: dict) -> None:
                     f"{where}config key 'models': {model} takes {size} x {size} images only, but config key "
                     f"'crop_size' is {crop}; set crop_size to {size} for it (a part of its own can), or drop {model}"
                 )
+
+
+def _check_captured_step(cfg: dict, raw: dict) -> None:
+    """A captured step (`compile: reduce-overhead`) replays one device's graphs: DataParallel over several GPUs
+    replicates the model onto the others every step (and dali-mc hands it batches already scattered over them), which
+    no captured graph holds; every such cell would fail on its first step."""
+    for i, part in enumerate(cfg["parts"]):
+        several = sorted(g for g in part["gpus"] if g > 1)
+        if part["settings"]["compile"] != CAPTURED or "dp" not in part["parallel"] or not several:
+            continue
+        where = f"config key 'parts[{i}]' ({part['name']}): " if raw.get("parts") else ""
+        mc = (
+            " (and dali-mc's batches come to it already scattered over the GPUs)"
+            if "dali-mc" in part["loaders"]
+            else ""
+        )
+        raise ConfigError(
+            f"{where}config key 'compile': {CAPTURED} captures the step on one device, but parallel dp on "
+            f"{', '.join(map(str, several))} GPUs runs DataParallel, which replicates the model onto every GPU each "
+            f"step{mc}; use parallel ddp or gpus [1] for the captured step (a part of its own can), or compile true"
+        )
+
+
+def _check_ceiling_steps(cfg: dict) -> None:
+    """A cell trains with the step settings (STEP_SETTINGS) of the `synthetic` ceiling of its configuration: AU is a
+    loader's share of the same step. Parts may set them differently only where no loader's cell would be held against
+    a ceiling of another step."""
+    ceilings: dict[str, tuple[str, dict]] = {}  # configuration without the loader -> (part name, step settings)
+
+    def step_of(part: dict) -> dict:
+        return {k: part["settings"][k] for k in STEP_SETTINGS}
+
+    for part in cfg["parts"]:
+        for cid in part_cells(part):
+            d = parse_cell_id(cid)
+            if d["loader"] in TIERLESS:
+                ceilings.setdefault(_step_configuration(cid), (part["name"], step_of(part)))
+    for i, part in enumerate(cfg["parts"]):
+        for cid in part_cells(part):
+            owner, theirs = ceilings.get(_step_configuration(cid), (None, None))
+            if theirs is None or theirs == (mine := step_of(part)):
+                continue
+            differ = ", ".join(f"{k} {mine[k]!r} (the ceiling: {theirs[k]!r})" for k in mine if mine[k] != theirs[k])
+            raise ConfigError(
+                f"config key 'parts[{i}]' ({part['name']}): cell {cid} trains with {differ}, but the synthetic "
+                f"ceiling of its configuration is measured in part {owner!r}; AU holds a loader against the ceiling "
+                "of the same training step: set these keys alike in both parts"
+            )
+
+
+def _step_configuration(cid: str) -> str:
+    """What a cell is held against its ceiling by: its gpus, batch, precision, parallel mode and model."""
+    return configuration(cid).split("_", 2)[2]
 
 
 def _merge(base: dict, over: dict) -> dict:

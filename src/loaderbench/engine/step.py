@@ -4,10 +4,11 @@ ceiling's and the crosscheck's bare loops, so that all three run the same step o
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-from loaderbench.core.cells import CellSpec
+from loaderbench.core.cells import CAPTURED, CellSpec, ConfigError
 
 from . import placement
 
@@ -71,6 +72,7 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
     model = build_model(spec, spec.model_ref, num_classes, spec.crop_size)
     if model is None:
         return None, _no_step(device)
+    check_step_settings(spec, device.type)
     who = model_label(spec.model, spec.model_ref)
     kind = device.type
     amp = spec.precision == "amp"
@@ -92,11 +94,15 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
         weight_decay=spec.weight_decay,
         fused=spec.optimizer_fused or None,
     )
+    captured = spec.compile == CAPTURED
+    skips_before = _cudagraph_skips() if captured else 0
     if spec.compile:  # compiled by the first step (the cell's warm-up), outside the window
-        model = torch.compile(model)
+        model = torch.compile(model, mode=CAPTURED if captured else None)
     scaler = torch.amp.GradScaler(kind, enabled=amp and amp_dtype == torch.float16)
 
     def train(images, labels, check: bool = False):
+        if captured:  # a new iteration: the graphs' outputs of the last step are no longer read
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(kind, dtype=amp_dtype, enabled=amp):
             out = model(images)
             if check:
@@ -109,6 +115,7 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
         return loss
 
     checked = [False]
+    train, applied = _on_step_stream(spec, device, train, captured)
 
     def step(images, labels):
         if checked[0]:
@@ -120,10 +127,83 @@ def training_step(spec: CellSpec, classes: int, device, wrap=None):
         except Exception as e:
             raise ModelError(f"{who} failed its first step: {type(e).__name__}: {e}") from e
         checked[0] = True
+        if captured:  # compiled by now: torch.compile runs a graph it cannot capture as it is, and counts it
+            applied["captured_step"] = _cudagraph_skips() == skips_before
         return loss
 
     step.optimizer = optimizer  # for the record (fused or not)
+    step.applied = applied  # for the record: the step settings it runs with
     return model, step
+
+
+def _on_step_stream(spec: CellSpec, device, train, captured: bool):
+    """(`train` on the stream `spec.step_stream_priority` asks for, the step settings applied, for the record)."""
+    applied = {"step_stream_priority": "default", "step_stream_cuda_priority": None, "captured_step": captured}
+    if spec.step_stream_priority == "high":
+        gpu_ids = list(range(device.index, device.index + spec.gpus)) if spec.parallel == "dp" else [device.index]
+        train, priority = on_priority_streams(train, gpu_ids)
+        applied.update(step_stream_priority="high", step_stream_cuda_priority=priority)
+    return train, applied
+
+
+def _cudagraph_skips() -> int:
+    """The graphs torch.compile has run uncaptured in this process so far (a mutated input, a CPU tensor, ...)."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["cudagraph_skips"]
+
+
+def check_step_settings(spec: CellSpec, kind: str) -> None:
+    """Refuse the step settings a cell on device type `kind` cannot run, naming the config key: a high-priority stream
+    and a captured step need a CUDA device; a captured step is not DataParallel over several GPUs (the config's
+    validation refuses that grid already; a spec made otherwise, by a sweep say, is refused here)."""
+    if kind != "cuda":
+        if spec.step_stream_priority == "high":
+            raise ConfigError(
+                "config key 'step_stream_priority': high runs the step on a CUDA stream of the highest priority; "
+                f"this cell runs on the {kind.upper()} (no CUDA device): use step_stream_priority default here"
+            )
+        if spec.compile == CAPTURED:
+            raise ConfigError(
+                f"config key 'compile': {CAPTURED} captures the step as CUDA graphs; this cell runs on the "
+                f"{kind.upper()} (no CUDA device): use compile true or false here"
+            )
+    if spec.compile == CAPTURED and spec.parallel == "dp" and spec.gpus > 1:
+        raise ConfigError(
+            f"config key 'compile': {CAPTURED} captures the step on one device, but this cell runs DataParallel over "
+            f"{spec.gpus} GPUs (replicas made every step, and dali-mc's batches come already scattered); use parallel "
+            "ddp or one GPU for the captured step"
+        )
+
+
+def on_priority_streams(train, gpu_ids: list[int]):
+    """(`train` run on a stream of the highest priority on each of `gpu_ids`, that priority). The step waits for what
+    the loader queued on each device's current stream (its batch); the batch's memory is kept from reuse until the
+    step has read it; what is queued on the current streams after the step (the window's end event, the next batch's
+    copy) waits for the step's end, so that the cell's clocks and the loss stay those of the step."""
+    import torch
+
+    priority = min(torch.cuda.Stream.priority_range())  # CUDA: the lower the number, the higher the priority
+    streams = {i: torch.cuda.Stream(device=i, priority=priority) for i in gpu_ids}
+
+    def on_streams(images, labels, check: bool = False):
+        current = {i: torch.cuda.current_stream(i) for i in streams}
+        for i, s in streams.items():
+            s.wait_stream(current[i])
+        parts = images if isinstance(images, list | tuple) else [images]
+        for t in [*parts, labels]:
+            if t.is_cuda and t.device.index in streams:
+                t.record_stream(streams[t.device.index])
+        with contextlib.ExitStack() as on:
+            for i in reversed(gpu_ids):  # the first GPU's entered last: it stays the current device
+                on.enter_context(torch.cuda.stream(streams[i]))
+            loss = train(images, labels, check)
+        for i, s in streams.items():
+            current[i].wait_stream(s)
+        loss.record_stream(current[gpu_ids[0]])
+        return loss
+
+    return on_streams, streams[gpu_ids[0]].priority
 
 
 def _check_output(out, n: int, num_classes: int, who: str) -> None:
@@ -147,6 +227,7 @@ def _no_step(device):
         return zero
 
     step.optimizer = None
+    step.applied = {"step_stream_priority": "default", "step_stream_cuda_priority": None, "captured_step": False}
     return step
 
 

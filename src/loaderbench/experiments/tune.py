@@ -1,11 +1,13 @@
 """`loaderbench tune`: one loader's settings searched on this host within a time budget, against the ceiling.
 
-Coordinate search from the config's settings: each knob of the loader in turn (worker or thread count, prefetch
-depth, DALI's hardware-decoder share, torchvision's transport), coarse values first, then the count's neighbours of
-the best. A round measures every live candidate once, in fresh processes, with the ceiling (`synthetic`) beside it;
-a candidate whose interval against the incumbent lies below 1 after a round is dropped, and a knob moves only to a
-value whose interval lies above 1. The report: the best setting with its interval against the start and its AU,
-what limits it, and the config lines to paste.
+Coordinate search from the config's settings: each knob in turn (worker or thread count, prefetch depth, DALI's
+hardware-decoder share, torchvision's transport, and on a GPU the training step's stream priority and a captured
+step), coarse values first, then the count's neighbours of the best. The knobs that measured the larger gains come
+first (`DALI_ORDER`), and a knob that feeds the step faster (`FEEDING`) goes last while the step's batches are ready.
+A round measures every live candidate once, in fresh processes, with the ceiling (`synthetic`, with the candidate's
+step settings) beside it; a candidate whose interval against the incumbent lies below 1 after a round is dropped, and
+a knob moves only to a value whose interval lies above 1. The report: the best setting with its interval against the
+start and its AU, what limits it, the config lines to paste, and the knobs the budget did not reach.
 """
 
 from __future__ import annotations
@@ -19,17 +21,39 @@ from pathlib import Path
 
 import yaml
 
-from loaderbench.core.cells import CONFIG_KEYS, cell_id, cell_spec
+from loaderbench.core.cells import CAPTURED, CONFIG_KEYS, STEP_SETTINGS, cell_id, cell_spec
 from loaderbench.core.config import ConfigError
 from loaderbench.core.registry import BACKLOG
 from loaderbench.core.uncertainty import Ratio, ratio
 from loaderbench.engine.runner import warmclient
 from loaderbench.report.diagnose import WAIT_SHARE  # a step waiting less than this share of itself had its batch
+from loaderbench.report.verdict import tuned_fix
+
+# The order the DALI loaders' knobs are searched in, by the gains measured on one H200 (MobileNetV2, fp16, batch 256,
+# staged files; 2026-12-01 to 03): every JPEG to the hardware decoder bought dali-sc +6-20% (7,139 -> 7,788 samples/s
+# in one run); the step on a high-priority stream +12-18% for mixed decoding and +2% for dali-cpu (a plain script);
+# more threads or a deeper prefetch nothing measurable while batches were ready (data wait 2-6%); a captured step about
+# +10% for dali-cpu and nothing for mixed decoding.
+DALI_ORDER = ("dali_hw_decoder_load", "step_stream_priority", "dali_threads", "dali_prefetch", "compile")
+
+# Knobs that deliver batches faster: no help to a step whose batches are ready (data wait under WAIT_SHARE)
+FEEDING = ("workers", "prefetch_factor", "dali_threads", "dali_prefetch", "shard_readers")
+
+# Knobs of the training step that need a CUDA device (engine.step.check_step_settings), with why
+GPU_KNOBS = {
+    "step_stream_priority": "a CUDA stream's priority: this host has no CUDA device",
+    "compile": f"a captured step ({CAPTURED}: CUDA graphs): this host has no CUDA device",
+}
+
+# Loaders with GPU work of their own beside the step (mixed decoding, GPU augmentation, GPU decoding): the ones a
+# high-priority step stream can help
+GPU_WORK = ("dali-sc", "dali-mc", "dali-cpu", "dali-wds", "nvjpeg")
 
 
-def knobs(loader: str, spec, cpus: int) -> dict[str, list]:
-    """The settings `tune` searches for `loader`, each with its coarse values (the config's own first). A plugin
-    declares its own as its factory's `loaderbench_knobs`: names of these settings that it reads from the context."""
+def knobs(loader: str, spec, cpus: int, cuda: bool = False) -> dict[str, list]:
+    """The settings `tune` searches for `loader` in the order it searches them, each with its coarse values (the
+    config's own first); the step's knobs (GPU_KNOBS) only on a host with a CUDA device (`cuda`). A plugin declares its
+    own as its factory's `loaderbench_knobs`: names of these settings that it reads from the context."""
     counts = sorted({max(1, cpus // 4), max(1, cpus // 2), max(1, cpus - 1)})
     values = {
         "workers": counts,
@@ -39,13 +63,16 @@ def knobs(loader: str, spec, cpus: int) -> dict[str, list]:
         "dali_prefetch": [2, 3],
         "dali_hw_decoder_load": [0.65, 1.0],
         "shard_readers": [1, 2, 0],
+        "step_stream_priority": ["default", "high"],
+        "compile": [False, CAPTURED],
     }
     kind = BACKLOG.get(loader)
     if kind == "workers":
         names = ["workers", "prefetch_factor"] + (["torchvision_transport"] if loader in ("torchvision", "wds") else [])
         names += ["shard_readers"] if loader == "wds" else []
+        names += (["step_stream_priority"] if loader in GPU_WORK else []) + ["compile"]
     elif kind == "dali":
-        names = ["dali_threads", "dali_prefetch"] + (["dali_hw_decoder_load"] if loader != "dali-cpu" else [])
+        names = [n for n in DALI_ORDER if n != "dali_hw_decoder_load" or loader != "dali-cpu"]
     elif spec.loader_ref:
         from loaderbench.loaders.plugin import factory
 
@@ -61,12 +88,23 @@ def knobs(loader: str, spec, cpus: int) -> dict[str, list]:
             f"--loader {loader}: it has no settings to tune (tunable: torchvision, opencv, nvjpeg, "
             "dali-cpu, dali-sc, dali-mc, and plugins that declare loaderbench_knobs)"
         )
-    out = {name: list(values[name]) for name in names}
+    out = {name: list(values[name]) for name in names if cuda or name not in GPU_KNOBS}
     for name, vals in out.items():
         start = getattr(spec, name)
         if isinstance(start, int | float | str) and start != "auto" and start not in vals:
             vals.insert(0, start)
     return out
+
+
+def not_applicable(loader: str, spec, cpus: int, cuda: bool) -> dict[str, str]:
+    """The knobs of `loader` left out of the search on this host, each with why (the step's, without a CUDA device)."""
+    searched = knobs(loader, spec, cpus, cuda)
+    return {name: GPU_KNOBS[name] for name in knobs(loader, spec, cpus, cuda=True) if name not in searched}
+
+
+def cuda_host() -> bool:
+    """Whether this host has a CUDA device, without starting CUDA in the searching process."""
+    return Path("/dev/nvidiactl").exists()
 
 
 def config_precision(cfg: dict) -> str:
@@ -84,7 +122,7 @@ def effective(spec, name: str, cpus: int):
     value = getattr(spec, name)
     if value != "auto" or name not in ("workers", "dali_threads"):
         return value
-    kind = "cuda" if Path("/dev/nvidiactl").exists() else "cpu"
+    kind = "cuda" if cuda_host() else "cpu"
     place = placement.plan(frozenset(range(cpus)), spec.gpus) if placement.wanted(spec.placement, kind) else None
     if name == "workers":
         return resolve_workers(spec, place, usable=cpus)
@@ -111,7 +149,7 @@ class Tuner:
         self.deadline = time.monotonic() + budget_s
         self.walls: list[float] = []
         self.runs: dict[str, dict[int, dict]] = {}  # setting key -> its records by round
-        self.ceiling: list[dict] = []
+        self.ceilings: dict[str, dict[int, dict]] = {}  # the step settings' key -> the ceiling's records by round
         self.rounds = 0
 
     def spec(self, loader: str, settings: dict, r: int):
@@ -126,24 +164,34 @@ class Tuner:
         from loaderbench.engine.runner.runcell import run_cell
 
         spec = self.spec(loader, settings, r)
-        folder = self.out / ("ceiling" if loader == "synthetic" else key(settings))
+        folder = self.out / (ceiling_folder(settings) if loader == "synthetic" else key(settings))
         rec = run_cell(spec, self.manifest, folder / f"{spec.cell_id}.json", host=self.host)
         self.walls.append(rec.get("wall_s") or 0.0)
         return rec
 
     def round(self, candidates: list[dict]) -> list[dict]:
-        """One round: the ceiling, then each candidate once; returns those measured before the budget ran out."""
+        """One round: the ceiling (of each step the candidates train with), then each candidate once; returns those
+        measured before the budget ran out."""
         if not self.time_left():
             return []
-        self.ceiling.append(self.measure("synthetic", {}, self.rounds))
         done = []
         for settings in candidates:
+            step = step_settings(settings)
+            if self.rounds not in (ceiling := self.ceilings.setdefault(key(step), {})):
+                if not self.time_left():
+                    break
+                ceiling[self.rounds] = self.measure("synthetic", step, self.rounds)
             if not self.time_left():
                 break
             self.runs.setdefault(key(settings), {})[self.rounds] = self.measure(self.loader, settings, self.rounds)
             done.append(settings)
         self.rounds += 1
         return done
+
+    def wait_share(self, settings: dict) -> float | None:
+        """The median share of its steps a setting's cells waited for data (None: none measured)."""
+        ok = [r for r in self.runs.get(key(settings), {}).values() if r["status"] == "ok"]
+        return statistics.median(r["metrics"]["data_wait_fraction"] for r in ok) if ok else None
 
     def against(self, a: dict, b: dict) -> Ratio | None:
         """a's rate over b's, paired by the round both ran in (each round's processes share the host's state)."""
@@ -161,6 +209,16 @@ class Tuner:
 def key(settings: dict) -> str:
     """A setting's folder name: its overrides, or `start` for the config's own."""
     return ",".join(f"{k}={v}" for k, v in sorted(settings.items())) or "start"
+
+
+def step_settings(settings: dict) -> dict:
+    """The settings of the training step among `settings`: the ceiling beside a candidate runs with them."""
+    return {k: v for k, v in settings.items() if k in STEP_SETTINGS}
+
+
+def ceiling_folder(step: dict) -> str:
+    """Where the ceiling's records of the step settings `step` go."""
+    return "ceiling" + (f",{key(step)}" if step else "")
 
 
 def _hw(rec: dict) -> float | None:
@@ -201,44 +259,93 @@ def tune(
     out: Path,
     host=None,
     cpus: int | None = None,
+    cuda: bool | None = None,
 ) -> dict:
-    """Search `loader`'s settings at `precision` (None: the config's, `config_precision`); the report (also written
-    to `out`/tune.json)."""
+    """Search `loader`'s settings at `precision` (None: the config's, `config_precision`) on a host with a CUDA device
+    or not (`cuda`; None: this host, `cuda_host`); the report (also written to `out`/tune.json)."""
     cpus = cpus or len(os.sched_getaffinity(0))
+    cuda = cuda_host() if cuda is None else cuda
     precision = precision or config_precision(cfg)
     t = Tuner(cfg, loader, tier, batch, precision, manifest, out, budget_s, host)
-    space = knobs(loader, t.spec(loader, {}, 0), cpus)
-    best: dict = {}
+    space = knobs(loader, t.spec(loader, {}, 0), cpus, cuda)
     with warmclient.serving():
-        for name, values in space.items():
-            # a value the start already runs at (`auto` resolved on this host) is no candidate
-            start = effective(t.spec(loader, best, 0), name, cpus)
-            options = [
-                {**best, name: v}
-                for v in values
-                if effective(t.spec(loader, {**best, name: v}, 0), name, cpus) != start
-            ]
-            if options:
-                best = _better(t, best, options)
-            current = best.get(name, start)
-            if fine := [v for v in _finer([*values, current], current) if v != start]:
-                best = _better(t, best, [{**best, name: v} for v in fine])
-            if not t.time_left():
-                break
+        best, progress = _search(t, space, cpus)
         if best and t.against(best, {}) is None:
             # best won its last move against another setting than the config's own, in rounds without it: one more
             # round of the two side by side, budget permitting, so that its gain over the start is measured
             t.round([{}, best])
-    report = _report(t, best, space)
+    progress["not_applicable"] = not_applicable(loader, t.spec(loader, {}, 0), cpus, cuda)
+    report = _report(t, best, space, progress)
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / "tune.json").write_text(json.dumps(report, indent=2))
     return report
 
 
-def _report(t: Tuner, best: dict, space: dict) -> dict:
-    """The best setting, its gain over the start, its AU, what limits it, the config lines to paste."""
+def _search(t: Tuner, space: dict, cpus: int) -> tuple[dict, dict]:
+    """The knobs of `space` in turn while the budget lasts; a knob that feeds the step faster (FEEDING) is moved last
+    while the best setting's batches are ready, and skipped if they still are when it comes round again. Returns (the
+    best setting, how the search went: the knobs in the order searched, those moved last and those skipped with why,
+    those the budget did not reach)."""
+    best: dict = {}
+    queue, order, reached, moved, skipped = list(space), [], [], {}, {}
+    while queue and t.time_left():
+        name = queue.pop(0)
+        wait = t.wait_share(best)
+        if name in FEEDING and wait is not None and wait < WAIT_SHARE:
+            ready = (
+                f"batches ready: the step waited {wait:.0%} of its time for data (under {WAIT_SHARE:.0%}), which "
+                "more threads or a deeper prefetch cannot shorten"
+            )
+            if name in moved:
+                skipped[name] = ready
+            else:
+                moved[name] = ready
+                queue.append(name)
+            continue
+        order.append(name)
+        best, tried = _search_knob(t, name, space[name], best, cpus)
+        if tried is None:
+            skipped[name] = "every value it takes runs as the start does on this host (`auto` resolved)"
+        elif tried:
+            reached.append(name)
+    progress = {
+        "order": order,
+        "moved_last": moved,
+        "skipped": skipped,
+        "not_reached": [n for n in space if n not in reached and n not in skipped],
+    }
+    return best, progress
+
+
+def _search_knob(t: Tuner, name: str, values: list, best: dict, cpus: int) -> tuple[dict, bool | None]:
+    """Knob `name` searched from `best`: its coarse values, then the count's neighbours of the best. Returns (the best
+    setting, whether a candidate was measured; None when no value differs from the start)."""
+    loader = t.loader
+    # a value the start already runs at (`auto` resolved on this host) is no candidate
+    start = effective(t.spec(loader, best, 0), name, cpus)
+    options = [
+        {**best, name: v} for v in values if effective(t.spec(loader, {**best, name: v}, 0), name, cpus) != start
+    ]
+    if options:
+        best = _better(t, best, options)
+    current = best.get(name, start)
+    if fine := [v for v in _finer([*values, current], current) if v != start]:
+        options += [{**best, name: v} for v in fine]
+        best = _better(t, best, options[-len(fine) :])
+    if not options:
+        return best, None
+    return best, any(key(o) in t.runs for o in options)
+
+
+def _report(t: Tuner, best: dict, space: dict, progress: dict) -> dict:
+    """The best setting, its gain over the start, its AU against the ceiling of its step, what limits it, the config
+    lines to paste, and how the search went (`_search`)."""
     ok = [r for r in t.runs.get(key(best), {}).values() if r["status"] == "ok"]
-    ceiling = [r["metrics"]["samples_per_s"] for r in t.ceiling if r["status"] == "ok"]
+    ceilings = {
+        k: [r["metrics"]["samples_per_s"] for _, r in sorted(recs.items()) if r["status"] == "ok"]
+        for k, recs in t.ceilings.items()
+    }
+    ceiling = ceilings.get(key(step_settings(best)), [])
     rate = statistics.median(r["metrics"]["samples_per_s"] for r in ok) if ok else None
     wait = statistics.median(r["metrics"]["data_wait_fraction"] for r in ok) if ok else None
     gain = t.against(best, {}) if best else None
@@ -255,13 +362,16 @@ def _report(t: Tuner, best: dict, space: dict) -> dict:
         "batch_size": t.batch,
         "precision": t.precision,
         "searched": {k: list(v) for k, v in space.items()},
+        **progress,
         "rounds": t.rounds,
         "cells": len(t.walls),
         "best": best,
         "samples_per_s": rate,
         "gain": gain.to_dict() if gain else None,
+        "fix": tuned_fix(t.loader, best, gain.to_dict() if gain else None),
         "au": rate / statistics.median(ceiling) if rate and ceiling else None,
-        "ceiling_samples_per_s": ceiling,
+        "ceiling_samples_per_s": ceiling,  # the ceiling of the best setting's step, a rate a round
+        "ceilings": ceilings,  # every step's ceiling measured (`start`: the config's step)
         "data_wait_fraction": wait,
         "limit": None
         if wait is None
@@ -289,8 +399,11 @@ def render(rep: dict) -> str:
         f"  {k:50s} " + ", ".join(f"r{r} {v if isinstance(v, str) else f'{v:.0f}'}" for r, v in vals.items())
         for k, vals in rep["measured"].items()
     ]
-    ceiling = ", ".join(f"{v:.0f}" for v in rep["ceiling_samples_per_s"])
-    lines.append(f"  ceiling (synthetic): {ceiling}")
+    for step, rates in (rep.get("ceilings") or {"start": rep["ceiling_samples_per_s"]}).items():
+        lines.append(
+            f"  ceiling (synthetic{'' if step == 'start' else ', ' + step}): " + ", ".join(f"{v:.0f}" for v in rates)
+        )
+    au = f"AU {rep['au']:.2f}" if rep["au"] is not None else "AU - (no ceiling measured)"
     if rep["best"]:
         g = rep["gain"]
         gain = (
@@ -300,15 +413,31 @@ def render(rep: dict) -> str:
             "(the budget ended)"
         )
         lines.append(
-            f"best: {key(rep['best'])}: {rep['samples_per_s']:.0f} samples/s, {gain}, AU {rep['au']:.2f}; "
-            f"limit: {rep['limit']}"
+            f"best: {key(rep['best'])}: {rep['samples_per_s']:.0f} samples/s, {gain}, {au}; limit: {rep['limit']}"
         )
+        if rep.get("fix"):
+            lines.append(f"best fix: {rep['fix']['what']}")
         lines.append("paste into the config:\n" + "\n".join(f"  {x}" for x in rep["snippet"].splitlines()))
     elif rep["samples_per_s"]:
         lines.append(
-            f"best: the config's own settings ({rep['samples_per_s']:.0f} samples/s, AU {rep['au']:.2f}): no "
+            f"best: the config's own settings ({rep['samples_per_s']:.0f} samples/s, {au}): no "
             f"tried setting was measurably faster; limit: {rep['limit']}"
         )
     else:
         lines.append("no setting was measured within the budget")
-    return "\n".join(lines)
+    return "\n".join(lines + _search_lines(rep))
+
+
+def _search_lines(rep: dict) -> list[str]:
+    """How the search went: the order, the knobs moved last, skipped, not applicable here and not reached."""
+    if "order" not in rep:  # a report from before the search said so
+        return []
+    lines = [f"search order: {', '.join(rep['order']) or 'none searched'}"]
+    lines += [f"  moved last: {name}: {why}" for name, why in rep["moved_last"].items()]
+    lines += [f"  skipped: {name}: {why}" for name, why in rep["skipped"].items()]
+    lines += [f"  not applicable here: {name}: {why}" for name, why in rep["not_applicable"].items()]
+    missed = rep["not_reached"]
+    lines.append(
+        f"not reached within the budget: {', '.join(missed)}" if missed else "every knob reached within the budget"
+    )
+    return lines

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from loaderbench.core.cells import CONFIG_KEYS
 from loaderbench.core.util import atomic_write_text
 
 from .columns import trains, with_model
@@ -116,6 +117,30 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
 def write_verdict(d: pd.DataFrame, baseline: dict, out_dir: Path) -> None:
     """verdict.json in `out_dir`: the verdicts of the diagnosis table `d`."""
     atomic_write_text(Path(out_dir) / "verdict.json", json.dumps(verdicts(d, baseline), indent=2) + "\n")
+
+
+def setting_text(loader: str, settings: dict) -> str:
+    """A loader with settings other than its config's, named by their config keys as a fix names them:
+    `dali-sc with step_stream_priority: high, dali.hw_decoder_load: 1.0`."""
+    if not settings:
+        return loader
+    shown = [f"{CONFIG_KEYS.get(k, k)}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items()]
+    return f"{loader} with {', '.join(shown)}"
+
+
+def tuned_fix(loader: str, settings: dict, gain: dict | None) -> dict | None:
+    """The fix a search of `loader`'s settings (`loaderbench tune`) found, as a verdict's fix: `settings` faster than
+    the config's own by `gain` (a ratio's dict) beyond its 95% interval; None where it is not (no setting moved, or
+    its gain is unknown or inside the interval)."""
+    if not settings or not gain or gain["low"] <= 1.0:
+        return None
+    what = setting_text(loader, settings)
+    return {
+        "what": what,
+        "verdict": "measured",
+        "interval": gain,
+        "text": f"{what}: {gain['value']:.2f}x [{gain['low']:.2f}, {gain['high']:.2f}] the config's settings",
+    }
 
 
 def _trust_text(t: dict) -> str:

@@ -313,6 +313,7 @@ def _settings(run: CellRun, images) -> dict:
             "channels_last": first_input.is_contiguous(memory_format=torch.channels_last),
         },
         "compiled": spec.compile and run.model is not None,
+        **run.step.applied,  # the step's stream priority and whether it is captured, as the step runs them
         "optimizer": {  # None for `none`: no model, no optimizer
             "name": type(run.step.optimizer).__name__,
             "fused": bool(run.step.optimizer.defaults.get("fused")),
