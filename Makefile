@@ -6,25 +6,28 @@ STAMP  := $(VENV)/.installed
 CORES  ?= $(shell nproc)
 CONFIG ?= config/quickstart.yaml
 SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
+# the pipeline with a quiet terminal: a line per cell, Snakemake's output in logs/snakemake/, then the verdict
+RUN    := $(BIN)/loaderbench run --config $(CONFIG) --cores $(CORES)
 
 .PHONY: quickstart test test-dev plan bench ceiling tune engine-report report rerun respread cells lint clean
 
+# The install says one line; pip's output goes to logs/install.log, whose last lines are shown if it fails.
 $(STAMP): pyproject.toml examples/threaded-loader/pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -qq --no-cache-dir --upgrade pip
-	$(BIN)/python -m pip install -qq --no-cache-dir -e '.[test]'
-	$(BIN)/python -m pip install -qq --no-cache-dir --no-deps -e examples/threaded-loader  # the example plugin loader
-	touch $@
+	@mkdir -p logs
+	@printf 'install: loaderbench and its dependencies into $(VENV) (log: logs/install.log) ... '
+	@{ $(PYTHON) -m venv $(VENV) \
+	  && $(BIN)/python -m pip install -q --no-cache-dir --upgrade pip \
+	  && $(BIN)/python -m pip install -q --no-cache-dir -e '.[test]' \
+	  && $(BIN)/python -m pip install -q --no-cache-dir --no-deps -e examples/threaded-loader; \
+	} > logs/install.log 2>&1 || { echo FAILED; tail -n 20 logs/install.log; exit 1; }
+	@touch $@ && echo done
 
 ## quickstart: install into .venv, run the whole pipeline on config/quickstart.yaml, print where the bundle is and
 ## the verdict
 quickstart: $(STAMP)
-	$(BIN)/loaderbench validate-config --config $(CONFIG)
+	@$(BIN)/loaderbench validate-config --config $(CONFIG)
 	@$(BIN)/loaderbench fuse-check --config $(CONFIG) --install
-	$(SMK)
-	@echo
-	@echo "bundle: $(CURDIR)/$$($(BIN)/loaderbench where bundle)/index.html  (zip: $(CURDIR)/$$($(BIN)/loaderbench where bundle_zip), table: $(CURDIR)/$$($(BIN)/loaderbench where table cells.csv))"
-	@$(BIN)/loaderbench verdict
+	@$(RUN)
 	@$(BIN)/loaderbench fuse-check --config $(CONFIG)
 
 ## test: the test suite (unit tests and real Snakemake runs of a tiny grid on the CPU). FUSE, Chromium and Slurm are
@@ -61,7 +64,7 @@ engine-report: $(STAMP)
 ## at the config's precision unless PRECISION says
 tune: $(STAMP)
 	@test -n "$(LOADER)" || { echo "usage: make tune LOADER=<loader> [BUDGET_S=300] [PRECISION=fp32|amp]"; exit 2; }
-	$(SMK) --until stage
+	@$(RUN) -- --until stage
 	$(BIN)/loaderbench tune --config $(CONFIG) --loader '$(LOADER)' --budget-s $(or $(BUDGET_S),300) $(if $(PRECISION),--precision '$(PRECISION)')
 
 ## respread: rerun once every configuration whose repeats spread over spread_warn or with a contended cell, then refresh the tables
@@ -77,7 +80,7 @@ report: $(STAMP)
 ## rerun CELL=<cell id>: measure one configuration again, then refresh the tables, figures and bundle
 rerun: $(STAMP)
 	@test -n "$(CELL)" || { echo "usage: make rerun CELL=<cell id>  (list them: make cells)"; exit 2; }
-	$(SMK) --forcerun "$$($(BIN)/loaderbench where cell '$(CELL)')"
+	@$(RUN) -- --forcerun "$$($(BIN)/loaderbench where cell '$(CELL)')"
 
 ## cells: list the cell ids of CONFIG with their status
 cells: $(STAMP)

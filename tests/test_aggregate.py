@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import io
+import json
 import math
+import re
 
 import pandas as pd
 import pytest
 
 from loaderbench.core.uncertainty import DEFAULT_BETWEEN_NOISE
-from loaderbench.report.aggregate import cells_table
+from loaderbench.report.aggregate import aggregate, cells_table, seed_table_frame
 from loaderbench.report.columns import SEED_COLUMNS, read_table, table_csv
+from tests.conftest import REPO
 
 BASELINE = {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32"}
 
@@ -306,3 +309,22 @@ def test_the_loaders_workers_and_threads_come_from_its_records():
     assert t.loc["torchvision", "workers"] == 3 and math.isnan(t.loc["torchvision", "loader_threads"])
     assert math.isnan(t.loc["dali-cpu", "workers"]) and t.loc["dali-cpu", "loader_threads"] == 15
     assert math.isnan(t.loc["fast-io", "workers"]) and math.isnan(t.loc["fast-io", "loader_threads"])
+
+
+def test_the_seed_table_gives_samples_speed_and_efficiency_with_their_intervals(tmp_path):
+    """On one H200 run's records: every ratio lies inside its own interval, a cell divided by itself is exactly 1,
+    and dali-mc's GPU Efficiency (divided by dali-sc's 1-GPU cell) has an interval of two measurements."""
+    run = REPO / "docs/results/2026-12-02-h200/seed-1gpu"
+    config = json.loads((run / "config.json").read_text())
+    t = aggregate(sorted((run / "cells").glob("*.json")), config["baseline"], 0.05, tmp_path)
+    for col in ("au", "speed", "gpu_efficiency"):
+        known = t[t[f"{col}_low"].notna()]
+        assert len(known) and (known[f"{col}_low"] <= known[col]).all() and (known[col] <= known[f"{col}_high"]).all()
+    one = t[(t["loader"] == "dali-sc") & (t["gpus"] == 1)].iloc[0]
+    assert one["gpu_efficiency_low"] == one["gpu_efficiency_high"] == 1.0
+    mc = t[(t["loader"] == "dali-mc") & t["halfwidth"].notna()].iloc[0]
+    assert mc["gpu_efficiency_low"] < mc["gpu_efficiency"] < mc["gpu_efficiency_high"]
+    seed = seed_table_frame(t).set_index(["Dataloader", "Disk", "Batch size", "Precision"])
+    row = seed.loc[("dali-mc", "ram", 256, "amp")]
+    assert re.fullmatch(r"\d+\.\d \(\+-\d+\.\d%\)", row["Samples/s"])
+    assert re.fullmatch(r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]", row["GPU Efficiency"])

@@ -143,7 +143,7 @@ def test_yaml_syntax_error_names_file_line_and_column_before_make_runs_snakemake
     assert cli(["validate-config", "--config", str(bad)]) == 2
     assert f"config file {bad}, line 3, column 12: not valid YAML" in capsys.readouterr().err
     recipe = (REPO / "Makefile").read_text().split("\nquickstart:", 1)[1].split("\n\n", 1)[0]
-    assert recipe.index("validate-config --config $(CONFIG)") < recipe.index("$(SMK)"), recipe
+    assert recipe.index("validate-config --config $(CONFIG)") < recipe.index("$(RUN)"), recipe
 
 
 @pytest.mark.parametrize("case", ["dataset missing", "dataset is a file", "tier is a file", "tier outside missing"])

@@ -213,10 +213,9 @@ def test_the_verdict_is_printed_in_at_most_12_lines_and_matches_the_bundles(fini
     ).stdout.splitlines()
     verdict = json.loads((work / "results/tables/verdict.json").read_text())
     assert 2 <= len(out) <= 12 and out[0].startswith("verdict")
-    for v in verdict:  # each (GPU count, tier) of the run, its reference's bottleneck in both
-        assert f"{v['gpus']} GPU, {v['tier']}: {v['reference']['what']} is {v['reference']['bottleneck']}" in "\n".join(
-            out
-        )
+    for v in verdict:  # each (device, tier) of the run, its reference's bottleneck in both; no GPU here: the CPU
+        assert v["device"] == "cpu" and "GPU," not in "\n".join(out)
+        assert f"CPU, {v['tier']}: {v['reference']['what']} is {v['reference']['bottleneck']}" in "\n".join(out)
         assert f"<b>{v['reference']['bottleneck']}</b>" in index
     assert index.index("Verdict") < index.index("Table (the seed")
 

@@ -107,7 +107,7 @@ def test_records_carried_to_a_fresh_project_are_not_measured_again(finished_run,
     its tier's manifest; `loaderbench adopt` marks those that measured the same spec on the same data as current, and
     Snakemake then measures only the missing cell - and a cell whose record names other data."""
     work, cfg_path = finished_run
-    for kept in ("cells", "telemetry"):  # a cell's outputs: its record and its timeline
+    for kept in ("cells", "telemetry", "traces"):  # a cell's outputs: its record, its timeline and its trace
         shutil.copytree(work / "results" / kept, tmp_path / "results" / kept)
     (tmp_path / "results/cells/opencv_disk-a_g1_b4_fp32_dp_r0.json").unlink()
     other = tmp_path / "results/cells/torchvision_disk-a_g1_b4_amp_dp_r0.json"
@@ -129,8 +129,8 @@ def test_records_carried_to_a_fresh_project_are_not_measured_again(finished_run,
     assert out.returncode == 0, out.stderr
     assert "9 records in results/cells: 8 adopted" in out.stdout and "1 other data or not staged" in out.stdout
     assert (
-        "0 had some, 16 none" in out.stdout
-    )  # a fresh project: Snakemake stored nothing for the 8 records, 8 timelines
+        "0 had some, 24 none" in out.stdout
+    )  # a fresh project: Snakemake stored nothing for the 8 records, 8 timelines, 8 traces
     plan = snakemake(tmp_path, "--configfile", str(cfg_path), "-n").stdout
     assert job_counts(plan)["cell"] == 2
     assert (

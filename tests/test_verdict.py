@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from test_diagnose import cell, table
 
+from loaderbench.report.aggregate import seed_table_frame
+from loaderbench.report.columns import device_texts
 from loaderbench.report.diagnose import diagnose
 from loaderbench.report.verdict import render_html, render_text, verdicts
 
@@ -66,7 +68,7 @@ def test_the_text_stays_within_its_lines_and_says_what_it_left_out():
     vs = verdicts(diagnose(table(rows)), BASELINE)
     assert len(vs) == 8 and all(v["fix"]["verdict"] == "none faster" for v in vs)
     lines = render_text(vs)
-    assert len(lines) <= 12 and lines[-1] == "  ... 3 more (GPU count, tier) in the bundle"
+    assert len(lines) <= 12 and lines[-1] == "  ... 3 more (device, tier) in the bundle"
     assert len(render_text(vs[:5])) == 11 and render_text([])[0].startswith("verdict: no real loader")
 
 
@@ -110,3 +112,24 @@ def test_a_reference_above_its_ceiling_is_implausible_and_no_implausible_cell_is
     assert "2 implausible (above the compute ceiling)" in lines[2] and "CPU-prep-bound" not in lines[1]
     assert hdd["fix"]["what"] == "dali-cpu b128 fp32" and hdd["fix"]["verdict"] == "measured"
     assert hdd["trust"]["implausible"] == 1
+
+
+def test_a_cpu_host_is_named_the_cpu_in_the_verdict_the_seed_table_and_the_figures():
+    cells = [
+        cell("synthetic", "ram", 100.0, kind="ram", device="cpu"),
+        cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0, device="cpu"),
+        cell("dali-cpu", "ram", 125.0, kind="ram", wait_ms=20.0, device="cpu"),
+    ]
+    (v,) = verdicts(diagnose(table(cells)), BASELINE)
+    assert v["device"] == "cpu"
+    text = "\n".join(render_text([v]))
+    assert "  CPU, ram: torchvision b128 fp32 is" in text and "GPU" not in text
+    assert "<td>CPU</td>" in render_html([v])
+    gpu = [cell("synthetic", "ram", 100.0, kind="ram"), cell("torchvision", "ram", 250.0, kind="ram")]
+    (g,) = verdicts(diagnose(table(gpu)), BASELINE)
+    assert g["device"] == "gpu" and "  1 GPU, ram: " in render_text([g])[1]
+    seed_columns = {"time_s": 5.0, "steps": 10, "speed": 1.0, "gpu_efficiency": 1.0, "spread": 0.0}
+    seed = seed_table_frame(table(cells).assign(**seed_columns))
+    assert list(seed["GPU"]) == ["1 (CPU)"] * 3  # the seed's column kept, marked
+    assert list(seed_table_frame(table(gpu).assign(**seed_columns))["GPU"]) == [1, 1]
+    assert set(device_texts(table(cells))) == {"CPU"} and set(device_texts(table(gpu))) == {"1 GPU"}

@@ -11,6 +11,7 @@ rule bundle:
         manifests=[R.manifest(t) for t in TIERS],
         cells=get_cell_files(),
         timelines=[R.timeline(c) for c in CELLS],
+        traces=[R.trace(c) for c in CELLS],  # copied from the paths the records give (bundle.py)
         crosscheck=get_crosscheck(),
     output:
         bundle=directory(R.bundle),

@@ -12,6 +12,7 @@ rule cell:
     output:
         record=R.cell("{cell}"),
         timeline=R.timeline("{cell}"),
+        trace=R.trace("{cell}"),
     log:
         "logs/cells/{cell}.log",
     container:
@@ -27,4 +28,4 @@ rule cell:
         spec=get_cell_spec,  # the cell's identity: a changed spec re-measures the cell, nothing else does
     shell:
         "lb_cell run-cell --spec {params.spec:q} --manifest {input.manifest:q} --out {output.record:q} "
-        "--timeline {output.timeline:q} 2>&1 | tee {log:q}"
+        "--timeline {output.timeline:q} --trace {output.trace:q} 2>&1 | tee {log:q}"

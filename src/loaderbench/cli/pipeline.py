@@ -63,6 +63,7 @@ def _add_measure_steps(add) -> None:
     s.add_argument("--manifest", help=f"tier manifest (default {RESULTS.manifest('<tier>')})")
     s.add_argument("--out", help=f"record path (default {RESULTS.cell('<cell>')})")
     s.add_argument("--timeline", help=f"telemetry timeline CSV (default {RESULTS.timeline('<cell>')})")
+    s.add_argument("--trace", help=f"trace for Perfetto or chrome://tracing (default {RESULTS.trace('<cell>')})")
     s.add_argument("--position", help="'i/n': the cell's place in the grid, shown in its progress lines")
     s.add_argument("--timeout-s", type=float, help="the cell's time limit (default: config cell_timeout_s, else auto)")
     s.add_argument("--stall-s", type=float, help="watchdog: no step for this long is a stall (default 60)")
@@ -200,6 +201,7 @@ def cmd_run_cell(a) -> int:
         raise StagingError(f"tier manifest {manifest} is missing: stage the dataset first (snakemake {manifest})")
     out = Path(a.out or RESULTS.cell(spec.cell_id))
     timeline = Path(a.timeline or RESULTS.timeline(spec.cell_id))
+    trace = Path(a.trace or RESULTS.trace(spec.cell_id))
     timeout_s = a.timeout_s or (cfg["cell_timeout_s"] if cfg else None)
     stall = StallRule(
         floor_s=a.stall_s or (cfg["watchdog"]["stall_s"] if cfg else 60.0),
@@ -214,6 +216,7 @@ def cmd_run_cell(a) -> int:
         host=host_settings(a, cfg),
         timeout_s=timeout_s,
         stall=stall,
+        trace=trace,
     )
     return 0
 

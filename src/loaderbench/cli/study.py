@@ -9,8 +9,9 @@ from pathlib import Path
 
 from loaderbench.core.cells import cell_ids, cell_parts, cell_spec, parse_cell_id
 from loaderbench.core.config import ConfigError, load_config
-from loaderbench.core.layout import RESULTS, Layout
+from loaderbench.core.layout import LOGS, RESULTS, Layout
 
+from . import run
 from .common import config_of, write_json
 
 TITLE = "Run and read a study"
@@ -18,6 +19,7 @@ TITLE = "Run and read a study"
 
 def register(add) -> None:
     """Add this group's subcommands (`add` is `add_parser` that also lists the command under TITLE)."""
+    run.register(add)
     _add_config_commands(add)
     _add_results_commands(add)
 
@@ -148,10 +150,13 @@ def cmd_fuse_check(a) -> int:
     problem = _fuse_problem() if emulated else None
     may_install = os.geteuid() == 0 and shutil.which("apt-get") and os.environ.get("LOADERBENCH_INSTALL", "1") != "0"
     if problem and a.install and may_install:
-        print(f"loaderbench: FUSE is missing ({problem}); installing fuse3 with apt-get", flush=True)
+        log = Path(LOGS, "fuse-install.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        print(f"loaderbench: FUSE is missing ({problem}); installing fuse3 with apt-get (log: {log})", flush=True)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], env=env, check=False)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "fuse3", "libfuse3-3"], env=env, check=False)
+        with log.open("w") as out:
+            for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "fuse3", "libfuse3-3"]):
+                subprocess.run(command, env=env, check=False, stdout=out, stderr=subprocess.STDOUT)
         problem = _fuse_problem()
     if problem:
         print(
@@ -257,7 +262,7 @@ def cmd_adopt(a) -> int:
             why = "other data or not staged"
         else:
             why = "adopted"
-            for f in (Path(layout.cell(cid)), Path(layout.timeline(cid))):
+            for f in (Path(layout.cell(cid)), Path(layout.timeline(cid)), Path(layout.trace(cid))):
                 if f.is_file():
                     os.utime(f)
                     adopted.append(f)
@@ -287,6 +292,10 @@ def _copy_in(cfg: dict, layout: Layout, source: Path) -> str:
         if timeline.is_file():
             Path(layout.timeline(cid)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(timeline, layout.timeline(cid))
+        trace = source / "traces" / f"{cid}.trace.json"
+        if trace.is_file():
+            Path(layout.trace(cid)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(trace, layout.trace(cid))
         Path(layout.cell(cid)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(rec, layout.cell(cid))
         copied += 1

@@ -33,6 +33,8 @@ PATHS = {
     "respread_ledger": "respread.json",
     "telemetry": "telemetry",
     "timeline": "telemetry/{}.csv",
+    "traces": "traces",
+    "trace": "traces/{}.trace.json",  # a cell's steps and telemetry for Perfetto / chrome://tracing (engine.runner.trace)
     # tables, figures, bundle, Snakemake's report
     "tables": "tables",
     "table": "tables/{}",  # cells.csv, repeats.csv, tier_probe.csv, diagnosis.csv, ...

@@ -54,13 +54,15 @@ STATUSES = ("ok", "skipped", "failed")
 @dataclass
 class Outcome:
     """What a measuring process reports (or the runner concludes when it could not): the status, its reason, the
-    metrics, a traceback, and CUDA/cuDNN as the process loaded them."""
+    metrics, a traceback, CUDA/cuDNN as the process loaded them, and the times of its steps for the cell's trace
+    (`measure.step_times`; not part of the record)."""
 
     status: str
     reason: str | None = None
     metrics: dict | None = None
     detail: str | None = None
     runtime: dict | None = None
+    steps: dict | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:

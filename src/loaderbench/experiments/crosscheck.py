@@ -164,6 +164,7 @@ def crosscheck(
                                 Path(out_dir) / "cells" / f"{spec.cell_id}.json",
                                 Path(out_dir) / "telemetry" / f"{spec.cell_id}.csv",
                                 host=host,
+                                trace=Path(out_dir) / "traces" / f"{spec.cell_id}.trace.json",
                             )
                             if rec["status"] != "ok":
                                 reasons.append(f"cell {rec['status']}: {rec.get('reason')}")

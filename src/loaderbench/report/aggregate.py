@@ -24,6 +24,7 @@ from .columns import (
     KEYS,
     LOADER_ALONE,
     SEED_COLUMNS,
+    on_gpu,
     run_of,
     table_csv,
     to_labels,
@@ -242,12 +243,42 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     t["au"] = accelerator_utilisation(t)
     _within_one_run(t, base.set_index("model")["run"].to_dict())
     aus = au_interval(t)
+    _bounds(t, "au", aus)
+    _bounds(t, "speed", _divided_interval(t, t["model"].map(base.set_index("model")["halfwidth"]), base.index))
+    one = t[(t["gpus"] == 1) & trains(t)].set_index(ONE_GPU_BY)["halfwidth"]
+    one_gpu_hw = pd.Series([one.get(_one_gpu_key(r), np.nan) for _, r in t.iterrows()], index=t.index, dtype=float)
+    own = (t["gpus"] == 1) & trains(t) & ~t["loader"].isin(list(ONE_GPU_BASELINE))  # divided by themselves
+    _bounds(t, "gpu_efficiency", _divided_interval(t, one_gpu_hw, t.index[own]))
     implausible = pd.Series([au_implausible(au, q) for au, q in zip(t["au"], aus)], index=t.index, dtype=bool)
     t.loc[implausible, "warnings"] = [
         "; ".join(filter(None, [str(w) if isinstance(w, str) else "", f"implausible: {au_implausible_text(au, q)}"]))
         for w, au, q in zip(t.loc[implausible, "warnings"], t.loc[implausible, "au"], aus[implausible])
     ]
     return t[SEED_COLUMNS + [c for c in t.columns if c not in SEED_COLUMNS]]
+
+
+INTERVAL_OF = ("au", "speed", "gpu_efficiency")  # ratios the table gives with their 95% interval (`<name>_low/_high`)
+
+
+def _divided_interval(t: pd.DataFrame, divisor_hw: pd.Series, divisors: pd.Index) -> pd.Series:
+    """Each row's ratio (`value`, already divided) as a `Ratio` whose interval joins the row's half-width and its
+    divisor's (`divisor_hw`); a row that is its own divisor (`divisors`: the baseline cells) is exactly 1; None where
+    a half-width is unknown."""
+
+    def one(i, hw, base_hw):
+        if i in divisors:
+            return Ratio(1.0, 0.0, 1)
+        return quotient(1.0, float(hw), 1.0, float(base_hw)) if pd.notna(hw) and pd.notna(base_hw) else None
+
+    return pd.Series([one(i, hw, b) for i, hw, b in zip(t.index, t["halfwidth"], divisor_hw)], index=t.index)
+
+
+def _bounds(t: pd.DataFrame, col: str, intervals: pd.Series) -> None:
+    """Columns `<col>_low` and `<col>_high`: `t[col]` within the relative half-width of `intervals` (a `Ratio` per
+    row, or None: unknown)."""
+    hw = pd.Series([q.halfwidth if q is not None else np.nan for q in intervals], index=t.index, dtype=float)
+    value = pd.to_numeric(t[col], errors="coerce")
+    t[f"{col}_low"], t[f"{col}_high"] = value / (1 + hw), value * (1 + hw)
 
 
 # A loader faster than the synthetic ceiling of its configuration: the ceiling was measured low or the cell high, or
@@ -478,15 +509,36 @@ def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
     fmt = {
         "time_s": "{:.1f}",
         "steps": "{:.0f}",
-        "samples_per_s": "{:.1f}",
-        "speed": "{:.2f}",
-        "gpu_efficiency": "{:.2f}",
         **({"predicted": "{:.1f}", "prediction_error": "{:+.1%}"} if predicted else {}),
     }
     for col, f in fmt.items():
         t[col] = [f.format(float(v)) if pd.notna(v) else "-" for v in t[col]]
+    unknown = pd.Series(np.nan, index=table.index)
+    if "device" in table:  # the seed's GPU column says where a cell trained on the CPU instead
+        t["gpus"] = [f"{g} (CPU)" if not on_gpu(d) else g for g, d in zip(table["gpus"], table["device"])]
+    t["samples_per_s"] = [
+        _with_halfwidth(v, h) for v, h in zip(table["samples_per_s"], table.get("halfwidth", unknown))
+    ]
+    for col in ("speed", "gpu_efficiency"):
+        ends = zip(table[col], table.get(f"{col}_low", unknown), table.get(f"{col}_high", unknown))
+        t[col] = [_with_ends(v, lo, hi) for v, lo, hi in ends]
     for col in ["spread", *rerun]:
         t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
     if divided:
         t["not_divided"] = [x if isinstance(x, str) else "" for x in t["not_divided"]]
     return to_labels(t)
+
+
+def _with_halfwidth(value, halfwidth) -> str:
+    """A rate as the seed's table shows it, with its 95% interval where known: `277.1 (+-5.2%)`."""
+    if pd.isna(value):
+        return "-"
+    return f"{float(value):.1f}" + (f" (+-{100 * float(halfwidth):.1f}%)" if pd.notna(halfwidth) else "")
+
+
+def _with_ends(value, low, high) -> str:
+    """A ratio with its 95% interval where known: `1.30 [1.22, 1.38]`."""
+    if pd.isna(value):
+        return "-"
+    ends = f" [{float(low):.2f}, {float(high):.2f}]" if pd.notna(low) and pd.notna(high) else ""
+    return f"{float(value):.2f}" + ends

@@ -120,6 +120,7 @@ def make_bundle(
             _crosscheck_html(crosscheck),
             verdict,
             drawn,
+            traces=_traces(records, out_dir),
         ),
     )
     _zip(out_dir, zip_path)
@@ -260,6 +261,7 @@ def _index_html(
     crosscheck: str = "",
     verdict: str = "",
     drawn: tuple[str, ...] = (),
+    traces: str = "",
 ) -> str:
     """The bundle's index.html: summary, verdict, tables, diagnosis, recommendations, figures, tiers, provenance."""
     e = html.escape
@@ -306,7 +308,9 @@ def _index_html(
         *_provenance_rows(provenance),
         "</table><h2>Cells</h2><ul>",
         *_cell_items(records, timelines),
-        "</ul></body></html>",
+        "</ul>",
+        traces,
+        "</body></html>",
     ]
     return "\n".join(parts)
 
@@ -400,3 +404,27 @@ def _cell_items(records: list, timelines: set[str]) -> list[str]:
             f"{warns}</li>"
         )
     return parts
+
+
+def _traces(records: list, out_dir: Path) -> str:
+    """Each cell's trace (where its record says it is) copied to `out_dir`/traces, and a section linking them that
+    says how to open one; "" where no cell has one."""
+    e = html.escape
+    links = []
+    for r in sorted(records, key=lambda r: r["cell_id"]):
+        src = Path(str((r.get("telemetry") or {}).get("trace") or ""))
+        if not src.name or not src.is_file() or not src.stat().st_size:  # none, or lost to a full disk (runcell)
+            continue
+        with writing(out_dir / "traces"):
+            (out_dir / "traces").mkdir(exist_ok=True)
+        _copy(src, out_dir / "traces" / src.name)
+        links.append(f"<a href='traces/{e(src.name)}'>{e(r['cell_id'])}</a>")
+    if not links:
+        return ""
+    return (
+        "<h2>Traces</h2><p>Each cell's steps (the wait for the batch, the step, on a GPU the device's side) and its "
+        "telemetry on one clock, in the Chrome trace-event format: save one and open it at ui.perfetto.dev "
+        "(&ldquo;Open trace file&rdquo;) or in Chrome at chrome://tracing (&ldquo;Load&rdquo;).</p><p>"
+        + " &middot; ".join(links)
+        + "</p>"
+    )

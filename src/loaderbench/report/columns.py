@@ -71,6 +71,13 @@ CELLS = {
     "contended": "Contended",
     "converged": "Converged",
     "au": "AU",
+    # 95% interval ends of the ratios (report/aggregate.py INTERVAL_OF)
+    "au_low": "AU low",
+    "au_high": "AU high",
+    "speed_low": "Speed low",
+    "speed_high": "Speed high",
+    "gpu_efficiency_low": "GPU Efficiency low",
+    "gpu_efficiency_high": "GPU Efficiency high",
     "run": "Run",
     "host": "Host",
     "not_divided": "Not divided because",
@@ -127,6 +134,23 @@ def with_model(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     out.insert(list(out.columns).index("loader") + 1 if "loader" in out else len(out.columns), "model", DEFAULT_MODEL)
     return out
+
+
+def on_gpu(device) -> bool:
+    """Whether a cell's `device` (the records' device type: "cuda", "cpu"; several joined by commas) is a GPU;
+    unknown (a table without the column) counts as one, as the seed's tables were."""
+    return not isinstance(device, str) or not device or "cuda" in device
+
+
+def device_text(gpus, device) -> str:
+    """The device a cell trained on as people read it: "1 GPU", "2 GPU", or "CPU" where there was none."""
+    return f"{int(gpus)} GPU" if on_gpu(device) else "CPU"
+
+
+def device_texts(t: pd.DataFrame) -> pd.Series:
+    """`device_text` of each row of `t`."""
+    device = t["device"] if "device" in t else pd.Series(None, index=t.index, dtype=object)
+    return pd.Series([device_text(g, d) for g, d in zip(t["gpus"], device)], index=t.index, dtype=object)
 
 
 def trains(df: pd.DataFrame) -> pd.Series:

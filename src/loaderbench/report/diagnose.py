@@ -29,7 +29,7 @@ from loaderbench.data.cache import COLD_SHARE
 
 from . import columns
 from .aggregate import au_implausible, au_implausible_text, au_interval
-from .columns import DEFAULT_MODEL, trains, with_model
+from .columns import DEFAULT_MODEL, on_gpu, trains, with_model
 
 BASE_KEYS = ["gpus", "batch_size", "precision", "parallel"]  # the baseline's configuration, of any model
 CONFIG_KEYS = ["model", *BASE_KEYS]  # one configuration: its synthetic cell is its compute
@@ -110,7 +110,7 @@ def label(r: pd.Series) -> tuple[str, str]:
     prep, fetch = r["prep_stall_ms"], r["fetch_stall_ms"]
     wait = r.get("data_wait_ms", np.nan)
     au = r.get("au", np.nan)
-    on_cpu = "cuda" not in str(r.get("device", ""))
+    on_cpu = not on_gpu(r.get("device"))
     compute_label = "compute-bound" if on_cpu else "GPU-bound"
     facts = _facts(r)
     if r["loader"] == "synthetic":
@@ -264,6 +264,7 @@ def diagnose(t: pd.DataFrame) -> pd.DataFrame:
         "model",
         "tier",
         *BASE_KEYS,
+        "device",
         "tier_kind",
         "samples_per_s",
         "au",

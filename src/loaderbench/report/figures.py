@@ -19,7 +19,7 @@ import seaborn as sns
 from loaderbench.core.util import atomic_write_text, writing
 
 from .aggregate import seed_table_frame
-from .columns import DEFAULT_MODEL, LOADER_ALONE, label, read_table, trains, with_model
+from .columns import DEFAULT_MODEL, LOADER_ALONE, device_text, device_texts, label, read_table, trains, with_model
 from .figure_list import FORMATS, REGISTRY, WHERE_MEASURED
 
 MAX_TIMELINES = 6
@@ -59,9 +59,7 @@ def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
     ok = repeats[(repeats["status"] == "ok") & trains(repeats)].copy()
     if ok.empty:
         raise ValueError("no training cell finished ok: nothing to plot (see results/tables/cells.csv for the reasons)")
-    ok["Batch / GPUs"] = (
-        _model_part(ok) + "batch " + ok["batch_size"].astype(str) + ", " + ok["gpus"].astype(str) + " GPU"
-    )
+    ok["Batch / GPUs"] = _model_part(ok) + "batch " + ok["batch_size"].astype(str) + ", " + device_texts(ok)
     loaders = ok["loader"].nunique()
     g = sns.catplot(
         data=ok,
@@ -90,12 +88,21 @@ def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> None:
     t = with_model(table)
     t = t[trains(t)].copy()  # the loader alone has no Speed
     t["row"] = _model_part(t, " / ") + t["loader"] + " / " + t["tier"]
-    t["col"] = t["gpus"].astype(str) + " GPU, b" + t["batch_size"].astype(str) + ", " + t["precision"]
+    t["col"] = device_texts(t) + ", b" + t["batch_size"].astype(str) + ", " + t["precision"]
+    t["text"] = [
+        "" if pd.isna(v) else f"{v:.2f}" + (f"\n[{lo:.2f}, {hi:.2f}]" if pd.notna(lo) and pd.notna(hi) else "")
+        for v, lo, hi in zip(
+            t["speed"], t.get("speed_low", t["speed"] * np.nan), t.get("speed_high", t["speed"] * np.nan)
+        )
+    ]
     pivot = t.pivot_table(index="row", columns="col", values="speed", aggfunc="first")
-    fig, ax = plt.subplots(figsize=(1.3 + 1.1 * pivot.shape[1], 0.9 + 0.45 * pivot.shape[0]))
+    text = t.pivot_table(index="row", columns="col", values="text", aggfunc="first").reindex_like(pivot).fillna("")
+    fig, ax = plt.subplots(figsize=(1.3 + 1.5 * pivot.shape[1], 0.9 + 0.6 * pivot.shape[0]))
     if pivot.notna().to_numpy().any():
-        sns.heatmap(pivot, annot=True, fmt=".2f", cmap="viridis", ax=ax, cbar_kws={"label": "speed"})
-        ax.set_title("Speed = Samples/s / baseline cell's Samples/s")
+        sns.heatmap(
+            pivot, annot=text, fmt="", cmap="viridis", ax=ax, cbar_kws={"label": "speed"}, annot_kws={"size": 7}
+        )
+        ax.set_title("Speed = Samples/s / baseline cell's Samples/s [95% interval]")
     else:
         ax.text(
             0.5, 0.5, "no Speed: the baseline cell has no result\n(config key 'baseline')", ha="center", va="center"
@@ -134,8 +141,8 @@ def _models_text(t: pd.DataFrame) -> str:
 def _label(t: pd.DataFrame) -> pd.Series:
     return (
         _model_part(t)
-        + t["gpus"].astype(str)
-        + " GPU x b"
+        + device_texts(t)
+        + " x b"
         + t["batch_size"].astype(str)
         + ", "
         + t["precision"]
@@ -198,7 +205,7 @@ def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
     t["config"] = _label(t)
     if t["au"].notna().any():
         g = sns.catplot(
-            data=t,
+            data=_with_ends(t, "au"),
             kind="bar",
             x="loader",
             y="au",
@@ -208,13 +215,19 @@ def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
             height=3.2,
             aspect=1.5,
             sharey=True,
+            estimator=np.median,
+            errorbar=("pi", 100),
+            capsize=0.15,
         )
         g.set_titles("{col_name}")
         for ax in g.axes.flat:
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
             ax.axhline(0.9, color="grey", lw=0.6, ls=":")
             ax.tick_params(axis="x", labelrotation=30)
-        g.figure.suptitle("AU: share of the compute ceiling each loader delivers (dotted: 0.9, GPU-bound)", y=1.03)
+        g.figure.suptitle(
+            "AU: share of the compute ceiling each loader delivers, whiskers its 95% interval (dotted: 0.9, GPU-bound)",
+            y=1.03,
+        )
         _save(g.figure, out_dir, "au_bars")
     else:
         fig, ax = plt.subplots(figsize=(6, 2))
@@ -271,7 +284,7 @@ def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
 def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
     """Samples/s against the per-GPU batch size per loader, one panel per tier and precision (the seed's 3.2.3)."""
     t = table[table["samples_per_s"].notna()].copy()
-    t["panel"] = _model_part(t) + t["tier"] + ", " + t["precision"] + ", " + t["gpus"].astype(str) + " GPU"
+    t["panel"] = _model_part(t) + t["tier"] + ", " + t["precision"] + ", " + device_texts(t)
     g = sns.relplot(
         data=t,
         kind="line",
@@ -302,12 +315,16 @@ def scaling(table: pd.DataFrame, out_dir: Path) -> None:
     t["panel"] = (
         _model_part(t) + t["tier"] + ", b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
     )
+    loaders = sorted(t["loader"].unique())
+    palette = dict(zip(loaders, sns.color_palette(n_colors=len(loaders))))
     g = sns.relplot(
         data=t,
         kind="line",
         x="gpus",
         y="samples_per_s",
         hue="loader",
+        hue_order=loaders,
+        palette=palette,
         col="panel",
         col_wrap=3,
         marker="o",
@@ -317,13 +334,16 @@ def scaling(table: pd.DataFrame, out_dir: Path) -> None:
     )
     g.set_titles("{col_name}")
     for panel, ax in g.axes_dict.items():
+        for loader, cells in t[t["panel"] == panel].groupby("loader"):
+            v, lo, hi = _interval(cells)
+            ax.errorbar(cells["gpus"], v, yerr=[v - lo, hi - v], fmt="none", ecolor=palette[loader], capsize=3, lw=1)
         p = t[(t["panel"] == panel) & (t["gpus"] == 1)]
         counts = sorted(t["gpus"].unique())
         for _, r in p.iterrows():
             ax.plot(counts, [r["samples_per_s"] * n for n in counts], ls=":", lw=0.8, color="grey")
         ax.set_xticks(counts)
     note = "" if t["gpus"].nunique() > 1 else " (this grid has one GPU count: add more under gpus)"
-    g.figure.suptitle(f"Scaling with GPUs; dotted: ideal (n x the 1-GPU cell){note}", y=1.04)
+    g.figure.suptitle(f"Scaling with GPUs, whiskers 95% intervals; dotted: ideal (n x the 1-GPU cell){note}", y=1.04)
     _save(g.figure, out_dir, "scaling")
 
 
@@ -428,6 +448,14 @@ def _interval(t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return v, v / (1 + hw), v * (1 + hw)
 
 
+def _with_ends(t: pd.DataFrame, col: str) -> pd.DataFrame:
+    """Each row three times, `col` at its interval's low end, its value and its high end (`<col>_low`, `<col>_high`;
+    the value where unknown): a bar drawn with `estimator=np.median, errorbar=("pi", 100)` then stands at the value
+    with whiskers at the interval's ends."""
+    ends = [t.assign(**{col: t.get(f"{col}_{end}", t[col]).fillna(t[col])}) for end in ("low", "high")]
+    return pd.concat([t, *ends], ignore_index=True)
+
+
 def _of_config(t: pd.DataFrame, key: tuple) -> pd.DataFrame:
     """The rows of `t` at the GPUs, batch, precision and parallel mode `key` (CONFIG's order)."""
     return t[np.logical_and.reduce([t[k] == v for k, v in zip(CONFIG, key)])]
@@ -510,8 +538,10 @@ def loader_alone(table: pd.DataFrame, out_dir: Path) -> bool:
             )
         hosts = sorted({h for h in pd.concat([bars, lines]).get("host", pd.Series(dtype=object)) if isinstance(h, str)})
         gpus, batch, precision, parallel = key
+        devices = pd.concat([bars, lines]).get("device", pd.Series(dtype=object))
+        on = device_text(gpus, ",".join(d for d in devices if isinstance(d, str)))
         ax.set_title(
-            f"{'; '.join(hosts) or 'host not recorded'}: {gpus} GPU, batch {batch}, {precision}, {parallel}",
+            f"{'; '.join(hosts) or 'host not recorded'}: {on}, batch {batch}, {precision}, {parallel}",
             fontsize=9,
         )
         ax.set_ylabel("samples/s (log)")

@@ -1,4 +1,4 @@
-"""The answer first: per model, GPU count and tier, what limits the training and the best measured fix, with how far to
+"""The answer first: per model, device (GPU count, or the CPU) and tier, what limits the training and the best measured fix, with how far to
 trust it. The loader alone (model `none`) trains nothing and gets no verdict.
 
 For each (GPUs, tier) the reference is the baseline loader's cell there (at the baseline's batch and precision where
@@ -22,7 +22,7 @@ import pandas as pd
 from loaderbench.core.cells import CONFIG_KEYS
 from loaderbench.core.util import atomic_write_text
 
-from .columns import trains, with_model
+from .columns import device_text, on_gpu, trains, with_model
 from .diagnose import cell_name, compare, read_flag
 
 
@@ -89,6 +89,7 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
             {
                 "model": str(model),
                 "gpus": int(gpus),
+                "device": "gpu" if on_gpu(",".join(x for x in g.get("device", []) if isinstance(x, str))) else "cpu",
                 "tier": str(tier),
                 "reference": {
                     "cell": cell_name(ref),
@@ -180,12 +181,17 @@ def render_text(vs: list[dict], limit: int = 12) -> list[str]:
     shown = vs if len(vs) <= fits else vs[: (limit - 2) // 2]  # else one line says what is left out
     several = _several_models(vs)
     for v in shown:
-        head = f"{v['model']}, " * several + f"{v['gpus']} GPU, {v['tier']}"
+        head = f"{v['model']}, " * several + f"{_device(v)}, {v['tier']}"
         lines.append(f"  {head}: {_limit_text(v['reference'])}; {v['reference']['samples_per_s']:.0f} samples/s")
         lines.append(f"  {' ' * len(head)}  fix: {v['fix']['text']}. Trust: {_trust_text(v['trust'])}")
     if len(shown) < len(vs):
-        lines.append(f"  ... {len(vs) - len(shown)} more ({'model, ' * several}GPU count, tier) in the bundle")
+        lines.append(f"  ... {len(vs) - len(shown)} more ({'model, ' * several}device, tier) in the bundle")
     return lines
+
+
+def _device(v: dict) -> str:
+    """The verdict's device in words: "1 GPU", or "CPU" where the cells trained on no GPU."""
+    return device_text(v["gpus"], "cpu" if v.get("device") == "cpu" else "cuda")
 
 
 def _several_models(vs: list[dict]) -> bool:
@@ -213,18 +219,18 @@ def render_html(vs: list[dict]) -> str:
         rows.append(
             "<tr>"
             + (f"<td>{e(str(v.get('model')))}</td>" if several else "")
-            + f"<td>{v['gpus']}</td><td>{e(v['tier'])}</td><td>{e(ref['what'])}: "
+            + f"<td>{e(_device(v))}</td><td>{e(v['tier'])}</td><td>{e(ref['what'])}: "
             f"<b>{e(ref['bottleneck'])}</b>, {ref['samples_per_s']:.0f} samples/s</td><td>{au}</td>"
             f"<td>{wait}</td><td>{e(fix['text'])}</td><td>{e(_trust_text(v['trust']))}</td></tr>"
         )
     return (
         "<h2>Verdict: what limits training, and what fixes it</h2>"
-        f"<p>Per {'model, ' * several}GPU count and tier: the reference cell (the baseline loader) and its bottleneck; the fastest cell "
+        f"<p>Per {'model, ' * several}device (GPU count, or the CPU) and tier: the reference cell (the baseline loader) and its bottleneck; the fastest cell "
         "there that can carry a verdict (a contended or unconverged cell measured once cannot), against the "
         "reference with its 95% interval; how far to trust the group. Details: the diagnosis and recommendations "
         "below.</p>"
         "<table><tr>"
         + ("<th>Model</th>" if several else "")
-        + "<th>GPU</th><th>Disk</th><th>Limited by</th><th>AU</th><th>Data wait</th>"
+        + "<th>Device</th><th>Disk</th><th>Limited by</th><th>AU</th><th>Data wait</th>"
         "<th>Best measured fix [95%]</th><th>Trust</th></tr>" + "".join(rows) + "</table>"
     )

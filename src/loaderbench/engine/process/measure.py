@@ -67,6 +67,7 @@ class CellRun:
         )
         self.backlog = self.ctx.info["prefetch_batches"]
         self.placed: dict = {}
+        self.step_times: dict = {}  # the warm-up's and the window's steps, for the cell's trace (`step_times`)
 
     def sync(self) -> None:
         if self.kind == "cuda":
@@ -119,6 +120,7 @@ class CellRun:
             self.pin()  # workers, DALI and replica threads exist now
 
         waits: list = []
+        starts: list = []
         hold_collection()
         durations, drained_at = warm_up(
             self.step,
@@ -130,6 +132,7 @@ class CellRun:
             min_steps=spec.warmup_steps,
             agree_drained=lambda done: not parallel.agree_max(dist, int(not done)),
             waits=waits,
+            starts=starts,
         )
         self.pin()  # again: threads started during the warm-up (a new epoch's pin-memory thread) go where they belong
         return {
@@ -137,6 +140,7 @@ class CellRun:
             "drained_at": drained_at,
             "bound": bound,
             "waits": waits,
+            "starts": starts,
             "first_step_s": first.get("s"),
             "t_setup": t_setup,
             "t_warm": time.perf_counter(),
@@ -205,6 +209,7 @@ def measure_in(run: CellRun, t_start: float, since_process_start: float | None, 
     cold_step_s = run.cold_step()
     warm = run.warm_up()
     rule, win = run.window(warm["waits"][-1])
+    run.step_times = step_times(warm, win.timings, run.kind)
     final_loss = float(win.loss.detach().float().item())
     ranks = parallel.gather(run.dist, run.rank_summary(win))
     rss = _process_tree_rss_mb()
@@ -246,6 +251,25 @@ def measure_in(run: CellRun, t_start: float, since_process_start: float | None, 
         "gpu_mem_nvml_mb": gpu_memory_used_mb(run.spec.gpus) if run.kind == "cuda" else None,
         "main_peak_rss_mb": _peak_rss_mb(),
         "process_tree_rss_mb": rss,
+    }
+
+
+def step_times(warm: dict, window: dict, kind: str) -> dict:
+    """The steps this process ran, for the cell's trace (not the record): the warm-up's (start, wait for the batch,
+    end: its steps are not split further) and the window's (`WindowResult.timings`), in seconds from the window's
+    start on the host's clock, `t0_epoch` that start in epoch seconds."""
+    t0 = window["t0"]
+    r = lambda xs: [round(x, 7) for x in xs]
+    start = [s - t0 for s in warm["starts"]]
+    return {
+        "t0_epoch": window["t0_epoch"],
+        "device": kind,
+        "warmup": {
+            "start": r(start),
+            "wait": r(warm["waits"]),
+            "end": r([s + d for s, d in zip(start, warm["durations"])]),
+        },
+        "window": {k: (v if k == "kept" else r(v)) for k, v in window.items() if k not in ("t0", "t0_epoch")},
     }
 
 

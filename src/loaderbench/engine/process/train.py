@@ -35,8 +35,10 @@ def measure(
     allowed: frozenset[str],
     heartbeat: Heartbeat | None = None,
     timeout_s: float = 600.0,
+    step_times: dict | None = None,
 ) -> dict | None:
-    """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure."""
+    """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure. `step_times`, a
+    dict, gets the times of the steps this process ran, for the cell's trace (`measure.step_times`)."""
     t_start = time.perf_counter()
     marks = {"setup_start": time.time()}  # epoch seconds, for the telemetry timeline's phases
     since_process_start = _seconds_since_process_start()
@@ -49,6 +51,8 @@ def measure(
         placement.set_intra_op_threads(spec.parallel, dist.world)
         run = CellRun(spec, data_root, allowed, dist, kind, heartbeat, marks)
         metrics = measure_in(run, t_start, since_process_start, count)
+        if step_times is not None:
+            step_times.update(run.step_times)
         if metrics is not None:
             import torch
 
@@ -72,9 +76,16 @@ def _seconds_since_process_start() -> float | None:
     return time.time() - psutil.Process().create_time()
 
 
-def outcome(status: str, reason: str | None = None, metrics: dict | None = None, detail: str | None = None) -> Outcome:
+def outcome(
+    status: str,
+    reason: str | None = None,
+    metrics: dict | None = None,
+    detail: str | None = None,
+    steps: dict | None = None,
+) -> Outcome:
     """What the measuring process hands its runner (`runcell`, which builds the record from it with
-    `records.make_record`): the status, its reason, the metrics, and CUDA/cuDNN as this process loaded them."""
+    `records.make_record`, and the trace): the status, its reason, the metrics, CUDA/cuDNN as this process loaded
+    them, and the times of its steps."""
     runtime = None
     try:
         from loaderbench.core.provenance import runtime as loaded
@@ -82,7 +93,7 @@ def outcome(status: str, reason: str | None = None, metrics: dict | None = None,
         runtime = loaded()
     except Exception:  # a broken torch still gets its failure outcome
         pass
-    return Outcome(status, reason, metrics, detail, runtime)
+    return Outcome(status, reason, metrics, detail, runtime, steps)
 
 
 def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
@@ -104,10 +115,11 @@ def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
         else:
             # where this project's staging put the tier's copy (its manifest), read through the spec's tier or mount
             data_root = read_root(manifest, spec.read_path or spec.tier_path)
-            metrics = measure(spec, data_root, allowed, heartbeat, order.timeout_s)
+            steps: dict = {}
+            metrics = measure(spec, data_root, allowed, heartbeat, order.timeout_s, steps)
             if rank != 0:  # a ddp rank other than 0 that finished: rank 0 reports the cell
                 return Outcome("ok")
-            result = outcome("ok", metrics=metrics)
+            result = outcome("ok", metrics=metrics, steps=steps or None)
     except BaseException as e:  # OOM, crashed workers, decode errors: a record, not a hole
         if isinstance(e, KeyboardInterrupt):
             raise

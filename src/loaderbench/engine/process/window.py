@@ -73,6 +73,7 @@ class WindowResult:
     halfwidth: float | None
     converged: bool | None  # adaptive windows only
     extra: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)  # every step the window ran, for the cell's trace (`step_timings`)
 
 
 def hold_collection() -> None:
@@ -95,6 +96,7 @@ def warm_up(
     min_steps: int | None = None,
     agree_drained=None,
     waits: list | None = None,
+    starts: list | None = None,
 ) -> tuple[list[float], int | None]:
     """Run untimed steps (at least one); returns their host durations and the step after which the backlog was
     found used up (None: all `steps` ran).
@@ -105,7 +107,7 @@ def warm_up(
     fast as the loader makes them - its steady state. A worker-fed loader then starts the window at a burst's
     start. On a slow tier (an HDD) this saves most of the warm-up: the backlog would take minutes there.
     `agree_drained(bool) -> bool` makes every rank of a ddp cell end at the same step (all of them drained);
-    `waits`, a list, gets each step's wait for its batch."""
+    `waits`, a list, gets each step's wait for its batch; `starts`, a list, each step's start (perf_counter)."""
     durations = []
     stopped = None
     for i in range(max(1, steps)):
@@ -114,6 +116,8 @@ def warm_up(
         wait = time.perf_counter() - t
         if waits is not None:
             waits.append(wait)
+        if starts is not None:
+            starts.append(t)
         step(*batch)
         if i == 0:
             sync()  # the first step carries autotuning and lazy initialisation: keep it out of the next ones
@@ -178,6 +182,7 @@ class _Window:
     def __init__(self, rule: StopRule, cuda_timer, lead_wait: float):
         self.rule, self.cuda_timer, self.lead_wait = rule, cuda_timer, lead_wait
         self.waits: list[float] = []
+        self.starts: list[float] = []  # each step's start on the host's clock (perf_counter), for the trace
         self.computes: list = []
         self.step_end: list[float] = []
         self.loss = self.images_labels = None
@@ -187,12 +192,14 @@ class _Window:
         self.device_end: list[float] = []  # the device's step ends, from the window's start, of the finished steps
         self.start = None  # the device's clock: a CUDA event recorded where the window starts (`begin`)
         self.t0 = 0.0  # the host's clock at the window's start (`begin`)
+        self.t0_epoch = 0.0  # the same instant in epoch seconds: the trace's link to the record's marks
 
     def begin(self) -> None:
         self.start = self.cuda_timer() if self.cuda_timer else None
         if self.start is not None:
             self.start.record()  # the device's clock starts where the window's first step is queued
         self.t0 = time.perf_counter()
+        self.t0_epoch = time.time()
 
     def step(self, step, batches) -> None:
         """One step: its wait for the batch, its compute (CUDA events on a GPU), its end on the host's clock."""
@@ -210,6 +217,7 @@ class _Window:
             self.loss = step(*self.images_labels)
             self.computes.append(time.perf_counter() - tc)
         self.step_end.append(time.perf_counter() - self.t0)
+        self.starts.append(tw)  # after the clocks are read: outside the step's wait and compute
         self.waited += self.waits[-1]
 
     def judge(self) -> tuple[bool, float | None, bool]:
@@ -259,6 +267,7 @@ class _Window:
             # it has queued, so its first batch would be short by them
             step_end = [self.end(j) for j in range(len(computes))]
             computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
+        timings = self.step_timings(cut, step_end if self.cuda_timer else None, computes)
         extra, cycles = {}, None
         if cut is not None:
             first, last, elapsed, cycles, extra["whole_bursts"] = cut
@@ -271,8 +280,38 @@ class _Window:
         hw = relative_halfwidth(step_end, burst=extra["batch_unit"], bounds=cycles)
         converged = (hw is not None and hw <= rule.precision) if rule.mode == "adaptive" else None
         return WindowResult(
-            elapsed, len(step_end), waits, computes, step_end, self.loss, self.images_labels, hw, converged, extra
+            elapsed,
+            len(step_end),
+            waits,
+            computes,
+            step_end,
+            self.loss,
+            self.images_labels,
+            hw,
+            converged,
+            extra,
+            timings,
         )
+
+    def step_timings(self, cut, device_end: list[float] | None, computes: list[float]) -> dict:
+        """Every step the window ran, in seconds from its start (`t0` on the host's clock, `t0_epoch`): host start, wait and end, and on a GPU
+        the device's end of each step and its time there (`device_end`, `computes`: read from the steps' CUDA events
+        once, for the record too; the device's clock is 0 where the window's start event ran, about the host's 0),
+        and which steps the window kept (`kept`: [first, end); a worker-fed loader's window is cut to whole bursts)."""
+        n = len(self.step_end)
+        first, last = (cut[0] + 1, cut[1] + 1) if cut is not None else (0, n)
+        out = {
+            "t0_epoch": self.t0_epoch,
+            "t0": self.t0,
+            "start": [t - self.t0 for t in self.starts],
+            "wait": list(self.waits),
+            "end": list(self.step_end),
+            "kept": [first, last],
+        }
+        if device_end is not None:
+            out["device_start"] = [e - c for e, c in zip(device_end, computes)]
+            out["device_end"] = list(device_end)
+        return out
 
 
 def _progress(label: str, w: _Window, shown: float, samples_per_step: int, hw: float | None) -> None:

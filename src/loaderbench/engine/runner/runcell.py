@@ -4,9 +4,9 @@ The child (`python -m loaderbench.engine.process.train --order FILE`, `contract.
 with its metrics (`contract.Outcome`); this parent covers what the child cannot (death by a signal, a stall, a hang past the cell timeout), adds what it measured around the child
 (tier, telemetry, contention, provenance, phases) and builds the record, once (`records.make_record`).
 The record reaches `out` only by an atomic rename, so an interrupted run never leaves a truncated file, and before the
-telemetry timeline, so a disk that fills up costs the timeline, not the measurement: the job then succeeds, saying so
-in one line and in the record. A record that cannot be written ends the job with one line naming the file and the free
-space there (SystemExit); no scratch file (heartbeats, stacks) stays.
+telemetry timeline and the trace (`trace`), so a disk that fills up costs those, not the measurement: the job then
+succeeds, saying so in one line and in the record. A record that cannot be written ends the job with one line naming
+the file and the free space there (SystemExit); no scratch file (heartbeats, stacks) stays.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from ..contract import TRAIN_MODULE, Order, Outcome
 from ..watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 from . import contention as _contention
 from . import hostlock, telemetry, tier_run, warmclient
+from . import trace as cell_trace
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class _Job:
     host: hostlock.HostSettings
     timeout_s: float
     stall: StallRule
+    trace: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,10 @@ def run_cell(
     host: hostlock.HostSettings | None = None,
     timeout_s: float | None = None,
     stall: StallRule | None = None,
+    trace: Path | None = None,
 ) -> dict:
-    """Measure the cell in child processes and write its record to `out` (and its telemetry to `timeline`).
+    """Measure the cell in child processes and write its record to `out` (its telemetry to `timeline`, its trace to
+    `trace`).
 
     Around the measurement: an emulated tier is mounted (and always unmounted), a cold tier's files are evicted
     from the page cache, the resource sampler runs, and the stall watchdog reads the ranks' heartbeats.
@@ -129,7 +133,15 @@ def run_cell(
     host = host or hostlock.HostSettings()
     label = f"[{position}] " if position else ""
     job = _Job(
-        spec, Path(manifest), Path(out), timeline, label, host, timeout_s or spec_timeout(spec), stall or StallRule()
+        spec,
+        Path(manifest),
+        Path(out),
+        timeline,
+        label,
+        host,
+        timeout_s or spec_timeout(spec),
+        stall or StallRule(),
+        Path(trace) if trace is not None else None,
     )
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup in _run_cell
@@ -156,7 +168,7 @@ def _run_cell(job: _Job, busy: str | None) -> dict:
             job.out.parent.mkdir(parents=True, exist_ok=True)
     except WriteError as e:
         raise SystemExit(f"cell {spec.cell_id}: {e}; not measured") from None
-    _check_room(spec, job.out, job.timeline)
+    _check_room(spec, job.out, job.timeline, job.trace)
     scratch = _Scratch.beside(job.out, spec.gpus if spec.parallel == "ddp" else 1)
     try:
         return _measure(job, busy, scratch)
@@ -200,7 +212,7 @@ def _measure(job: _Job, busy: str | None, scratch: _Scratch) -> dict:
         raise SystemExit(f"cell {spec.cell_id}: interrupted ({signal.Signals(-rc).name}); no record written")
     result = _outcome(scratch, culprit, why, absent)
     record = _record(job, manifest_data, result, around)
-    _write(spec, record, job.out, job.timeline, around.samples, (result.metrics or {}).get("marks"), job.label)
+    _write(job, record, around.samples, result)
     return record
 
 
@@ -254,34 +266,43 @@ def _run_processes(
     return rc, why, culprit, absent
 
 
-def _write(spec: CellSpec, record: dict, out: Path, timeline: Path | None, samples, marks, label: str) -> None:
-    """The record, then the timeline: the record is the measurement, the timeline only its telemetry. A record that
-    cannot be written ends the job with one line naming the file (WriteError); a timeline that cannot be written
-    costs only the timeline (`_keep_without_timeline`)."""
+def _write(job: _Job, record: dict, samples, result: Outcome) -> None:
+    """The record, then the timeline and the trace: the record is the measurement, the others only its telemetry and
+    its steps drawn. A record that cannot be written ends the job with one line naming the file (WriteError); a
+    timeline or a trace that cannot be written costs only itself (`_keep_without_timeline`)."""
+    spec, out, marks = job.spec, job.out, (result.metrics or {}).get("marks")
     try:
         atomic_write_json(out, record)
     except WriteError as e:
         raise SystemExit(f"cell {spec.cell_id}: {e}; the measurement is lost (no record written)") from None
-    print(label + summary_line(record), file=sys.stderr, flush=True)
-    if timeline is None:
-        return
-    try:
-        telemetry.write_timeline(Path(timeline), samples or {"meta": {}, "rows": []}, marks)
-    except WriteError as e:
-        _keep_without_timeline(spec, record, out, Path(timeline), e)
+    print(job.label + summary_line(record), file=sys.stderr, flush=True)
+    if job.timeline is not None:
+        try:
+            telemetry.write_timeline(Path(job.timeline), samples or {"meta": {}, "rows": []}, marks)
+        except WriteError as e:
+            _keep_without_timeline(spec, record, out, Path(job.timeline), e)
+    if job.trace is not None:
+        trace = cell_trace.build(spec.cell_id, record["status"], record["started_at"], result.steps, samples, marks)
+        try:
+            cell_trace.write(job.trace, trace)
+        except WriteError as e:
+            _keep_without_timeline(spec, record, out, job.trace, e, "trace")
 
 
-def _keep_without_timeline(spec: CellSpec, record: dict, out: Path, timeline: Path, error: WriteError) -> None:
-    """Keep a measured cell whose timeline could not be written: Snakemake deletes a failed job's outputs, the record
-    with them, so the job succeeds with an empty file where the timeline goes (a file without data takes no space)
-    and the record saying why it has none; where even that cannot be made, the job fails, its record written."""
-    message = f"cell {spec.cell_id}: {error}; its record {out} was written, without the timeline"
+def _keep_without_timeline(
+    spec: CellSpec, record: dict, out: Path, timeline: Path, error: WriteError, what: str = "timeline"
+) -> None:
+    """Keep a measured cell whose timeline (or trace: `what`) could not be written: Snakemake deletes a failed job's
+    outputs, the record with them, so the job succeeds with an empty file where the timeline goes (a file without data
+    takes no space) and the record saying why it has none; where even that cannot be made, the job fails, its record
+    written."""
+    message = f"cell {spec.cell_id}: {error}; its record {out} was written, without the {what}"
     try:
         timeline.parent.mkdir(parents=True, exist_ok=True)
         timeline.touch()
     except OSError:
         raise SystemExit(message) from None
-    record["telemetry"] = {**(record.get("telemetry") or {}), "timeline": None, "timeline_lost": str(error)}
+    record["telemetry"] = {**(record.get("telemetry") or {}), what: None, f"{what}_lost": str(error)}
     try:
         atomic_write_json(out, record)
     except WriteError:
@@ -292,10 +313,10 @@ def _keep_without_timeline(spec: CellSpec, record: dict, out: Path, timeline: Pa
 ROOM_BYTES = 1_000_000  # a record, its timeline and the measuring process's scratch files, with room to spare
 
 
-def _check_room(spec: CellSpec, out: Path, timeline: Path | None) -> None:
-    """End the job before measuring when the record's or the timeline's disk is all but full: the measurement could
-    not be kept (and the measuring process could not even start its heartbeat)."""
-    for path in (out, timeline) if timeline is not None else (out,):
+def _check_room(spec: CellSpec, out: Path, timeline: Path | None, trace: Path | None = None) -> None:
+    """End the job before measuring when the record's, the timeline's or the trace's disk is all but full: the
+    measurement could not be kept (and the measuring process could not even start its heartbeat)."""
+    for path in (p for p in (out, timeline, trace) if p is not None):
         free, mount = free_space(path)
         if free < ROOM_BYTES:
             raise SystemExit(
@@ -366,6 +387,8 @@ def _record(job: _Job, manifest_data: dict, result: Outcome, around: _Around) ->
             metrics.setdefault("warnings", []).append(warn)
     if job.timeline is not None:  # written after the record (`_write`)
         telemetry_summary["timeline"] = str(job.timeline)
+    if job.trace is not None:  # written after the record too
+        telemetry_summary["trace"] = str(job.trace)
     if around.stacks:
         parts["stacks"] = around.stacks
         for rank, text in around.stacks.items():
