@@ -18,6 +18,12 @@ TITLE = "Measure outside the grid"
 
 def register(add) -> None:
     """Add this group's subcommands (`add` is `add_parser` that also lists the command under TITLE)."""
+    _add_harness_checks(add)
+    _add_searches(add)
+
+
+def _add_harness_checks(add) -> None:
+    """bench, ceiling and crosscheck: a loader, the step and the harness measured apart."""
     s = add("bench", help="loader-only throughput (images/s, no model) on a staged tier")
     s.add_argument("--config", required=True)
     s.add_argument("--tier", help="tier to read (default: the config's first)")
@@ -52,6 +58,9 @@ def register(add) -> None:
     s.add_argument("--out", help="folder for crosscheck.json and the cells' records (default <results>/crosscheck)")
     side_measurement(s, cmd_crosscheck)
 
+
+def _add_searches(add) -> None:
+    """sweep, tune, predict and engine-report: settings searched, rates predicted, the engine's cost read."""
     s = add("sweep", help="the same cells under variants of settings (a tuning experiment outside the grid)")
     s.add_argument("--config", required=True)
     s.add_argument(

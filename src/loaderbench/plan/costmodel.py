@@ -374,18 +374,7 @@ def predict(
     reused = [m for m in mine if m.kept]
     same = [m for m in mine if _same_configuration(m.spec, d)]
     if same:
-        own = [m for m in same if m.kept == (kept is not None)]
-        if own:
-            wall = _median(m.wall_s for m in own)
-            return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(own)} record(s) of this configuration"
-        if kept is None:
-            wall = _median(m.wall_s for m in same)  # only kept-process records: the start they skipped is missing
-            return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(same)} kept-process record(s)"
-        over, how = _kept_overhead(d, same, reused, kept)
-        wall = _median(m.wall_s for m in same)
-        if over is not None:
-            wall = _median(m.wall_s - m.overhead_s + over for m in same if m.overhead_s is not None) or wall
-        return wall + JOB_S, "record", f"wall {wall:.1f} s: {len(same)} record(s) of this configuration, {how}"
+        return _from_own_records(d, same, reused, kept)
     skip = _runs_here(spec, host)
     if skip:
         over = _median(m.overhead_s for m in mine) or CELL_OVERHEAD_S[host.kind]
@@ -443,9 +432,30 @@ def predict(
         scaled = "; ".join(what for _, what in scales.values() if what)
         like += f": {scaled}" if scaled else ""
         return seconds, "host records", f"{rate:.0f} samples/s from {like}; {detail}"
-    factor, _ = _model_scale(
-        spec, DEFAULT_MODEL, host.kind
-    )  # the rules are MobileNetV2's: a costlier model's step is slower
+    return _from_rules(spec, host, io, gb, kept)
+
+
+def _from_own_records(d: dict, same: list[_Measured], reused: list[_Measured], kept: bool | None) -> tuple:
+    """(seconds, basis, detail) from records of this very configuration: their wall time, a kept process's start
+    left out or put in (`kept`, as `predict` takes it)."""
+    own = [m for m in same if m.kept == (kept is not None)]
+    if own:
+        wall = _median(m.wall_s for m in own)
+        return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(own)} record(s) of this configuration"
+    if kept is None:
+        wall = _median(m.wall_s for m in same)  # only kept-process records: the start they skipped is missing
+        return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(same)} kept-process record(s)"
+    over, how = _kept_overhead(d, same, reused, kept)
+    wall = _median(m.wall_s for m in same)
+    if over is not None:
+        wall = _median(m.wall_s - m.overhead_s + over for m in same if m.overhead_s is not None) or wall
+    return wall + JOB_S, "record", f"wall {wall:.1f} s: {len(same)} record(s) of this configuration, {how}"
+
+
+def _from_rules(spec: CellSpec, host: Host, io: float | None, gb: int, kept: bool | None) -> tuple:
+    """(seconds, basis, detail) with no record of the host that ran: the calibrated constants (MobileNetV2's, a
+    costlier model's step slower by its compute), the tier's device model where it is slower."""
+    factor, _ = _model_scale(spec, DEFAULT_MODEL, host.kind)
     slower = factor is not None and factor > 1.0
     assumed = ASSUMED_SAMPLES_PER_S[host.kind] / (factor if slower else 1.0)
     io_bound = io is not None and io < assumed

@@ -573,35 +573,7 @@ def _scale_row(index: _Index, modes: dict[str, Config], mode: str, n: int, k: fl
         )
         return {**row, "lacks": "; ".join(lacks), "note": ""}
     step_cores = max(0.0, ceil.cores_busy - ceil.launch) if ceil.cores_busy is not None else 0.0
-    if alone is not None:  # the loader measured alone: its rate, cores and GPU share
-        cap, u, rate_alone = alone.rate, alone.gpu_share or 0.0, alone.rate
-        if alone.gpu_share is None:
-            lacks.append("the loader-alone cell's GPU telemetry (its GPU share taken as 0)")
-        loader_cores = alone.cores_busy
-        l_eff1 = (
-            loader_eff(alone.rate, alone.cores_busy, base.host_cores - alone.launch, step_cores, ceil.rate)
-            if base.host_cores and alone.cores_busy is not None
-            else alone.rate
-        )
-    else:  # inferred from the 1-GPU cell: invert the softmin, the loader's device work unknown
-        lacks.append(
-            "loader-alone cells (the loader's rate inferred from its 1-GPU cell"
-            + ("; its own GPU work unknown, taken as none)" if base.loader in DEVICE_WORK else ")")
-        )
-        u, rate_alone = 0.0, 1.0
-        if quotient(base.rate, base.halfwidth, ceil.rate, ceil.halfwidth).high >= 1:
-            l_eff1 = math.inf
-            notes.append(
-                f"the loader is not limiting at 1 GPU ({base.rate:.0f} within noise of the ceiling {ceil.rate:.0f}): "
-                "its rate alone is unknown, taken to keep up"
-            )
-        else:
-            l_eff1 = inverse_softmin(base.rate, ceil.rate, k)
-        cap = l_eff1
-        loader_cores = None
-        if base.cores_busy is not None and math.isfinite(l_eff1):
-            per_sample = max(0.0, base.cores_busy / base.rate - (ceil.cores_busy or 0.0) / ceil.rate)
-            loader_cores = per_sample * l_eff1  # its cores busy at its own rate
+    cap, u, rate_alone, loader_cores, l_eff1 = _loader_at_one_gpu(base, ceil, alone, step_cores, k, lacks, notes)
     if loader_cores is None and math.isfinite(cap):
         lacks.append("cores busy of the loader (the cores' share not checked)")
     pipelines = _pipelines(base.loader, mode, n)
@@ -631,6 +603,44 @@ def _scale_row(index: _Index, modes: dict[str, Config], mode: str, n: int, k: fl
     row.update(lacks="; ".join(lacks), note="; ".join(notes))
     row["missed"] = _missed_scale(row, mode, n, k)
     return row
+
+
+def _loader_at_one_gpu(
+    base: Config, ceil: Config, alone: Config | None, step_cores: float, k: float, lacks: list, notes: list
+) -> tuple:
+    """The loader's side at one GPU: (its rate cap, its GPU busy share alone, its rate alone, its cores busy, its
+    effective rate beside the step) - from its loader-alone cell, else inferred from its 1-GPU cell by inverting the
+    soft-min (what that leaves unknown goes to `lacks`, a loader that keeps up to `notes`)."""
+    if alone is not None:  # the loader measured alone: its rate, cores and GPU share
+        cap, u, rate_alone = alone.rate, alone.gpu_share or 0.0, alone.rate
+        if alone.gpu_share is None:
+            lacks.append("the loader-alone cell's GPU telemetry (its GPU share taken as 0)")
+        loader_cores = alone.cores_busy
+        l_eff1 = (
+            loader_eff(alone.rate, alone.cores_busy, base.host_cores - alone.launch, step_cores, ceil.rate)
+            if base.host_cores and alone.cores_busy is not None
+            else alone.rate
+        )
+    else:  # inferred from the 1-GPU cell: invert the softmin, the loader's device work unknown
+        lacks.append(
+            "loader-alone cells (the loader's rate inferred from its 1-GPU cell"
+            + ("; its own GPU work unknown, taken as none)" if base.loader in DEVICE_WORK else ")")
+        )
+        u, rate_alone = 0.0, 1.0
+        if quotient(base.rate, base.halfwidth, ceil.rate, ceil.halfwidth).high >= 1:
+            l_eff1 = math.inf
+            notes.append(
+                f"the loader is not limiting at 1 GPU ({base.rate:.0f} within noise of the ceiling {ceil.rate:.0f}): "
+                "its rate alone is unknown, taken to keep up"
+            )
+        else:
+            l_eff1 = inverse_softmin(base.rate, ceil.rate, k)
+        cap = l_eff1
+        loader_cores = None
+        if base.cores_busy is not None and math.isfinite(l_eff1):
+            per_sample = max(0.0, base.cores_busy / base.rate - (ceil.cores_busy or 0.0) / ceil.rate)
+            loader_cores = per_sample * l_eff1  # its cores busy at its own rate
+    return cap, u, rate_alone, loader_cores, l_eff1
 
 
 def _pipelines(loader: str, mode: str, n: int) -> int:
