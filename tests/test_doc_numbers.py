@@ -112,7 +112,7 @@ def test_the_verdict_shown_is_the_one_the_quickstart_printed():
     """README's example verdict is the recorded output of that quickstart run, line for line."""
     text = (REPO / "README.md").read_text()
     block = re.search(r"^## What you get\n.*?^```\n(.*?)^```", text, re.MULTILINE | re.DOTALL).group(1).splitlines()
-    printed = (REPO / "docs/results/2026-12-02-cpu2/quickstart/verdict.txt").read_text().splitlines()
+    printed = (REPO / "docs/results/2026-12-03-cpu2/quickstart/verdict.txt").read_text().splitlines()
     assert block[0].startswith("bundle: ")
     assert block[1:] == printed
 

@@ -225,7 +225,8 @@ def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
             ax.axhline(0.9, color="grey", lw=0.6, ls=":")
             ax.tick_params(axis="x", labelrotation=30)
         g.figure.suptitle(
-            "AU: share of the compute ceiling each loader delivers, whiskers its 95% interval (dotted: 0.9, GPU-bound)",
+            "AU: share of the compute ceiling each loader delivers, whiskers its 95% interval (dotted: 0.9; above it "
+            "the model's compute is the limit)",
             y=1.03,
         )
         _save(g.figure, out_dir, "au_bars")
