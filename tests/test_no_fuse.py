@@ -52,11 +52,10 @@ def test_fuse_check_says_which_tiers_are_skipped_and_the_fix(tmp_path):
     plain = write_config(tmp_path, tiny_config(tmp_path))  # no emulated tier: nothing to say
     assert subprocess.run([*cmd[:5], str(plain)], env=NO_FUSE, capture_output=True, text=True, check=False).stdout == ""
     recipe = (REPO / "Makefile").read_text().split("\nquickstart:", 1)[1].split("\n\n", 1)[0].splitlines()
-    smk = next(i for i, line in enumerate(recipe) if line.strip() == "$(SMK)")
-    bundle = next(i for i, line in enumerate(recipe) if "bundle:" in line)
-    assert "fuse-check --config $(CONFIG) --install" in recipe[smk - 1]  # before the run (installs when it can)
-    assert "loaderbench verdict" in recipe[bundle + 1]  # the verdict right under the bundle path, then the FUSE note
-    assert any("fuse-check --config $(CONFIG)" in line and "--install" not in line for line in recipe[bundle + 2 :])
+    run = next(i for i, line in enumerate(recipe) if line.strip() == "@$(RUN)")
+    assert "fuse-check --config $(CONFIG) --install" in recipe[run - 1]  # before the run (installs when it can)
+    # the run ends on the bundle path and the verdict; the FUSE note comes after it
+    assert any("fuse-check --config $(CONFIG)" in line and "--install" not in line for line in recipe[run + 1 :])
 
 
 def test_tests_that_need_fuse_skip_and_the_last_line_counts_them(tmp_path):

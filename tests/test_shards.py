@@ -351,7 +351,14 @@ def test_on_the_emulated_hdd_files_are_seek_bound_and_the_shards_recommended(sha
     recs = json.loads((shard_run / "results/tables/recommendations.json").read_text())
     shards = [r for r in recs if r["topic"] == "shards"]
     assert shards and any(c.startswith(("wds/hdd", "dali-wds/hdd")) for c in shards[0]["cells"])
-    cells = pd.read_csv(shard_run / "results/tables/cells.csv").set_index(["Dataloader", "Disk"])
-    # torchvision positions for every image (<= 24 images/s); wds reads 16 images per 1.4 MB shard
-    assert cells.loc[("wds", "hdd"), "Samples/s"] > 2 * cells.loc[("torchvision", "hdd"), "Samples/s"]
+    # torchvision positions the head for every image of ~80 KB, wds once per 1 MiB of a 1.4 MB shard of 16 images: the
+    # head's counters say so whatever the host's speed, and so does the share of the window each waited for batches
+    # (rates are left to the table: on a slow host the step, not the head, caps both)
+    tv_rec, wds_rec = (cell_record(shard_run, f"{loader}_hdd_g1_b4_fp32_dp_r0") for loader in ("torchvision", "wds"))
+    per_mb = {
+        n: r["tier"]["emulated"]["seeks"] / (r["tier"]["emulated"]["bytes"] / 2**20)
+        for n, r in (("torchvision", tv_rec), ("wds", wds_rec))
+    }
+    assert per_mb["wds"] < per_mb["torchvision"] / 3, per_mb
+    assert wds_rec["metrics"]["data_wait_fraction"] < tv_rec["metrics"]["data_wait_fraction"] / 2
     assert d[(d["Dataloader"] == "wds") & (d["Disk"] == "hdd")].iloc[0]["Bottleneck"] != "seek-bound"

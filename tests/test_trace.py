@@ -156,6 +156,8 @@ def test_the_pipeline_writes_each_cells_trace_and_the_bundle_links_them(finished
         zipped = set(z.namelist())
     records = [json.loads(p.read_text()) for p in sorted((work / "results/cells").glob("*.json"))]
     assert records
+    built = (work / "results/bundle/index.html").stat().st_mtime
+    copied = 0
     for rec in records:
         cid = rec["cell_id"]
         trace = strict_json(work / RESULTS.trace(cid))
@@ -163,6 +165,10 @@ def test_the_pipeline_writes_each_cells_trace_and_the_bundle_links_them(finished
         if rec["status"] == "ok":
             assert len([e for e in spans(trace, cat="window") if e["args"]["counted"]]) == rec["metrics"]["steps"]
             assert f"traces/{cid}.trace.json" in index and f"bundle/traces/{cid}.trace.json" in zipped
+            if (work / RESULTS.trace(cid)).stat().st_mtime > built:
+                continue  # re-measured after the bundle (another test's single-cell rerun): the bundle is behind it
             assert (work / "results/bundle/traces" / f"{cid}.trace.json").read_bytes() == (
                 work / RESULTS.trace(cid)
             ).read_bytes()
+            copied += 1
+    assert copied
