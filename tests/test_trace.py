@@ -156,7 +156,7 @@ def test_the_pipeline_writes_each_cells_trace_and_the_bundle_links_them(finished
         zipped = set(z.namelist())
     records = [json.loads(p.read_text()) for p in sorted((work / "results/cells").glob("*.json"))]
     assert records
-    built = (work / "results/bundle/index.html").stat().st_mtime
+    bundled = {p.stem: json.loads(p.read_text()) for p in (work / "results/bundle/cells").glob("*.json")}
     copied = 0
     for rec in records:
         cid = rec["cell_id"]
@@ -165,8 +165,10 @@ def test_the_pipeline_writes_each_cells_trace_and_the_bundle_links_them(finished
         if rec["status"] == "ok":
             assert len([e for e in spans(trace, cat="window") if e["args"]["counted"]]) == rec["metrics"]["steps"]
             assert f"traces/{cid}.trace.json" in index and f"bundle/traces/{cid}.trace.json" in zipped
-            if (work / RESULTS.trace(cid)).stat().st_mtime > built:
-                continue  # re-measured after the bundle (another test's single-cell rerun): the bundle is behind it
+            copy = strict_json(work / "results/bundle/traces" / f"{cid}.trace.json")
+            assert copy["otherData"]["origin_epoch_s"] == bundled[cid]["started_at"]  # the trace of the record it shows
+            if bundled[cid]["started_at"] != rec["started_at"]:
+                continue  # re-measured after the bundle was made (another test's single-cell rerun)
             assert (work / "results/bundle/traces" / f"{cid}.trace.json").read_bytes() == (
                 work / RESULTS.trace(cid)
             ).read_bytes()
