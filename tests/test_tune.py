@@ -115,6 +115,8 @@ def test_tune_measures_every_setting_beside_the_ceiling_and_says_what_to_paste(s
     # workers: auto is 1 on 2 CPUs, the only count searched there: the start itself, never measured as a candidate
     assert rep["searched"]["workers"] == [1] and not any("workers=" in k for k in rep["measured"])
     assert rep["samples_per_s"] > 0 and 0 < rep["au"] and rep["limit"]
+    assert rep["why"]["loader"]["step_device_ms"] > 0 and rep["why"]["step_slowdown"] > 0
+    assert "used by the best: step " in render(rep)
     saved = json.loads((tmp_path / "tune.json").read_text())
     assert saved["best"] == rep["best"] and (tmp_path / "ceiling").is_dir()
     if rep["best"]:  # a setting measurably faster: its interval above 1 (measured beside the start when time was left)
@@ -324,3 +326,33 @@ def test_a_loader_that_waits_for_data_gets_its_feeding_knobs_in_order_and_no_gpu
     assert not any("step_stream_priority" in k or "compile" in k for k in [*rep["measured"], *rep["ceilings"]])
     assert rep["best"] == {} and rep["fix"] is None
     assert "not applicable here: compile: a captured step" in render(rep)
+
+
+def _used(compute_ms: float, gpu: float | None, jpg: float | None, cores: float) -> dict:
+    gpus = [] if gpu is None else [{"util_pct": {"mean": gpu}, "jpg_util_pct": None if jpg is None else {"mean": jpg}}]
+    return {
+        "status": "ok",
+        "metrics": {"compute_ms": {"mean": compute_ms}},
+        "telemetry": {"gpus": gpus, "cpu_cores_busy": cores},
+    }
+
+
+def test_the_report_says_how_much_longer_the_step_takes_beside_the_loader():
+    """Constructed records (no GPU here): two processes of the best setting and two of the ceiling."""
+    from loaderbench.experiments.tune import _why_lines, why
+
+    w = why([_used(33.0, 78, 41, 4.5), _used(35.0, 80, 45, 4.9)], [_used(27.0, 98, None, 1.1), _used(29.0, 99, 0, 1.2)])
+    assert w["loader"] == {
+        "step_device_ms": 34.0,
+        "gpu_busy_pct": 79,
+        "jpeg_decoders_busy_pct": 43,
+        "cpu_cores_busy": 4.7,
+    }
+    assert w["ceiling"]["jpeg_decoders_busy_pct"] == 0 and w["step_slowdown"] == pytest.approx(34.0 / 28.0)
+    text = "\n".join(_why_lines(w))
+    assert "step 34.0 ms on the device, GPU busy 79%, JPEG decoders 43%, 4.7 cores busy" in text
+    assert "the step takes 1.21x its time alone on the device beside this loader" in text
+    # on a CPU host: no GPU figures, no slowdown without the ceiling's step time
+    cpu = why([_used(300.0, None, None, 2.0)], [])
+    assert cpu["loader"]["gpu_busy_pct"] is None and cpu["step_slowdown"] is None
+    assert _why_lines(cpu)[1] == "used by the ceiling: not measured"

@@ -379,6 +379,7 @@ def _report(t: Tuner, best: dict, space: dict, progress: dict) -> dict:
             "the loader: the step still waits for data" if wait > WAIT_SHARE else "the training step: batches are ready"
         ),
         "snippet": yaml.safe_dump(snippet, sort_keys=False) if snippet else "",
+        "why": why(ok, [r for r in t.ceilings.get(key(step_settings(best)), {}).values() if r["status"] == "ok"]),
         "measured": {
             k: {
                 r: (rec["metrics"]["samples_per_s"] if rec["status"] == "ok" else rec["status"]) for r, rec in v.items()
@@ -386,6 +387,52 @@ def _report(t: Tuner, best: dict, space: dict, progress: dict) -> dict:
             for k, v in t.runs.items()
         },
     }
+
+
+def usage(records: list[dict]) -> dict:
+    """What a setting's cells used, medians over its processes: the step's time on the device (CUDA events around
+    it; on a CPU its wall time), the GPU's busy share and its JPEG decoders', and the CPU cores busy."""
+
+    def med(values):
+        vals = [v for v in values if v is not None]
+        return statistics.median(vals) if vals else None
+
+    def gpu(r, field):
+        return med([(g.get(field) or {}).get("mean") for g in (r.get("telemetry") or {}).get("gpus", [])])
+
+    return {
+        "step_device_ms": med([(r["metrics"].get("compute_ms") or {}).get("mean") for r in records]),
+        "gpu_busy_pct": med([gpu(r, "util_pct") for r in records]),
+        "jpeg_decoders_busy_pct": med([gpu(r, "jpg_util_pct") for r in records]),
+        "cpu_cores_busy": med([(r.get("telemetry") or {}).get("cpu_cores_busy") for r in records]),
+    }
+
+
+def why(cells: list[dict], ceilings: list[dict]) -> dict:
+    """What limits the best setting, measured: its usage beside the ceiling's (the same step on data already on the
+    device) and how much longer the step takes on the device beside the loader than alone."""
+    loader, alone = usage(cells), usage(ceilings)
+    a, b = loader["step_device_ms"], alone["step_device_ms"]
+    return {"loader": loader, "ceiling": alone, "step_slowdown": a / b if a and b else None}
+
+
+def _why_lines(w: dict | None) -> list[str]:
+    if not w:
+        return []
+
+    def fmt(u):
+        parts = [
+            f"step {u['step_device_ms']:.1f} ms on the device" if u["step_device_ms"] is not None else None,
+            f"GPU busy {u['gpu_busy_pct']:.0f}%" if u["gpu_busy_pct"] is not None else None,
+            f"JPEG decoders {u['jpeg_decoders_busy_pct']:.0f}%" if u["jpeg_decoders_busy_pct"] is not None else None,
+            f"{u['cpu_cores_busy']:.1f} cores busy" if u["cpu_cores_busy"] is not None else None,
+        ]
+        return ", ".join(p for p in parts if p) or "not measured"
+
+    lines = [f"used by the best: {fmt(w['loader'])}", f"used by the ceiling: {fmt(w['ceiling'])}"]
+    if w["step_slowdown"]:
+        lines.append(f"the step takes {w['step_slowdown']:.2f}x its time alone on the device beside this loader")
+    return lines
 
 
 def render(rep: dict) -> str:
@@ -425,7 +472,7 @@ def render(rep: dict) -> str:
         )
     else:
         lines.append("no setting was measured within the budget")
-    return "\n".join(lines + _search_lines(rep))
+    return "\n".join(lines + _why_lines(rep.get("why")) + _search_lines(rep))
 
 
 def _search_lines(rep: dict) -> list[str]:

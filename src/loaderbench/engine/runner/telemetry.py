@@ -81,6 +81,10 @@ class Nvml:
                 out[f"gpu{k}_mem_mb"] = nv.nvmlDeviceGetMemoryInfo(h).used / 2**20
             except Exception:
                 out[f"gpu{k}_util"] = out[f"gpu{k}_mem_mb"] = float("nan")
+            try:  # the hardware JPEG decoders' busy share (nvJPEG's hardware path: DALI's mixed decoding)
+                out[f"gpu{k}_jpg_util"] = float(nv.nvmlDeviceGetJpgUtilization(h)[0])
+            except Exception:  # no such engine, or an NVML without the call
+                pass
             try:  # the SM clock and why it is below its maximum: a slower GPU moves every rate measured on it
                 out[f"gpu{k}_sm_mhz"] = float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
                 reasons = (
@@ -317,6 +321,7 @@ def summarize(timeline: dict, marks: dict | None) -> dict:
         {
             "index": index,
             "util_pct": stats(f"gpu{k}_util"),
+            "jpg_util_pct": stats(f"gpu{k}_jpg_util"),
             "mem_mb": stats(f"gpu{k}_mem_mb"),
             "pcie_rx_mb_s": stats(f"gpu{k}_pcie_rx_mb_s"),
             "pcie_tx_mb_s": stats(f"gpu{k}_pcie_tx_mb_s"),

@@ -144,6 +144,7 @@ def _counters(rows: list[dict], us) -> list[dict]:
         **COUNTERS,
         "GPU busy %": {g: f"{g}_util" for g in gpus},
         "GPU memory MB": {g: f"{g}_mem_mb" for g in gpus},
+        "GPU JPEG decoders busy %": {g: f"{g}_jpg_util" for g in gpus},
     }
     out = []
     for row in rows:
