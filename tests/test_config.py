@@ -184,12 +184,9 @@ def test_shipped_configs_are_valid_and_the_seed_grid_has_its_cells():
     seed = load_config(REPO / "config/config.yaml", base_dir=REPO)
     # loaders x tiers x gpus x batch x precision, the tierless synthetic loader on the first tier only
     assert (
-        len(cell_ids(quick)) == 8 * 3 * 1 * 2 * 1 + 1 * 1 * 1 * 2 * 1
+        len(cell_ids(quick)) == 8 * 3 * 1 * 1 * 1 + 1 * 1 * 1 * 1 * 1
     )  # 8 loaders that read (2 of shards), synthetic once
-    assert {c for c in cell_ids(quick) if c.startswith("synthetic")} == {
-        "synthetic_local_g1_b16_fp32_dp_r0",
-        "synthetic_local_g1_b64_fp32_dp_r0",
-    }
+    assert {c for c in cell_ids(quick) if c.startswith("synthetic")} == {"synthetic_local_g1_b16_fp32_dp_r0"}
     assert [quick["storage"][t]["kind"] for t in ("local", "ram", "hdd")] == ["path", "ram", "emulated"]
     single = load_config(REPO / "config/studies/h200-single.yaml", base_dir=REPO)
     assert len(cell_ids(single)) == (6 * 3 + 1) * 4 * 2 * 2 * 3 == 912
