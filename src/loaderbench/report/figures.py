@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import textwrap
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -35,6 +36,11 @@ def _relabel(fig) -> None:
             ax.get_legend().set_title(label(ax.get_legend().get_title().get_text()))
     for legend in fig.legends:  # seaborn's figure-level legends
         legend.set_title(label(legend.get_title().get_text()))
+
+
+def _suptitle(fig, text: str) -> None:
+    """The figure's title, wrapped to the figure's width (a grid of one panel is narrower than its title)."""
+    fig.suptitle(textwrap.fill(text, max(40, int(fig.get_size_inches()[0] * 9))), y=1.0, va="bottom")
 
 
 def _save(fig, out_dir: Path, name: str) -> None:
@@ -79,7 +85,7 @@ def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
     )
     g.set_titles(row_template="{row_name}", col_template="{col_name}")
     g.tick_params(axis="x", labelrotation=30)
-    g.figure.suptitle(f"Training throughput ({_models_text(ok)}): median of repeats, whiskers min-max", y=1.02)
+    _suptitle(g.figure, f"Training throughput ({_models_text(ok)}): median of repeats, whiskers min-max")
     _save(g.figure, out_dir, "throughput")
 
 
@@ -224,10 +230,10 @@ def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
             ax.axhline(0.9, color="grey", lw=0.6, ls=":")
             ax.tick_params(axis="x", labelrotation=30)
-        g.figure.suptitle(
+        _suptitle(
+            g.figure,
             "AU: share of the compute ceiling each loader delivers, whiskers its 95% interval (dotted: 0.9; above it "
             "the model's compute is the limit)",
-            y=1.03,
         )
         _save(g.figure, out_dir, "au_bars")
     else:
@@ -278,7 +284,7 @@ def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
     g.set_titles("{col_name}")
     for ax in g.axes.flat:
         ax.tick_params(axis="x", labelrotation=30)
-    g.figure.suptitle(title, y=1.03)
+    _suptitle(g.figure, title)
     _save(g.figure, out_dir, "memory")
 
 
@@ -305,7 +311,7 @@ def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(int(b)) for b in sizes])
     note = "" if len(sizes) > 1 else " (this grid has one batch size: add more under batch_sizes)"
-    g.figure.suptitle(f"Batch-size effect per loader{note}", y=1.04)
+    _suptitle(g.figure, f"Batch-size effect per loader{note}")
     _save(g.figure, out_dir, "batch_effect")
 
 
@@ -344,7 +350,7 @@ def scaling(table: pd.DataFrame, out_dir: Path) -> None:
             ax.plot(counts, [r["samples_per_s"] * n for n in counts], ls=":", lw=0.8, color="grey")
         ax.set_xticks(counts)
     note = "" if t["gpus"].nunique() > 1 else " (this grid has one GPU count: add more under gpus)"
-    g.figure.suptitle(f"Scaling with GPUs, whiskers 95% intervals; dotted: ideal (n x the 1-GPU cell){note}", y=1.04)
+    _suptitle(g.figure, f"Scaling with GPUs, whiskers 95% intervals; dotted: ideal (n x the 1-GPU cell){note}")
     _save(g.figure, out_dir, "scaling")
 
 
