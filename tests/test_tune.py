@@ -356,3 +356,12 @@ def test_the_report_says_how_much_longer_the_step_takes_beside_the_loader():
     cpu = why([_used(300.0, None, None, 2.0)], [])
     assert cpu["loader"]["gpu_busy_pct"] is None and cpu["step_slowdown"] is None
     assert _why_lines(cpu)[1] == "used by the ceiling: not measured"
+
+
+def test_a_step_at_its_ceiling_is_the_limit_even_while_the_host_waits_for_data():
+    """A captured step (dali-cpu on an H100: AU 0.99 with the host waiting 59% of a step) is not loader-bound."""
+    from loaderbench.experiments.tune import limit
+
+    assert limit(0.59, 0.99).startswith("the training step: it runs at AU 0.99; the host waits 59%")
+    assert limit(0.59, 0.80) == limit(0.3, None) == "the loader: the step still waits for data"
+    assert limit(0.02, 0.5) == "the training step: batches are ready" and limit(None, 0.9) is None

@@ -369,15 +369,11 @@ def _report(t: Tuner, best: dict, space: dict, progress: dict) -> dict:
         "samples_per_s": rate,
         "gain": gain.to_dict() if gain else None,
         "fix": tuned_fix(t.loader, best, gain.to_dict() if gain else None),
-        "au": rate / statistics.median(ceiling) if rate and ceiling else None,
+        "au": (au := rate / statistics.median(ceiling) if rate and ceiling else None),
         "ceiling_samples_per_s": ceiling,  # the ceiling of the best setting's step, a rate a round
         "ceilings": ceilings,  # every step's ceiling measured (`start`: the config's step)
         "data_wait_fraction": wait,
-        "limit": None
-        if wait is None
-        else (
-            "the loader: the step still waits for data" if wait > WAIT_SHARE else "the training step: batches are ready"
-        ),
+        "limit": limit(wait, au),
         "snippet": yaml.safe_dump(snippet, sort_keys=False) if snippet else "",
         "why": why(ok, [r for r in t.ceilings.get(key(step_settings(best)), {}).values() if r["status"] == "ok"]),
         "measured": {
@@ -387,6 +383,23 @@ def _report(t: Tuner, best: dict, space: dict, progress: dict) -> dict:
             for k, v in t.runs.items()
         },
     }
+
+
+def limit(wait: float | None, au: float | None) -> str | None:
+    """What limits the best setting, from its data wait and its AU.
+
+    A captured step returns to the host at once and runs on the device while the host waits for the next batch: its
+    wait is then the device's time, not the loader's, and a rate within WAIT_SHARE of the ceiling says so."""
+    if wait is None:
+        return None
+    if wait <= WAIT_SHARE:
+        return "the training step: batches are ready"
+    if au is not None and au >= 1 - WAIT_SHARE:
+        return (
+            f"the training step: it runs at AU {au:.2f}; the host waits {wait:.0%} of a step for data while the "
+            "device still runs the step"
+        )
+    return "the loader: the step still waits for data"
 
 
 def usage(records: list[dict]) -> dict:
