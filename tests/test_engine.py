@@ -95,6 +95,23 @@ def test_the_stall_limit_follows_the_median_step_with_a_floor_and_a_longer_first
     )
 
 
+def test_a_compiled_models_first_step_may_take_its_compilation_as_the_cells_timeout_allows():
+    """torch.compile on 2 slow cores took over 180 s before its first step, which the watchdog called a stall."""
+    from dataclasses import replace
+
+    from loaderbench.core.cells import cell_spec
+    from loaderbench.core.config import COMPILE_ALLOWANCE_S, validate_config
+    from loaderbench.engine.runner.runcell import _stall_rule
+
+    cfg = validate_config({"loaders": ["synthetic"], "batch_sizes": [4]})
+    eager = cell_spec(cfg, f"synthetic_{cfg['tiers'][0]}_g1_b4_fp32_dp_r0")
+    rule = StallRule(floor_s=60, first_step_factor=3)
+    compiled = _stall_rule(rule, replace(eager, compile=True))
+    assert compiled.limit(Beat(0, "warmup", 0, None)) == 180 + COMPILE_ALLOWANCE_S
+    assert compiled.limit(Beat(10, "window", 0, 4.0)) == rule.limit(Beat(10, "window", 0, 4.0)) == 200
+    assert _stall_rule(rule, eager) == rule
+
+
 def test_the_heartbeat_file_carries_steps_phase_time_and_median(tmp_path):
     hb = Heartbeat(tmp_path / "hb")
     hb.phase("warmup")

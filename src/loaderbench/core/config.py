@@ -506,10 +506,14 @@ def _part(name: str, cfg: dict, note: str) -> dict:
     }
 
 
+# what a compiled model's first step may take beyond an eager one's (torch.compile's inductor on a slow CPU: minutes)
+COMPILE_ALLOWANCE_S = 600.0
+
+
 def auto_timeout(window: dict, compile_: bool) -> float:
     """A cell's time limit from its window: start-up, build and warm-up allowance plus the longest window, x4."""
     longest = window["seconds"] or window["max_seconds"]
-    return (300.0 + 4 * longest if longest else 900.0) + (600.0 if compile_ else 0.0)
+    return (300.0 + 4 * longest if longest else 900.0) + (COMPILE_ALLOWANCE_S if compile_ else 0.0)
 
 
 def _check_paths(cfg: dict, project_dir: Path) -> None:

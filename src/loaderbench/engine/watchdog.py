@@ -96,18 +96,20 @@ def read(path: Path) -> Beat | None:
 @dataclass(frozen=True)
 class StallRule:
     """No step for max(floor_s, factor x the median step so far) is a stall. Before the first step the floor is
-    stretched (`first_step_factor`: cuDNN autotuning, torch.compile), in setup too (`setup_factor`: loader builds)."""
+    stretched (`first_step_factor`: cuDNN autotuning), for a compiled model by `compile_s` more, in setup too
+    (`setup_factor`: loader builds)."""
 
     floor_s: float = 60.0
     factor: float = 50.0
     first_step_factor: float = 3.0
     setup_factor: float = 5.0
+    compile_s: float = 0.0
 
     def limit(self, beat: Beat) -> float:
         if beat.phase in ("startup", "setup"):
             return self.floor_s * self.setup_factor
         if beat.steps == 0 or beat.median_step_s is None:
-            return self.floor_s * self.first_step_factor
+            return self.floor_s * self.first_step_factor + self.compile_s
         return max(self.floor_s, self.factor * beat.median_step_s)
 
     def stalled(self, beat: Beat, now: float | None = None) -> float | None:

@@ -18,11 +18,11 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from loaderbench.core.cells import TIERLESS, CellSpec, configuration
-from loaderbench.core.config import auto_timeout
+from loaderbench.core.config import COMPILE_ALLOWANCE_S, auto_timeout
 from loaderbench.core.layout import read_root
 from loaderbench.core.provenance import collect
 from loaderbench.core.records import make_record, warning_lines
@@ -140,7 +140,7 @@ def run_cell(
         label,
         host,
         timeout_s or spec_timeout(spec),
-        stall or StallRule(),
+        _stall_rule(stall or StallRule(), spec),
         Path(trace) if trace is not None else None,
     )
     in_main = threading.current_thread() is threading.main_thread()
@@ -511,6 +511,11 @@ def _wait_all(
                 if idle is not None:
                     return stop(describe(beat, idle, rank if len(procs) > 1 else None), rank, True)
         time.sleep(0.1)
+
+
+def _stall_rule(rule: StallRule, spec: CellSpec) -> StallRule:
+    """A compiled model's first step waits for its compilation: the rule allows it as the cell's timeout does."""
+    return replace(rule, compile_s=COMPILE_ALLOWANCE_S) if spec.compile and not rule.compile_s else rule
 
 
 def spec_timeout(spec: CellSpec) -> float:
