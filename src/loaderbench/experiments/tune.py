@@ -348,6 +348,7 @@ def _report(t: Tuner, best: dict, space: dict, progress: dict) -> dict:
     ceiling = ceilings.get(key(step_settings(best)), [])
     rate = statistics.median(r["metrics"]["samples_per_s"] for r in ok) if ok else None
     wait = statistics.median(r["metrics"]["data_wait_fraction"] for r in ok) if ok else None
+    au = rate / statistics.median(ceiling) if rate and ceiling else None
     gain = t.against(best, {}) if best else None
     snippet = {}
     for field, value in best.items():
@@ -369,7 +370,7 @@ def _report(t: Tuner, best: dict, space: dict, progress: dict) -> dict:
         "samples_per_s": rate,
         "gain": gain.to_dict() if gain else None,
         "fix": tuned_fix(t.loader, best, gain.to_dict() if gain else None),
-        "au": (au := rate / statistics.median(ceiling) if rate and ceiling else None),
+        "au": au,
         "ceiling_samples_per_s": ceiling,  # the ceiling of the best setting's step, a rate a round
         "ceilings": ceilings,  # every step's ceiling measured (`start`: the config's step)
         "data_wait_fraction": wait,

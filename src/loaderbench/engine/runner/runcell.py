@@ -515,7 +515,7 @@ def _wait_all(
 
 def _stall_rule(rule: StallRule, spec: CellSpec) -> StallRule:
     """A compiled model's first step waits for its compilation: the rule allows it as the cell's timeout does."""
-    return replace(rule, compile_s=COMPILE_ALLOWANCE_S) if spec.compile and not rule.compile_s else rule
+    return replace(rule, compile_s=COMPILE_ALLOWANCE_S) if spec.compile else rule
 
 
 def spec_timeout(spec: CellSpec) -> float:
