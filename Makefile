@@ -11,16 +11,15 @@ RUN    := $(BIN)/loaderbench run --config $(CONFIG) --cores $(CORES)
 
 .PHONY: quickstart test test-dev plan bench ceiling tune engine-report report rerun respread cells lint clean
 
-# The install says one line; pip's output goes to logs/install.log, whose last lines are shown if it fails.
-$(STAMP): pyproject.toml examples/threaded-loader/pyproject.toml
+# The install says one line; the installer's output goes to logs/install.log, whose last lines are shown if it fails.
+# scripts/install-venv.sh installs with uv where it honours pip's configuration, else with pip
+# (LOADERBENCH_INSTALLER=pip: always pip).
+$(STAMP): pyproject.toml examples/threaded-loader/pyproject.toml scripts/install-venv.sh
 	@mkdir -p logs
 	@printf 'install: loaderbench and its dependencies into $(VENV) (log: logs/install.log) ... '
-	@{ $(PYTHON) -m venv $(VENV) \
-	  && $(BIN)/python -m pip install -q --no-cache-dir --upgrade pip \
-	  && $(BIN)/python -m pip install -q --no-cache-dir -e '.[test]' \
-	  && $(BIN)/python -m pip install -q --no-cache-dir --no-deps -e examples/threaded-loader; \
-	} > logs/install.log 2>&1 || { echo FAILED; tail -n 20 logs/install.log; exit 1; }
-	@touch $@ && echo done
+	@scripts/install-venv.sh '$(PYTHON)' '$(VENV)' > logs/install.log 2>&1 \
+	  || { echo FAILED; tail -n 20 logs/install.log; exit 1; }
+	@touch $@ && echo "done ($$(tail -n 1 logs/install.log))"
 
 ## quickstart: install into .venv, run the whole pipeline on config/quickstart.yaml, print where the bundle is and
 ## the verdict
