@@ -14,12 +14,13 @@ with_pip() {
     "$py" -m pip install -q --no-cache-dir --no-deps -e examples/threaded-loader
 }
 with_uv() {
-  local args
-  args=$("$py" -m pip config list | "$py" scripts/pip_config_to_uv.py) || return 1
+  local config args cert uv
+  config=$("$py" -m pip config list) || return 1
+  args=$(printf '%s\n' "$config" | "$py" scripts/pip_config_to_uv.py) || return 1
   mapfile -t args <<< "$args"
   "$py" -m pip install -q --no-cache-dir uv || return 1
   # pip's certificate bundle (cert = ... or PIP_CERT), where one is set, for uv's downloads too
-  cert=$("$py" -m pip config list | sed -n "s/^[^.]*\.cert='\(.*\)'$/\1/p" | tail -n 1)
+  cert=$(printf '%s\n' "$config" | sed -n "s/^[^.]*\.cert='\(.*\)'$/\1/p" | tail -n 1)
   [ -z "$cert" ] || export SSL_CERT_FILE=$cert
   uv=("$py" -m uv pip install -q --no-cache --compile-bytecode --python "$py" "${args[@]}")
   "${uv[@]}" -e '.[test]' && "${uv[@]}" --no-deps -e examples/threaded-loader

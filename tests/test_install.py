@@ -12,15 +12,15 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "pip_config_to_uv.py"
 
 
-def _translate(config_text: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`pip config list` of a pip.conf with `config_text` (and PIP_* variables `env`), through the script."""
+def _translate(env: dict) -> subprocess.CompletedProcess:
+    """`pip config list` under the PIP_* variables `env` (PIP_CONFIG_FILE: a pip.conf), through the script."""
     return subprocess.run(
         f"{sys.executable} -m pip config list | {sys.executable} {SCRIPT}",
         shell=True,
         check=False,
         capture_output=True,
         text=True,
-        env={**_without_pip_settings(), **(env or {})},
+        env={**_without_pip_settings(), **env},
     )
 
 
@@ -38,7 +38,7 @@ def test_pips_indexes_wheels_and_constraints_reach_uv_with_pips_choice_of_versio
         "cert = /etc/ssl/ca.pem\n"
         "disable-pip-version-check = 1\n"
     )
-    out = _translate("", {"PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": "/opt/wheels"})
+    out = _translate({"PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": "/opt/wheels"})
     assert out.returncode == 0, out.stderr
     args = out.stdout.split()
     pairs = set(itertools.pairwise(args))
@@ -52,7 +52,7 @@ def test_pips_indexes_wheels_and_constraints_reach_uv_with_pips_choice_of_versio
 def test_a_setting_named_twice_is_passed_once(tmp_path):
     conf = tmp_path / "pip.conf"
     conf.write_text("[global]\nfind-links = /opt/wheels\n")
-    out = _translate("", {"PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": "/opt/wheels"})
+    out = _translate({"PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": "/opt/wheels"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split().count("/opt/wheels") == 1
 
@@ -60,6 +60,6 @@ def test_a_setting_named_twice_is_passed_once(tmp_path):
 def test_a_setting_uv_cannot_honour_is_named(tmp_path):
     conf = tmp_path / "pip.conf"
     conf.write_text("[global]\ntrusted-host = mirror.example\n")
-    out = _translate("", {"PIP_CONFIG_FILE": str(conf)})
+    out = _translate({"PIP_CONFIG_FILE": str(conf)})
     assert out.returncode == 3
     assert "global.trusted-host" in out.stderr  # scripts/install-venv.sh then installs with pip
