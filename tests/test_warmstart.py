@@ -51,6 +51,15 @@ def _served(tmp_path_factory, *flags: str):
     proc.wait(timeout=30)
 
 
+def _named(proc: psutil.Process, cell_id: str) -> bool:
+    """Whether a forked process's command line names the measuring module and `cell_id`."""
+    try:
+        line = " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    return "loaderbench.engine.process.train" in line and cell_id in line
+
+
 def forked_by(server_proc) -> list[psutil.Process]:
     try:
         return [p for p in psutil.Process(server_proc.pid).children() if p.status() != psutil.STATUS_ZOMBIE]
@@ -119,13 +128,11 @@ def test_a_warm_process_dies_with_its_runner_killed_by_sigkill(staged, tmp_path,
         env={**os.environ, contract.ENV_SOCKET: str(sock)},
     )
     deadline = time.time() + 120
-    while time.time() < deadline and not forked_by(proc):
-        time.sleep(0.2)
+    while time.time() < deadline and not (forked_by(proc) and _named(forked_by(proc)[0], spec.cell_id)):
+        time.sleep(0.2)  # forked first, then it writes its own command line
     children = forked_by(proc)
     assert children, "the server forked no measuring process"
-    assert "loaderbench.engine.process.train" in " ".join(children[0].cmdline()) and spec.cell_id in " ".join(
-        children[0].cmdline()
-    )
+    assert _named(children[0], spec.cell_id), children[0].cmdline()
     family = [*children, *children[0].children(recursive=True)]
     time.sleep(3)
     runner.kill()
