@@ -128,9 +128,10 @@ def test_a_warm_process_dies_with_its_runner_killed_by_sigkill(staged, tmp_path,
         env={**os.environ, contract.ENV_SOCKET: str(sock)},
     )
     deadline = time.time() + 120
-    while time.time() < deadline and not (forked_by(proc) and _named(forked_by(proc)[0], spec.cell_id)):
-        time.sleep(0.2)  # forked first, then it writes its own command line
     children = forked_by(proc)
+    while time.time() < deadline and not (children and _named(children[0], spec.cell_id)):
+        time.sleep(0.2)  # forked first, then it writes its own command line
+        children = forked_by(proc)
     assert children, "the server forked no measuring process"
     assert _named(children[0], spec.cell_id), children[0].cmdline()
     family = [*children, *children[0].children(recursive=True)]
