@@ -49,6 +49,23 @@ def test_a_fix_for_a_dp_reference_is_a_dp_cell_however_fast_a_ddp_one():
     assert v["fix"]["text"].startswith("dali-cpu b128 fp32: 1.25x [")
 
 
+def test_the_reference_is_at_the_baselines_parallel_mode_where_another_comes_first():
+    """The baseline loader measured under ddp first, then dp: the reference is the dp cell (the baseline's mode) and
+    its fix the fastest dp cell, not a ddp cell held against a ddp reference."""
+    v = _verdicts(
+        [
+            cell("synthetic", "ram", 100.0, kind="ram"),
+            cell("torchvision", "ram", 120.0, kind="ram", parallel="ddp"),
+            cell("dali-cpu", "ram", 100.0, kind="ram", parallel="ddp"),  # 1.20x the ddp cell
+            cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0),
+            cell("dali-cpu", "ram", 200.0, kind="ram", wait_ms=100.0),  # 1.25x the dp cell
+        ]
+    )["ram"]
+    assert v["reference"]["cell"] == "torchvision/ram/g1/b128/fp32/dp"
+    assert v["fix"]["cell"] == "dali-cpu/ram/g1/b128/fp32/dp"
+    assert v["fix"]["text"].startswith("dali-cpu b128 fp32: 1.25x [")
+
+
 @pytest.mark.parametrize(
     "first",
     [

@@ -1,12 +1,12 @@
 """The answer first: per model, device (GPU count, or the CPU) and tier, what limits the training and the best measured fix, with how far to
 trust it. The loader alone (model `none`) trains nothing and gets no verdict.
 
-For each (GPUs, tier) the reference is the baseline loader's cell there (at the baseline's batch and precision where
-measured; without the baseline loader, the slowest cell): its bottleneck, AU and data wait say what limits it. The best
-measured fix is the fastest cell of the same GPUs, tier and parallel mode (any loader, batch or precision) that can
-carry a verdict (`diagnose.compare`: a contended or unconverged cell measured once cannot, nor one that delivered more
-than its compute ceiling), against the reference with its 95% interval. A reference above its ceiling is named
-implausible, with no limit made up for it.
+For each (GPUs, tier) the reference is the baseline loader's cell there (at the baseline's batch, precision and
+parallel mode where measured; without the baseline loader, the slowest cell): its bottleneck, AU and data wait say
+what limits it. The best measured fix is the fastest cell of the same GPUs, tier and parallel mode (any loader, batch
+or precision) that can carry a verdict (`diagnose.compare`: a contended or unconverged cell measured once cannot, nor
+one that delivered more than its compute ceiling), against the reference with its 95% interval. A reference above its
+ceiling is named implausible, with no limit made up for it.
 How far to trust the group: its repeats, its cells' spread, its converged windows, its contended and its implausible
 cells.
 """
@@ -52,7 +52,10 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
                 (ref_rows["batch_size"] == baseline.get("batch_size"))
                 & (ref_rows["precision"] == baseline.get("precision"))
             ]
-            ref = (at if len(at) else ref_rows).iloc[0]
+            at = at if len(at) else ref_rows
+            # the baseline's parallel mode where measured: the fix is sought in the reference's mode
+            mode = at[at["parallel"] == baseline.get("parallel", "dp")]
+            ref = (mode if len(mode) else at).iloc[0]
         else:
             ref = g.loc[g["samples_per_s"].astype(float).idxmin()]
         others = g[(g["parallel"] == ref["parallel"]) & (g.index != ref.name)]
