@@ -51,6 +51,11 @@ def register(add) -> None:
         help="do not measure again the cells of another boot, code or stack than the cells this run measures (their "
         "Speed, GPU Efficiency and AU against this run's cells are then left out, with why)",
     )
+    s.add_argument(
+        "--no-retry",
+        action="store_true",
+        help="do not measure again, once, the cells a verdict needs whose window was contended or did not converge",
+    )
     s.add_argument("snakemake_args", nargs="*", help="more Snakemake arguments, after `--` (e.g. -- --forcerun X)")
     s.set_defaults(func=cmd_run)
 
@@ -67,18 +72,30 @@ def cmd_run(a) -> int:
     command += ["--configfile", a.config]  # last: it takes every word after it
     say(f"pipeline: Snakemake's output in {log}")
     started = time.time()
-    run = run_id()  # set here, so every job of both passes below names this run
+    run = run_id()  # set here, so every job of every pass below names this run
     rc = snakemake(command, log, Follower(root, predicted_seconds(cfg, root), started), started)
-    if rc == 0 and not a.keep_other_groups and (again := stale_cells_of(cfg, root, run)):
-        say(
-            f"measuring {len(again)} cell(s) again: they were measured on another boot, code or stack than the cells "
-            "this run measured, and Speed, GPU Efficiency and AU divide only cells that compare"
-        )
-        for cell, why in again.items():
-            say(f"  {cell}: {why}")
-        forced = ["--forcerun", *(str(RESULTS.cell(c)) for c in again)]  # as Snakemake names them: relative
-        command = [*command[:-2], *forced, *command[-2:]]
-        rc = snakemake(command, log, Follower(root, predicted_seconds(cfg, root), started), started, append=True)
+    passes = [
+        (
+            lambda: {} if a.keep_other_groups else stale_cells_of(cfg, root, run),
+            (
+                "they were measured on another boot, code or stack than the cells this run measured, and Speed, GPU "
+                "Efficiency and AU divide only cells that compare"
+            ),
+        ),
+        (
+            lambda: {} if a.no_retry else blocked_cells_of(cfg, root, started),
+            "a verdict needs them, and their one window was contended or did not converge",
+        ),
+    ]
+    for cells_of, why in passes:
+        if rc == 0 and (again := cells_of()):
+            say(f"measuring {len(again)} cell(s) again: {why}")
+            for cell, what in again.items():
+                say(f"  {cell}: {what}")
+            forced = ["--forcerun", *(str(RESULTS.cell(c)) for c in again)]  # as Snakemake names them: relative
+            again_command = [*command[:-2], *forced, *command[-2:]]
+            follower = Follower(root, predicted_seconds(cfg, root), started)
+            rc = snakemake(again_command, log, follower, started, append=True)
     if rc != 0:
         return rc
     say(f"pipeline done in {human_duration(time.time() - started)}")
@@ -110,6 +127,25 @@ def snakemake(command: list[str], log: Path, follower: Follower, started: float,
         if not follower.errors:
             say_tail(log)
     return rc
+
+
+def blocked_cells_of(cfg: dict, root: Path, started: float) -> dict[str, str]:
+    """The grid's cells that the verdict this run wrote needs and that were contended or did not converge
+    (`verdict.json`'s `rerun`); none where this run wrote no verdict (a dry run, `--until`, nothing to do)."""
+    from loaderbench.core.cells import cell_ids, parse_cell_id
+    from loaderbench.report.diagnose import cell_name
+
+    path = root / RESULTS.table("verdict.json")
+    try:
+        if path.stat().st_mtime < started - 1:
+            return {}
+        verdicts = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    names = {name: f"needed by the verdict on {v['tier']}" for v in verdicts for name in v.get("rerun") or []}
+    return {
+        cid: names[cell_name(parse_cell_id(cid))] for cid in cell_ids(cfg) if cell_name(parse_cell_id(cid)) in names
+    }
 
 
 def stale_cells_of(cfg: dict, root: Path, run: str) -> dict[str, str]:
