@@ -228,11 +228,12 @@ def test_a_cells_interval_comes_from_its_repeats_else_its_window_widened_by_the_
     assert "default noise between processes (2.4%: no cell of this run was repeated" in alone.iloc[0]["halfwidth_basis"]
 
 
-def test_speed_efficiency_and_au_divide_only_within_one_run():
-    """Cells of two runs (two machines): a ratio whose two cells come from different runs is '-', and the row says
-    why; within a run everything divides as before. A configuration whose repeats span runs divides nothing."""
-    a = lambda *args, **kw: {**row(*args, **kw), "run": "run-a"}
-    b = lambda *args, **kw: {**row(*args, **kw), "run": "run-b"}
+def test_speed_efficiency_and_au_divide_only_within_one_comparison_group():
+    """Cells of two comparison groups (two machines): a ratio whose two cells come from different groups is '-', and
+    the row says why; within a group everything divides as before. A configuration whose repeats span groups divides
+    nothing."""
+    a = lambda *args, **kw: {**row(*args, **kw), "run": "run-a", "compare_group": "group-a"}
+    b = lambda *args, **kw: {**row(*args, **kw), "run": "run-b", "compare_group": "group-b"}
     t = table(
         [
             a("torchvision", "hdd", 1, 200.0),
@@ -246,16 +247,18 @@ def test_speed_efficiency_and_au_divide_only_within_one_run():
     )
     same = t.loc[("opencv", "hdd", 1, 128, "fp32")]
     assert same["speed"] == pytest.approx(2.0) and same["au"] == pytest.approx(0.4) and same["not_divided"] == ""
-    other = t.loc[("opencv", "hdd", 2, 128, "fp32")]  # its 1-GPU cell and the baseline are run-a's
+    other = t.loc[("opencv", "hdd", 2, 128, "fp32")]  # its 1-GPU cell and the baseline are group a's
     assert math.isnan(other["speed"]) and math.isnan(other["gpu_efficiency"])
-    assert "baseline cell is of another run" in other["not_divided"] and "1-GPU cell" in other["not_divided"]
+    assert "Speed: the baseline cell is not comparable (measured on another boot" in other["not_divided"]
+    assert "GPU Efficiency: the 1-GPU cell is not comparable" in other["not_divided"]
     assert "synthetic ceiling" not in other["not_divided"]  # no 2-GPU ceiling at all: AU is '-' for want of one
     ssd = t.loc[("torchvision", "ssd", 1, 128, "fp32")]
     assert math.isnan(ssd["speed"]) and math.isnan(ssd["au"]) and ssd["gpu_efficiency"] == pytest.approx(1.0)
     mixed = t.loc[("dali-cpu", "hdd", 1, 128, "fp32")]
-    assert mixed["samples_per_s"] == pytest.approx(510.0) and mixed["run"].startswith("several: ")
+    assert mixed["samples_per_s"] == pytest.approx(510.0) and mixed["compare_group"].startswith("several: ")
+    assert mixed["run"] == "run-a, run-b"
     assert all(math.isnan(mixed[c]) for c in ("speed", "gpu_efficiency", "au"))
-    assert mixed["not_divided"] == "its repeats come from several runs"
+    assert mixed["not_divided"] == "its repeats come from several boots, codes or stacks"
 
 
 def test_an_au_above_one_is_implausible_only_beyond_its_interval():

@@ -133,3 +133,26 @@ def test_a_cpu_host_is_named_the_cpu_in_the_verdict_the_seed_table_and_the_figur
     assert list(seed["GPU"]) == ["1 (CPU)"] * 3  # the seed's column kept, marked
     assert list(seed_table_frame(table(gpu).assign(**seed_columns))["GPU"]) == [1, 1]
     assert set(device_texts(table(cells))) == {"CPU"} and set(device_texts(table(gpu))) == {"1 GPU"}
+
+
+def test_the_verdict_names_the_cells_a_second_measurement_may_let_carry_it():
+    """ram: the reference was contended once, so it is named; hdd: the fix (dali-mc, contended but with repeats)
+    carries the verdict, and of the other cells only the faster one measured once that did not converge is named (not
+    the slower contended one)."""
+    d = diagnose(
+        table(
+            [
+                cell("synthetic", "ram", 100.0, kind="ram"),
+                cell("torchvision", "ram", 250.0, kind="ram", repeats=1, contended=True),
+                cell("opencv", "ram", 200.0, kind="ram"),
+                cell("torchvision", "hdd", 650.0),
+                cell("dali-cpu", "hdd", 600.0, repeats=1, contended=True),
+                cell("opencv", "hdd", 400.0),
+                cell("dali-sc", "hdd", 300.0, repeats=1, converged=False),
+                cell("dali-mc", "hdd", 320.0, repeats=3, contended=True),
+            ]
+        )
+    )
+    ram, hdd = verdicts(d, BASELINE)
+    assert ram["fix"]["verdict"] == "left out" and ram["rerun"] == ["torchvision/ram/g1/b128/fp32/dp"]
+    assert hdd["fix"]["what"] == "dali-mc b128 fp32" and hdd["rerun"] == ["dali-sc/hdd/g1/b128/fp32/dp"]

@@ -19,6 +19,8 @@ rule stage:
         "logs/stage/{tier}.log",
     conda:
         HOST_ENV
+    resources:
+        bench_slot=1,  # never beside a cell: copying a tier's files takes the CPUs and disks a cell measures
     params:
         **SHARD_PARAMS,
         tier_path=lambda w: CFG["storage"][w.tier]["path"],

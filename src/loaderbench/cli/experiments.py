@@ -298,9 +298,9 @@ def cmd_sweep(a) -> int:
 
 
 def cmd_predict(a) -> int:
+    from loaderbench.core.comparable import group_of
     from loaderbench.core.records import CorruptRecord, read_record
     from loaderbench.core.util import atomic_write_text
-    from loaderbench.report.columns import run_of
     from loaderbench.report.sharing import predict, render_predict, render_scale, scale
 
     records, folders, commits, seen = [], {}, {}, set()
@@ -322,9 +322,9 @@ def cmd_predict(a) -> int:
                 continue
             seen.add(key)
             records.append(r)
-            folders.setdefault(run_of(r), set()).add(d)
+            folders.setdefault(group_of(r), set()).add(d)
             commit = ((r.get("provenance") or {}).get("git") or {}).get("commit")
-            commits.setdefault(run_of(r), set()).add(str(commit)[:7] if commit else "unknown")
+            commits.setdefault(group_of(r), set()).add(str(commit)[:7] if commit else "unknown")
     if any(g < 2 for g in a.gpus):
         raise ConfigError("--gpus: GPU counts of 2 or more (1 GPU is the table of parts)")
     try:
@@ -333,13 +333,16 @@ def cmd_predict(a) -> int:
         raise ConfigError(f"--fit-model: {e}") from None
     more = scale(records, tuple(a.gpus), k=a.k, fit_model=a.fit_model)
     print(f"{len(records)} cell records from {', '.join(a.records)}")
-    for run, dirs in sorted(folders.items()):
+    for group, dirs in sorted(folders.items()):
         if len(dirs) > 1:
-            print(f"  note: run {run!r} has records in {', '.join(sorted(dirs))}: taken as one run")
-        if len(commits[run]) > 1:
             print(
-                f"  note: run {run!r} holds records of {len(commits[run])} code commits "
-                f"({', '.join(sorted(commits[run]))}): taken as one run (records without a run id cannot be told apart)"
+                f"  note: {group!r} has records in {', '.join(sorted(dirs))}: they compare (one boot, code and stack)"
+            )
+        if len(commits[group]) > 1:
+            print(
+                f"  note: {group!r} holds records of {len(commits[group])} code commits "
+                f"({', '.join(sorted(commits[group]))}): taken as one group (records that name no boot or code cannot "
+                "be told apart)"
             )
     print(render_predict(cells))
     print()

@@ -45,11 +45,24 @@ def register(add) -> None:
     s.add_argument("--directory", default=".", help="the run's working directory, as Snakemake's (default: here)")
     s.add_argument("--snakefile", help="the workflow (default: Snakemake's own choice, ./Snakefile)")
     s.add_argument("--log", help=f"Snakemake's output goes here (default {LOGS}/snakemake/<UTC time>.log)")
+    s.add_argument(
+        "--keep-other-groups",
+        action="store_true",
+        help="do not measure again the cells of another boot, code or stack than the cells this run measures (their "
+        "Speed, GPU Efficiency and AU against this run's cells are then left out, with why)",
+    )
+    s.add_argument(
+        "--no-retry",
+        action="store_true",
+        help="do not measure again, once, the cells a verdict needs whose window was contended or did not converge",
+    )
     s.add_argument("snakemake_args", nargs="*", help="more Snakemake arguments, after `--` (e.g. -- --forcerun X)")
     s.set_defaults(func=cmd_run)
 
 
 def cmd_run(a) -> int:
+    from loaderbench.core.provenance import run_id
+
     cfg = config_of(a)
     root = Path(a.directory)
     log = Path(a.log or root / LOGS / "snakemake" / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + ".log"))
@@ -59,10 +72,44 @@ def cmd_run(a) -> int:
     command += ["--configfile", a.config]  # last: it takes every word after it
     say(f"pipeline: Snakemake's output in {log}")
     started = time.time()
-    follower = Follower(root, predicted_seconds(cfg, root), started)
-    with log.open("w") as out:
+    run = run_id()  # set here, so every job of every pass below names this run
+    rc = snakemake(command, log, Follower(root, predicted_seconds(cfg, root), started), started)
+    passes = [
+        (
+            lambda: {} if a.keep_other_groups else stale_cells_of(cfg, root, run),
+            (
+                "they were measured on another boot, code or stack than the cells this run measured, and Speed, GPU "
+                "Efficiency and AU divide only cells that compare"
+            ),
+        ),
+        (
+            lambda: {} if a.no_retry else blocked_cells_of(cfg, root, started),
+            "a verdict needs them, and their one window was contended or did not converge",
+        ),
+    ]
+    for cells_of, why in passes:
+        if rc == 0 and (again := cells_of()):
+            say(f"measuring {len(again)} cell(s) again: {why}")
+            for cell, what in again.items():
+                say(f"  {cell}: {what}")
+            forced = ["--forcerun", *(str(RESULTS.cell(c)) for c in again)]  # as Snakemake names them: relative
+            again_command = [*command[:-2], *forced, *command[-2:]]
+            follower = Follower(root, predicted_seconds(cfg, root), started)
+            rc = snakemake(again_command, log, follower, started, append=True)
+    if rc != 0:
+        return rc
+    say(f"pipeline done in {human_duration(time.time() - started)}")
+    answer(root, started)
+    return 0
+
+
+def snakemake(command: list[str], log: Path, follower: Follower, started: float, append: bool = False) -> int:
+    """Run Snakemake with its output in `log`, saying what `follower` reads of it; its exit status."""
+    with log.open("a" if append else "w") as out:
+        start = out.tell()
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     with log.open() as text:
+        text.seek(start)
         while True:
             ended = proc.poll() is not None
             for line in iter(text.readline, ""):
@@ -74,15 +121,43 @@ def cmd_run(a) -> int:
     if follower.nothing_to_do:
         say("nothing to do: every output is up to date")
     for error in follower.errors:
-        say_error(root, error)
+        say_error(follower.root, error)
     if rc != 0:
         say(f"pipeline FAILED (Snakemake exit {rc}) after {human_duration(time.time() - started)}; its log: {log}")
         if not follower.errors:
             say_tail(log)
-        return rc
-    say(f"pipeline done in {human_duration(time.time() - started)}")
-    answer(root, started)
-    return 0
+    return rc
+
+
+def blocked_cells_of(cfg: dict, root: Path, started: float) -> dict[str, str]:
+    """The grid's cells that the verdict this run wrote needs and that were contended or did not converge
+    (`verdict.json`'s `rerun`); none where this run wrote no verdict (a dry run, `--until`, nothing to do)."""
+    from loaderbench.core.cells import cell_ids, parse_cell_id
+    from loaderbench.report.diagnose import cell_name
+
+    path = root / RESULTS.table("verdict.json")
+    try:
+        if path.stat().st_mtime < started - 1:
+            return {}
+        verdicts = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    names = {name: f"needed by the verdict on {v['tier']}" for v in verdicts for name in v.get("rerun") or []}
+    return {
+        cid: names[cell_name(parse_cell_id(cid))] for cid in cell_ids(cfg) if cell_name(parse_cell_id(cid)) in names
+    }
+
+
+def stale_cells_of(cfg: dict, root: Path, run: str) -> dict[str, str]:
+    """The grid's cells to measure again so that they compare with those run `run` measured (`plan.regroup`)."""
+    from loaderbench.core.cells import cell_ids
+    from loaderbench.core.records import load_records
+    from loaderbench.plan.regroup import stale_cells
+
+    grid = cell_ids(cfg)
+    files = [root / RESULTS.cell(c) for c in grid if (root / RESULTS.cell(c)).is_file()]
+    records, _ = load_records(files)
+    return stale_cells(records, run, grid)
 
 
 def say(line: str) -> None:

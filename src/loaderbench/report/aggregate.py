@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from loaderbench.core.comparable import divisible, group_of, one_group
 from loaderbench.core.records import load_records, warning_lines, warnings_of
 from loaderbench.core.uncertainty import (
     DEFAULT_BETWEEN_NOISE,
@@ -66,6 +67,7 @@ def repeats_table(records: list[dict]) -> pd.DataFrame:
                 "parallel": s.get("parallel", "dp"),
                 "repeat": s["repeat"],
                 "run": run_of(r),
+                "compare_group": group_of(r),
                 "host": host_of(r),
                 "status": r["status"],
                 "reason": r.get("reason"),
@@ -129,7 +131,8 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
     if status != "ok" and not ok.empty:
         status = "partial"
     reasons = [x for x in g.loc[g["status"] != "ok", "reason"] if isinstance(x, str)]
-    runs = sorted({x for x in (ok if len(ok) else g)["run"] if isinstance(x, str)})
+    counted = ok if len(ok) else g
+    runs = sorted({x for x in counted["run"] if isinstance(x, str)})
     sps = ok["samples_per_s"].astype(float)
     med = float(sps.median()) if len(sps) else np.nan
     spread = float((sps.max() - sps.min()) / med) if len(sps) > 1 and med > 0 else (0.0 if len(sps) == 1 else np.nan)
@@ -144,7 +147,8 @@ def _group(g: pd.DataFrame, spread_warn: float) -> pd.Series:
             "spread_flag": bool(len(sps) > 1 and spread > spread_warn),
             "repeats": len(g),
             "repeats_ok": len(ok),
-            "run": runs[0] if len(runs) == 1 else ("several: " + ", ".join(runs) if runs else None),
+            "run": ", ".join(runs) or None,  # the invocations its repeats come from (what compares: compare_group)
+            "compare_group": one_group(counted["compare_group"]) if "compare_group" in g else None,
             "host": "; ".join(sorted({h for h in g.get("host", []) if isinstance(h, str)})) or None,
             "status": status,
             "reason": reasons[0] if reasons else "",
@@ -210,6 +214,8 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     repeats = with_model(repeats)
     if "run" not in repeats:
         repeats = repeats.assign(run="unnamed")  # rows that say nothing of their run: one run
+    if "compare_group" not in repeats:
+        repeats = repeats.assign(compare_group=repeats["run"])  # a table made before groups: its runs
     rows = [
         {**dict(zip(KEYS, key)), **_group(g, spread_warn).to_dict()}
         for key, g in repeats.groupby(KEYS, sort=False, dropna=False)
@@ -241,7 +247,7 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     t["speed"] = speed(t["samples_per_s"].astype(float), base_rate)
     t["gpu_efficiency"] = gpu_efficiency(t)
     t["au"] = accelerator_utilisation(t)
-    _within_one_run(t, base.set_index("model")["run"].to_dict())
+    _within_one_group(t, base.set_index("model")["compare_group"].to_dict())
     aus = au_interval(t)
     _bounds(t, "au", aus)
     _bounds(t, "speed", _divided_interval(t, t["model"].map(base.set_index("model")["halfwidth"]), base.index))
@@ -329,41 +335,33 @@ def au_implausible_text(au, q: Ratio | None) -> str:
     )
 
 
-def _one_run(run) -> bool:
-    return isinstance(run, str) and not run.startswith("several: ")
-
-
-def _within_one_run(t: pd.DataFrame, baseline_runs: dict) -> None:
+def _within_one_group(t: pd.DataFrame, baseline_groups: dict) -> None:
     """Speed, GPU Efficiency and AU divide a cell by another of its model (the baseline, the 1-GPU cell, the synthetic
-    ceiling; `baseline_runs`: each model's baseline cell's run): only within one run (one machine, one boot, one code),
-    else they are left out and `not_divided` says why - two runs on different machines differ by more than most of
-    what these ratios are read for. The loader alone (model `none`) is divided by nothing: it trains no model."""
-    one = t[t["gpus"] == 1].set_index(ONE_GPU_BY)["run"]
+    ceiling; `baseline_groups`: each model's baseline cell's comparison group) only where the two compare
+    (`core.comparable`: one boot, code, stack and dataset), else they are left out and `not_divided` says why. The
+    loader alone (model `none`) is divided by nothing: it trains no model."""
+    one = t[t["gpus"] == 1].set_index(ONE_GPU_BY)["compare_group"]
     ceiling = {}
     for key, g in t[t["loader"] == "synthetic"].groupby(AU_BY):
-        ceiling[key] = g.loc[g["samples_per_s"].idxmax(), "run"] if g["samples_per_s"].notna().any() else None
+        ceiling[key] = g.loc[g["samples_per_s"].idxmax(), "compare_group"] if g["samples_per_s"].notna().any() else None
     notes = []
     for i, r in t.iterrows():
         if r["model"] == LOADER_ALONE:
             t.loc[i, ["speed", "gpu_efficiency", "au"]] = np.nan
             notes.append("the loader alone (model none) trains nothing: no training rate to divide")
             continue
-        if not _one_run(r["run"]):
-            t.loc[i, ["speed", "gpu_efficiency", "au"]] = np.nan
-            notes.append("its repeats come from several runs")
-            continue
-        gpu_base = one.get(_one_gpu_key(r))
-        others = {
-            "speed": ("Speed: the baseline cell", baseline_runs.get(r["model"])),
-            "gpu_efficiency": ("GPU Efficiency: the 1-GPU cell", gpu_base),
+        divisors = {
+            "speed": ("Speed: the baseline cell", baseline_groups.get(r["model"])),
+            "gpu_efficiency": ("GPU Efficiency: the 1-GPU cell", one.get(_one_gpu_key(r))),
             "au": ("AU: the synthetic ceiling", ceiling.get(tuple(r[k] for k in AU_BY))),
         }
         why = []
-        for col, (what, run) in others.items():
-            if pd.notna(r[col]) and run != r["run"]:
+        for col, (what, group) in divisors.items():
+            reason = divisible(r["compare_group"], group)
+            if pd.notna(r[col]) and reason:
                 t.loc[i, col] = np.nan
-                why.append(f"{what} is of another run")
-        notes.append("; ".join(why))
+                why.append(f"{what} is not comparable ({reason})" if not reason.startswith("its repeats") else reason)
+        notes.append("; ".join(dict.fromkeys(why)))
     t["not_divided"] = notes
 
 

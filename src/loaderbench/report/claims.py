@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from loaderbench.core.comparable import SEVERAL
 from loaderbench.core.records import read_record
 from loaderbench.core.uncertainty import Ratio, quotient, ratio
 
@@ -189,9 +190,9 @@ class Run:
 
             probes = [json.loads(p.read_text()) for p in sorted((self.root / self.probes).glob("*.json"))]
             add_tier_rates(t, tier_rates(probes))
-        runs = set(t["run"])
-        if len(runs) != 1 or any(str(r).startswith("several: ") for r in runs):
-            raise ValueError(f"{self.folder}: the records are of several runs ({sorted(map(str, runs))})")
+        groups = set(t["compare_group"])
+        if len(groups) != 1 or any(str(g).startswith(SEVERAL) for g in groups):
+            raise ValueError(f"{self.folder}: the records do not compare (core.comparable): {sorted(map(str, groups))}")
         return t
 
     def row(self, sel: str) -> pd.Series:

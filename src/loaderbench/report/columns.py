@@ -79,6 +79,7 @@ CELLS = {
     "gpu_efficiency_low": "GPU Efficiency low",
     "gpu_efficiency_high": "GPU Efficiency high",
     "run": "Run",
+    "compare_group": "Compare group",
     "host": "Host",
     "not_divided": "Not divided because",
     # the diagnosis (stall attribution after DS-Analyzer)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from loaderbench.core.comparable import divisible
 from loaderbench.core.registry import BACKLOG, SHARD_LOADERS
 from loaderbench.core.uncertainty import DEFAULT_BETWEEN_NOISE, Ratio, quotient, widened
 from loaderbench.core.util import atomic_write_text
@@ -304,7 +305,13 @@ def cell_name(r) -> str:
 def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
     """a's rate over b's with its interval (`uncertainty`), or None and why the pair carries no recommendation: a
     cell measured once that was contended or did not converge never does on its own, nor a cold-tier cell whose
-    reads were warm, nor a cell that delivered more than its compute ceiling."""
+    reads were warm, nor a cell that delivered more than its compute ceiling, nor two cells that do not compare
+    (`core.comparable`: another boot, code, stack or dataset)."""
+    ga, gb = a.get("compare_group"), b.get("compare_group")
+    if (isinstance(ga, str) or isinstance(gb, str)) and (why := divisible(ga, gb)):
+        if cell_name(a) == cell_name(b):
+            return None, f"{cell_name(a)}: {why}; rerun it"
+        return None, f"{cell_name(a)} against {cell_name(b)}: {why}; rerun both"
     for r in (a, b):
         if r.get("bottleneck") == "implausible":
             return None, (

@@ -31,10 +31,11 @@ import numpy as np
 import pandas as pd
 
 from loaderbench.core.cells import configuration
+from loaderbench.core.comparable import group_of
 from loaderbench.core.uncertainty import between_noise, quotient, repeats_halfwidth, widened
 from loaderbench.core.util import stable_hash
 
-from .columns import DEFAULT_MODEL, LOADER_ALONE, run_of
+from .columns import DEFAULT_MODEL, LOADER_ALONE
 
 CEILING = "synthetic"  # the loader whose cell is a model's compute ceiling
 MISS = 0.10  # |measured/predicted - 1| above this: the row says which part of the model missed
@@ -253,12 +254,13 @@ def _median(values: list) -> float | None:
 
 
 def configurations(records: list[dict]) -> list[Config]:
-    """The ok records as configurations: grouped by run and cell id without its repeat, and apart where records of
-    one id were made with different settings (a sweep's variants: the name says which)."""
+    """The ok records as configurations: grouped by comparison group (`core.comparable`) and cell id without its
+    repeat, and apart where records of one id were made with different settings (a sweep's variants: the name says
+    which)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         if r.get("status") == "ok" and (r.get("metrics") or {}).get("samples_per_s"):
-            groups[(run_of(r), configuration(r["cell_id"]))].append(r)
+            groups[(group_of(r), configuration(r["cell_id"]))].append(r)
     out = []
     for (run, name), recs in groups.items():
         variants: dict[str, list[dict]] = defaultdict(list)

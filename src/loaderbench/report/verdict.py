@@ -84,6 +84,12 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
                 "text": f"{_describe(best)}: {q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
                 + ("" if measured else ", no measurable difference"),
             }
+        # cells a second measurement may let carry a verdict: the reference, and the candidates faster than the fix
+        # (every faster one where none could carry it), each measured once and contended or not converged
+        beaten = float(fix["samples_per_s"]) if "samples_per_s" in fix else float(ref["samples_per_s"])
+        blocked = [ref] if ref_why is not None else []
+        blocked += [r for _, r in faster.iterrows() if float(r["samples_per_s"]) > beaten]
+        rerun = [cell_name(r) for r in blocked if _rerun_may_help(r)]
         conv = [read_flag(x) for x in g.get("converged", [])]
         judged = [c for c in conv if c is not None]
         hw = [h for h in (_num(x) for x in g.get("halfwidth", [])) if h is not None]
@@ -105,6 +111,7 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
                     "step_ms": _num(ref.get("step_ms")),
                 },
                 "fix": fix,
+                "rerun": rerun,
                 "trust": {
                     "cells": len(g),
                     "repeats": [min(reps), max(reps)] if reps else None,
@@ -116,6 +123,12 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
             }
         )
     return out
+
+
+def _rerun_may_help(r: pd.Series) -> bool:
+    """A cell measured once whose window was contended or did not converge: measured again, it may carry a verdict."""
+    once = not (_num(r.get("repeats_ok")) is not None and _num(r.get("repeats_ok")) >= 2)
+    return once and (read_flag(r.get("contended")) is True or read_flag(r.get("converged")) is False)
 
 
 def write_verdict(d: pd.DataFrame, baseline: dict, out_dir: Path) -> None:
