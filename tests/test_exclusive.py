@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from loaderbench.core.cells import cell_spec
+from loaderbench.core.provenance import RUN_ID_ENV
 from loaderbench.core.records import validate_record
 from tests.conftest import REPO, staged_disk, tiny_config, write_config
 
@@ -31,7 +32,9 @@ def staged(tmp_path_factory, small_dataset):
     return staged_disk(tmp_path_factory, small_dataset, "excl", window={"seconds": 4})
 
 
-def run_cell_cli(staged, out: Path, *options: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cell_cli(
+    staged, out: Path, *options: str, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
     tmp, cfg = staged
     spec = cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0")
     cmd = [
@@ -49,7 +52,7 @@ def run_cell_cli(staged, out: Path, *options: str, timeout: float = 300) -> subp
         str(out.with_suffix(".csv")),
         *options,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
 
 
 def hold_lock(lock_dir: Path, seconds: float) -> subprocess.Popen:
@@ -141,7 +144,8 @@ def test_cpu_hog_in_the_window_marks_the_cell_contended(staged, tmp_path):
     assert q["cell_cpu_cores"] >= 0.25 and q["samples"] >= 2 and q["gpu"].startswith("no NVML")
     assert q["host_cpu_cores"] >= q["cell_cpu_cores"] - 0.15  # the host's busy time includes the cell's
 
-    hog = subprocess.Popen([PY, "-c", "while True: pass"])
+    foreign = {k: v for k, v in os.environ.items() if k != RUN_ID_ENV}  # started by another user's shell
+    hog = subprocess.Popen([PY, "-c", "while True: pass"], env=foreign)
     try:
         time.sleep(0.5)
         hot = run_cell_cli(staged, tmp_path / "hot.json", "--contention-cpu-cores", "0.4")
@@ -165,6 +169,25 @@ def test_cpu_hog_in_the_window_marks_the_cell_contended(staged, tmp_path):
     hog_row = [p for p in b["processes"] if p["pid"] == hog.pid]
     assert hog_row and hog_row[0]["cores"] >= 0.7 * hog_cores, (b, hog_cores)
     assert b["irq"] >= 0 and b["steal"] >= 0 and f"(pid {hog.pid})" in warn[0]
+
+
+def test_the_runs_own_work_beside_a_cell_is_recorded_apart_and_does_not_make_it_contended(staged, tmp_path):
+    """A busy loop started with the cell's run id (as the pipeline's own processes are: Snakemake's jobs, the
+    warm-start server, a FUSE server) is the run's own work: recorded as `own_cpu_cores`, named among
+    `own_processes`, not counted as foreign."""
+    env = {**os.environ, RUN_ID_ENV: "run-of-this-test"}
+    hog = subprocess.Popen([PY, "-c", "while True: pass"], env=env)
+    try:
+        time.sleep(0.5)
+        proc = run_cell_cli(staged, tmp_path / "own.json", "--contention-cpu-cores", "0.4", env=env)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert proc.returncode == 0, proc.stderr
+    c = json.loads((tmp_path / "own.json").read_text())["contention"]
+    assert c["own_cpu_cores"] >= 0.3, c
+    assert hog.pid in [p["pid"] for p in c["foreign_breakdown"]["own_processes"]], c
+    assert hog.pid not in [p["pid"] for p in c["foreign_breakdown"]["processes"]], c
 
 
 def test_foreign_gpu_processes_are_those_outside_the_cell_tree():

@@ -5,8 +5,16 @@ records per sample the host's busy CPU time (/proc/stat) and the CPU time of the
 its ranks, their loader workers, an emulated tier's FUSE server: every descendant of the runner, and the ranks the
 warm-start server forked for it with their workers), and, on a GPU host,
 NVML's compute and graphics processes on the cell's GPUs. `summarize()` keeps the window (the training process's
-`marks.window_start` .. `window_end`): foreign CPU = (host busy - the tree's CPU time) / window seconds, in cores,
-with both counters interpolated to the window's edges; foreign GPU processes = those whose pid is not in the tree.
+`marks.window_start` .. `window_end`): foreign CPU = (host busy - the tree's CPU time - the run's own work) / window
+seconds, in cores, with the counters interpolated to the window's edges; foreign GPU processes = those whose pid is
+not in the tree.
+
+The run's own work is what the project runs beside a cell: the processes above the runner (the Snakemake that
+started it, `loaderbench run`) and every process that names this run (`LOADERBENCH_RUN_ID` in the environment it
+started with: the warm-start server, a FUSE server of an emulated tier, another job of the run). It is recorded apart
+(`own_cpu_cores`, and the processes that used most of it) and does not make a cell contended: another measurement
+cannot run beside a cell (the bench slot and the host lock keep them apart), so what remains is the pipeline's own
+book-keeping, which every cell of a run pays alike.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import os
 import time
 
 from loaderbench.core import records
+from loaderbench.core.provenance import RUN_ID_ENV
 from loaderbench.core.util import BackgroundSampler
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -47,8 +56,35 @@ def other_processes_cpu_s(tree: set[int], names: dict[int, str]) -> dict[int, fl
         if p.pid in tree or p.info["cpu_times"] is None:
             continue
         out[p.pid] = p.info["cpu_times"].user + p.info["cpu_times"].system
-        names.setdefault(p.pid, p.info["name"] or "?")
+        names.setdefault(p.pid, _described(p))
     return out
+
+
+def _described(p) -> str:
+    """A process as the breakdown names it: its name, and for an interpreter the module or script it runs."""
+    name = p.info.get("name") or "?"
+    try:
+        args = p.cmdline()
+    except Exception:  # gone, or another user's
+        return name
+    if name.startswith("python") and len(args) > 1:
+        what = args[args.index("-m") + 1] if "-m" in args[:-1] else os.path.basename(args[1])
+        return f"{name} {what}"
+    return name
+
+
+def own_work(pid: int, run_id: str | None, ancestors: set[int]) -> bool:
+    """Whether process `pid` is the run's own work: above the runner (`ancestors`), or started with this run's id."""
+    import psutil
+
+    if pid in ancestors:
+        return True
+    if not run_id:
+        return False
+    try:
+        return psutil.Process(pid).environ().get(RUN_ID_ENV) == run_id
+    except Exception:  # gone, or another user's
+        return False
 
 
 def foreign_gpu_processes(nv, handles: list, indices: list[int], tree: set[int]) -> list[dict]:
@@ -101,9 +137,30 @@ class Sampler(BackgroundSampler):
         self._cpu: dict[int, float] = {}  # pid -> last CPU seconds (a process that exited keeps its last value)
         self._procs: dict = {}
         self.names: dict[int, str] = {}  # pid -> name of the processes outside the tree
+        self.run_id = os.environ.get(RUN_ID_ENV)
+        self.own: dict[int, bool] = {}  # pid -> whether it is the run's own work (decided once per process)
+        self._own_cpu: dict[int, float] = {}  # pid -> last CPU seconds of the run's own processes outside the tree
 
     def result(self) -> dict:
-        return {"rows": self.rows, "gpu": self.gpu_note, "names": self.names}
+        own = sorted(pid for pid, mine in self.own.items() if mine)
+        return {"rows": self.rows, "gpu": self.gpu_note, "names": self.names, "own": own}
+
+    def _ancestors(self) -> set[int]:
+        import psutil
+
+        try:
+            return {p.pid for p in psutil.Process(self.root).parents()}
+        except psutil.Error:
+            return set()
+
+    def _own_cpu_s(self, others: dict[int, float], ancestors: set[int]) -> float:
+        """CPU seconds so far of the run's own processes outside the tree (one that exited keeps its last value)."""
+        for pid, cpu in others.items():
+            if pid not in self.own:
+                self.own[pid] = own_work(pid, self.run_id, ancestors)
+            if self.own[pid]:
+                self._own_cpu[pid] = cpu
+        return sum(self._own_cpu.values())
 
     def _tree_cpu_s(self) -> tuple[float, set[int]]:
         import psutil
@@ -135,16 +192,19 @@ class Sampler(BackgroundSampler):
         else:
             self.gpu_note = f"NVML, GPUs {nvml.indices}"
         next_t = time.monotonic()
+        ancestors = self._ancestors()
         while True:
             tree_s, pids = self._tree_cpu_s()
             host = host_cpu_s()
+            others = other_processes_cpu_s(pids, self.names)
             row = {
                 "t": time.time(),
                 "host_busy_s": host["busy"],
                 "tree_cpu_s": tree_s,
+                "own_cpu_s": self._own_cpu_s(others, ancestors),
                 "host_irq_s": host["irq"],
                 "host_steal_s": host["steal"],
-                "others": other_processes_cpu_s(pids, self.names),
+                "others": others,
             }
             if nvml.handles:
                 row["gpu_foreign"] = foreign_gpu_processes(nvml.nv, nvml.handles, nvml.indices, pids)
@@ -188,10 +248,12 @@ def summarize(samples: dict, marks: dict | None, cpu_cores: float, gpu_processes
     span = we - ws
     host = (_at(rows, "host_busy_s", we) - _at(rows, "host_busy_s", ws)) / span
     cell = (_at(rows, "tree_cpu_s", we) - _at(rows, "tree_cpu_s", ws)) / span
+    own = (_at(rows, "own_cpu_s", we) - _at(rows, "own_cpu_s", ws)) / span if "own_cpu_s" in rows[0] else 0.0
     out["host_cpu_cores"] = round(host, 3)
     out["cell_cpu_cores"] = round(cell, 3)
-    out["foreign_cpu_cores"] = round(max(0.0, host - cell), 3)
-    out["foreign_breakdown"] = _breakdown(rows, ws, we, samples.get("names") or {})
+    out["own_cpu_cores"] = round(max(0.0, own), 3)
+    out["foreign_cpu_cores"] = round(max(0.0, host - cell - max(0.0, own)), 3)
+    out["foreign_breakdown"] = _breakdown(rows, ws, we, samples.get("names") or {}, set(samples.get("own") or ()))
     # GPU processes seen by a sample in the window (or the nearest one after it when the window is under a second)
     near = inside or [min((r for r in rows if r["t"] >= ws), key=lambda r: r["t"], default=rows[-1])]
     gpu: dict = {}
@@ -205,9 +267,10 @@ def summarize(samples: dict, marks: dict | None, cpu_cores: float, gpu_processes
     return out
 
 
-def _breakdown(rows: list[dict], ws: float, we: float, names: dict) -> dict:
+def _breakdown(rows: list[dict], ws: float, we: float, names: dict, own: set[int] = frozenset()) -> dict:
     """Where the window's foreign CPU went, in cores: interrupts (no process's time), the hypervisor's steal, and the
-    processes outside the cell's tree that used the most (kernel threads included), from the samples around it."""
+    processes outside the cell's tree that used the most (kernel threads included), from the samples around it; the
+    run's own processes (`own`) apart, as `own_processes`."""
     span = we - ws
     out = {
         k: round((_at(rows, f"host_{k}_s", we) - _at(rows, f"host_{k}_s", ws)) / span, 3)
@@ -219,8 +282,9 @@ def _breakdown(rows: list[dict], ws: float, we: float, names: dict) -> dict:
     if before and after:
         a, b = before[-1], after[0]
         used = {pid: (cpu - a["others"].get(pid, cpu)) / (b["t"] - a["t"]) for pid, cpu in b["others"].items()}
-        top = sorted(((c, pid) for pid, c in used.items() if c >= 0.05), reverse=True)[:5]
-        out["processes"] = [{"pid": pid, "name": names.get(pid, "?"), "cores": round(c, 3)} for c, pid in top]
+        for key, mine in (("processes", False), ("own_processes", True)):
+            top = sorted(((c, pid) for pid, c in used.items() if c >= 0.05 and (pid in own) == mine), reverse=True)
+            out[key] = [{"pid": pid, "name": names.get(pid, "?"), "cores": round(c, 3)} for c, pid in top[:5]]
     return out
 
 
