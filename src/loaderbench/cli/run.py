@@ -1,7 +1,8 @@
 """`loaderbench run`: the pipeline with a terminal a person reads. Snakemake's own output goes to a log file; the
 terminal gets a line per finished cell (its rate with its interval and how much of a step it waited for data, the
 count and the time left by `loaderbench plan`), a line per finished stage, each error with its rule, its log's last
-lines and its path, and at the end the bundle's path and the verdict. `snakemake` called directly is unchanged."""
+lines and its path, and at the end the bundle's path and the verdict. The cells a `--forcerun` measures again keep
+their previous record if the new measurement fails (`forcerun`). `snakemake` called directly is unchanged."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from loaderbench.core.layout import LOGS, RESULTS, Layout
 from loaderbench.plan.predict import duration as human_duration
 
+from . import forcerun
 from .common import config_of
 
 # What a finished stage says, by rule; a rule not named here is said by its name. `all` and `resolved_config` say
@@ -71,6 +73,8 @@ def cmd_run(a) -> int:
     command = [sys.executable, "-m", "snakemake", *where, "--cores", str(a.cores), *a.snakemake_args]
     command += ["--configfile", a.config]  # last: it takes every word after it
     say(f"pipeline: Snakemake's output in {log}")
+    for line in forcerun.set_aside(root, a.snakemake_args):
+        say(line)
     started = time.time()
     run = run_id()  # set here, so every job of every pass below names this run
     rc = snakemake(command, log, Follower(root, predicted_seconds(cfg, root), started), started)
@@ -93,6 +97,8 @@ def cmd_run(a) -> int:
             for cell, what in again.items():
                 say(f"  {cell}: {what}")
             forced = ["--forcerun", *(str(RESULTS.cell(c)) for c in again)]  # as Snakemake names them: relative
+            for line in forcerun.set_aside(root, forced):
+                say(line)
             again_command = [*command[:-2], *forced, *command[-2:]]
             follower = Follower(root, predicted_seconds(cfg, root), started)
             rc = snakemake(again_command, log, follower, started, append=True)
@@ -118,6 +124,8 @@ def snakemake(command: list[str], log: Path, follower: Follower, started: float,
                 break
             time.sleep(0.5)
     rc = proc.returncode
+    for line in forcerun.put_back(follower.root):  # a forced cell whose new measurement failed: its record back
+        say(line)
     if follower.nothing_to_do:
         say("nothing to do: every output is up to date")
     for error in follower.errors:

@@ -30,6 +30,7 @@ PATHS = {
     "cells": "cells",
     "cell": "cells/{}.json",
     "superseded": "cells/superseded",  # records of configurations requeued by `respread`
+    "before_rerun": "before-rerun",  # a forced rerun's cells' outputs until they are measured again (cli.forcerun)
     "respread_ledger": "respread.json",
     "telemetry": "telemetry",
     "timeline": "telemetry/{}.csv",

@@ -156,3 +156,60 @@ def load_records(paths) -> tuple[list[dict], list[tuple[Path, Path]]]:
             moved.append((Path(p), dest))
             print(f"loaderbench: {e}; moved to {dest}: its cell is measured again on the next run", file=sys.stderr)
     return records, moved
+
+
+# A measured record that could not be written where it belongs (a full results disk) is kept in the first of these
+# that takes it, under its path relative to the run's directory, and restored from there by the next run of its cell
+# (`engine.runner.runcell`). logs/ first: it is often on another disk than results/; then the user's cache and /tmp.
+KEPT = "kept"
+
+
+def keep_dirs(root: Path | None = None) -> list[Path]:
+    """Where a record that cannot be written is kept, in the order tried: logs/kept/ of the run's directory `root`
+    (default: this process's), then the user's cache and the temporary folder, each in a folder of the project's own."""
+    import os
+    import tempfile
+
+    from .layout import LOGS, project_key
+
+    root = Path(root or Path.cwd()).absolute()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return [
+        root / LOGS / KEPT,
+        cache / "loaderbench" / KEPT / project_key(root),
+        Path(tempfile.gettempdir()) / "loaderbench-kept" / project_key(root),
+    ]
+
+
+def kept_path(folder: Path, out: Path, root: Path | None = None) -> Path:
+    """Where in `folder` the record meant for `out` is kept: `out`'s path relative to the run's directory `root`, or
+    its absolute path under `abs/` for a record outside it."""
+    import os
+
+    out = Path(os.path.abspath(out))
+    try:
+        return folder / out.relative_to(Path(root or Path.cwd()).absolute())
+    except ValueError:
+        return folder / "abs" / out.relative_to(out.anchor)
+
+
+def keep_record(record: dict, out: Path) -> tuple[Path | None, list[str]]:
+    """Write `record`, which could not be written to `out`, to the first of `keep_dirs` that takes it: (where it is
+    kept, None when nowhere, and why each place tried before it failed)."""
+    from .util import WriteError, atomic_write_json
+
+    failed = []
+    for folder in keep_dirs():
+        path = kept_path(folder, out)
+        try:
+            atomic_write_json(path, record)
+        except WriteError as e:
+            failed.append(str(e))
+            continue
+        return path, failed
+    return None, failed
+
+
+def find_kept(out: Path, root: Path | None = None) -> Path | None:
+    """The record kept for `out` by `keep_record` (run in the directory `root`), where first found; else None."""
+    return next((p for p in (kept_path(d, out, root) for d in keep_dirs(root)) if p.is_file()), None)

@@ -231,7 +231,7 @@ class SameForm:
 
     A loader whose later batches shrink would otherwise be timed on less work than the one it was checked on."""
 
-    def __init__(self, batches: Iterator, who: str):
+    def __init__(self, batches: Iterator | None, who: str):
         self.batches, self.who = batches, who
         self.first: tuple | None = None
         self.taken = 0
@@ -240,7 +240,10 @@ class SameForm:
         return self
 
     def __next__(self):
-        batch = next(self.batches)
+        return self.check(next(self.batches))
+
+    def check(self, batch):
+        """`batch`, the next one, held to the first's form (BatchChanged naming its number and the change)."""
         self.taken += 1
         form = batch_form(batch)
         if self.first is None:

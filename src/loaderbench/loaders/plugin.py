@@ -3,8 +3,10 @@
 The factory takes the cell's LoaderContext and returns an iterable of (images, labels) batches on `ctx.device`:
 images float NCHW (`ctx.batch_size`, 3, `ctx.crop_size`, `ctx.crop_size`), labels int64 (`ctx.batch_size`,).
 A factory that cannot be imported, takes other arguments or yields other shapes fails its cell with that reason: its
-first batch is held to the contract here, and every later one to the first's shape, dtype and device by the cell
-(`common.SameForm`), so a plugin cannot pass its first batch and time smaller ones.
+first batch is held to the contract here, and every later one to the first's shape, dtype and device as the plugin
+delivered it, before the cast to the cell's dtype (`common.SameForm`): a plugin cannot pass its first batch and time
+smaller ones, nor switch to a cheaper dtype that the cast would hide. The record keeps the dtype it delivered
+(`metrics.input.delivered_dtype`, `metrics.loader_info.delivered_dtype`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterator
 
 import torch
 
-from .common import LoaderContext, forever
+from .common import LoaderContext, SameForm, forever
 
 
 class PluginError(RuntimeError):
@@ -69,8 +71,8 @@ def check_batch(batch, ctx: LoaderContext, reference: str) -> None:
 
 
 def build(ctx: LoaderContext, reference: str) -> Iterator:
-    """The plugin's batches for one cell: its first batch checked against the contract (the later ones against the
-    first by the cell: `common.SameForm`), a pass that ends started again (an endless stream is what a cell
+    """The plugin's batches for one cell: its first batch checked against the contract and every later one against
+    the first, both as delivered (`common.SameForm`), then cast to the cell's dtype and layout; a pass that ends started again (an endless stream is what a cell
     measures), `prefetch_batches` 0 unless the plugin says (its DataLoader says for it)."""
     batches = factory(reference)(ctx)
     if isinstance(batches, Iterator):  # one pass only: it cannot be started again
@@ -82,13 +84,14 @@ def build(ctx: LoaderContext, reference: str) -> Iterator:
         )
     ctx.info.setdefault("prefetch_batches", 0)
     ctx.info.update(plugin=reference)
-    checked = False
+    # each batch as the plugin delivered it, before the cast to the cell's dtype: a cast batch would hide a change
+    delivered = SameForm(None, f"plugin loader {reference!r}")
 
     def to_device(batch):
-        nonlocal checked
-        if not checked:
+        if delivered.first is None:
             check_batch(batch, ctx, reference)
-            checked = True
+            ctx.info.update(delivered_dtype=str(batch[0].dtype).removeprefix("torch."))
+        delivered.check(batch)
         images, labels = batch
         return images.to(ctx.dtype, memory_format=ctx.memory_format), labels
 

@@ -331,9 +331,12 @@ def _settings(run: CellRun, images) -> dict:
 
     spec, kind = run.spec, run.kind
     first_input = images[0] if isinstance(images, list) else images  # a pre-scattered batch: one part per GPU
+    dtype = str(first_input.dtype).replace("torch.", "")
     return {
         "input": {
-            "dtype": str(first_input.dtype).replace("torch.", ""),
+            "dtype": dtype,  # what the model took
+            # what the loader delivered: a plugin's batches are cast to the cell's dtype; a built-in writes that dtype
+            "delivered_dtype": run.ctx.info.get("delivered_dtype", dtype),
             "channels_last": first_input.is_contiguous(memory_format=torch.channels_last),
         },
         "compiled": spec.compile and run.model is not None,

@@ -5,8 +5,10 @@ with its metrics (`contract.Outcome`); this parent covers what the child cannot 
 (tier, telemetry, contention, provenance, phases) and builds the record, once (`records.make_record`).
 The record reaches `out` only by an atomic rename, so an interrupted run never leaves a truncated file, and before the
 telemetry timeline and the trace (`trace`), so a disk that fills up costs those, not the measurement: the job then
-succeeds, saying so in one line and in the record. A record that cannot be written ends the job with one line naming
-the file and the free space there (SystemExit); no scratch file (heartbeats, stacks) stays.
+succeeds, saying so in one line and in the record. A record that cannot be written is kept elsewhere
+(`records.keep_record`: logs/kept/ first) and the job ends with one line naming the file, the free space there and
+where the measurement is kept (SystemExit); the next run of the cell restores it from there instead of measuring
+again. No scratch file (heartbeats, stacks) stays.
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from loaderbench.core.cells import TIERLESS, CellSpec, configuration
 from loaderbench.core.config import COMPILE_ALLOWANCE_S, auto_timeout
 from loaderbench.core.layout import read_root
 from loaderbench.core.provenance import collect
-from loaderbench.core.records import make_record, warning_lines
+from loaderbench.core.records import (
+    CorruptRecord,
+    find_kept,
+    keep_record,
+    make_record,
+    read_record,
+    spec_hash,
+    warning_lines,
+)
 from loaderbench.core.util import (
     WriteError,
     atomic_write_json,
@@ -143,6 +153,9 @@ def run_cell(
         _stall_rule(stall or StallRule(), spec),
         Path(trace) if trace is not None else None,
     )
+    restored = _restore_kept(job)
+    if restored is not None:
+        return restored
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_exit) if in_main else None  # SIGTERM -> cleanup in _run_cell
     try:
@@ -268,13 +281,22 @@ def _run_processes(
 
 def _write(job: _Job, record: dict, samples, result: Outcome) -> None:
     """The record, then the timeline and the trace: the record is the measurement, the others only its telemetry and
-    its steps drawn. A record that cannot be written ends the job with one line naming the file (WriteError); a
+    its steps drawn. A record that cannot be written is kept elsewhere (`records.keep_record`, restored by the next
+    run: `_restore_kept`) and ends the job with one line naming the file (WriteError) and where it is kept; a
     timeline or a trace that cannot be written costs only itself (`_keep_without_timeline`)."""
     spec, out, marks = job.spec, job.out, (result.metrics or {}).get("marks")
     try:
         atomic_write_json(out, record)
     except WriteError as e:
-        raise SystemExit(f"cell {spec.cell_id}: {e}; the measurement is lost (no record written)") from None
+        kept, failed = keep_record(record, out)
+        if kept is None:
+            raise SystemExit(
+                f"cell {spec.cell_id}: {e}; the measurement is lost: it could not be kept either ({'; '.join(failed)})"
+            ) from None
+        raise SystemExit(
+            f"cell {spec.cell_id}: {e}; the measurement is kept at {kept}: the next run of this cell restores it to "
+            f"{out} instead of measuring again"
+        ) from None
     print(job.label + summary_line(record), file=sys.stderr, flush=True)
     if job.timeline is not None:
         try:
@@ -287,6 +309,55 @@ def _write(job: _Job, record: dict, samples, result: Outcome) -> None:
             cell_trace.write(job.trace, trace)
         except WriteError as e:
             _keep_without_timeline(spec, record, out, job.trace, e, "trace")
+
+
+def _restore_kept(job: _Job) -> dict | None:
+    """The record a run kept elsewhere when it could not write it to `job.out` (`_write`), written to `job.out` now,
+    with empty files for the timeline and the trace it has not (as `_keep_without_timeline`); None when no record of
+    this cell's spec is kept. A kept record that still cannot be written stays where it is and ends the job."""
+    spec, out = job.spec, job.out
+    kept = find_kept(out)
+    if kept is None:
+        return None
+    try:
+        record = read_record(kept)
+    except CorruptRecord as e:
+        print(f"{job.label}cell {spec.cell_id}: {e}; measured again", file=sys.stderr, flush=True)
+        return None
+    if record["cell_id"] != spec.cell_id or record.get("spec_hash") != spec_hash(spec):
+        print(
+            f"{job.label}cell {spec.cell_id}: the record kept at {kept} measured another spec of this cell; "
+            "measured again",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    lost = f"not kept: the record could not be written to {out} and was kept at {kept}, then restored"
+    missing = {what: path for what, path in (("timeline", job.timeline), ("trace", job.trace)) if path is not None}
+    telemetry_part = record.get("telemetry") or {}
+    for what in missing:
+        telemetry_part = {**telemetry_part, what: None, f"{what}_lost": lost}
+    record["telemetry"] = telemetry_part
+    try:
+        atomic_write_json(out, record)
+        for path in missing.values():
+            with writing(path):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+    except WriteError as e:
+        raise SystemExit(
+            f"cell {spec.cell_id}: {e}; its measurement stays kept at {kept}: the next run restores it once there "
+            "is room"
+        ) from None
+    kept.unlink(missing_ok=True)
+    print(
+        f"{job.label}cell {spec.cell_id}: its record was restored from {kept}, where it was kept when it could not "
+        "be written; not measured again",
+        file=sys.stderr,
+        flush=True,
+    )
+    print(job.label + summary_line(record), file=sys.stderr, flush=True)
+    return record
 
 
 def _keep_without_timeline(
