@@ -228,7 +228,7 @@ def say_tail(path: Path, lines: int = ERROR_LINES) -> None:
 
 def answer(root: Path, started: float) -> None:
     """The bundle's path and the verdict, where this run wrote them."""
-    from loaderbench.report.verdict import render_text
+    from loaderbench.report.verdict import run_text
 
     root = root.resolve()
     bundle = root / RESULTS.bundle / "index.html"
@@ -237,4 +237,4 @@ def answer(root: Path, started: float) -> None:
         return
     say(f"bundle: {bundle}  (zip: {root / RESULTS.bundle_zip}, table: {root / RESULTS.table('cells.csv')})")
     if verdict.is_file():
-        say("\n".join(render_text(json.loads(verdict.read_text()))))
+        say("\n".join(run_text(verdict.parent)))
