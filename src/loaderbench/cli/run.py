@@ -1,19 +1,25 @@
 """`loaderbench run`: the pipeline with a terminal a person reads. Snakemake's own output goes to a log file; the
 terminal gets a line per finished cell (its rate with its interval and how much of a step it waited for data, the
 count and the time left by `loaderbench plan`), a line per finished stage, each error with its rule, its log's last
-lines and its path, and at the end the bundle's path and the verdict. `snakemake` called directly is unchanged."""
+lines and its path, and at the end the bundle's path, the verdict and the cells that failed or were skipped, each
+with its reason. It exits non-zero where Snakemake did (its status) or where a cell of the grid failed (CELLS_FAILED);
+a skipped cell (a tier this host cannot provide) is listed but fails nothing. `snakemake` called directly is
+unchanged."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loaderbench.core.cells import cell_ids
 from loaderbench.core.layout import LOGS, RESULTS, Layout
 from loaderbench.plan.predict import duration as human_duration
 
@@ -33,12 +39,15 @@ STAGES = {
 }
 SILENT = {"all", "resolved_config"}
 ERROR_LINES = 12  # of a failed job's log
+CELLS_FAILED = 3  # the exit status of a run whose Snakemake finished but one of whose cells' records says `failed`
 
 
 def register(add) -> None:
     s = add(
         "run",
         help="run the pipeline with a quiet terminal: a line per cell, Snakemake's output in a log, then the verdict",
+        epilog=f"exit status: 0 when every cell of the grid is ok or skipped, {CELLS_FAILED} when one failed, "
+        "Snakemake's own when the pipeline failed, 2 for a config error",
     )
     s.add_argument("--config", required=True)
     s.add_argument("--cores", type=int, default=os.cpu_count() or 1)
@@ -75,18 +84,74 @@ def cmd_run(a) -> int:
         say("nothing to do: every output is up to date")
     for error in follower.errors:
         say_error(root, error)
+    cells = cell_ids(cfg)
+    outcomes = cell_outcomes(root, cells)
     if rc != 0:
+        say_outcomes(root, outcomes, len(cells), None)
         say(f"pipeline FAILED (Snakemake exit {rc}) after {human_duration(time.time() - started)}; its log: {log}")
         if not follower.errors:
             say_tail(log)
         return rc
     say(f"pipeline done in {human_duration(time.time() - started)}")
     answer(root, started)
-    return 0
+    return CELLS_FAILED if say_outcomes(root, outcomes, len(cells), CELLS_FAILED) else 0
 
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+def say_wrapped(text: str, indent: str, first: str = "") -> None:
+    """`text` wrapped to the terminal's width (100 columns where it has none: a pipe, a log) at spaces, never inside a
+    word or a path, its later lines indented by `indent`."""
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    for line in textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ):
+        say(line)
+
+
+def cell_outcomes(root: Path, cells: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Those of `cells` whose records say `failed` or `skipped`: per status, per reason (whitespace made single
+    spaces), the cells' ids in their order. A cell without a readable record is not counted here (Snakemake failed its
+    job, and says so)."""
+    out: dict[str, dict[str, list[str]]] = {"failed": {}, "skipped": {}}
+    for cell in cells:
+        try:
+            record = json.loads((root / RESULTS.cell(cell)).read_text())
+        except (OSError, ValueError):
+            continue
+        status = record.get("status")
+        if status in out:
+            reason = " ".join(str(record.get("reason") or "no reason given").split())
+            out[status].setdefault(reason, []).append(cell)
+    return out
+
+
+def say_outcomes(root: Path, outcomes: dict[str, dict[str, list[str]]], total: int, exit_status: int | None) -> bool:
+    """The failed cells, then the skipped ones (of `total`), each group by reason: the cells' ids, then the reason in
+    full (wrapped, not cut). `exit_status`: what the run exits with when a cell failed (None: Snakemake's own).
+    Returns whether a cell failed."""
+    for status in ("failed", "skipped"):
+        groups = outcomes[status]
+        n = sum(len(cells) for cells in groups.values())
+        if not n:
+            continue
+        if status == "failed":
+            logs = root.resolve() / LOGS / "cells"
+            so = f"so the run exits with status {exit_status}; " if exit_status is not None else ""
+            say(f"{n} of {total} cells failed ({so}each cell's log: {logs}/<cell>.log):")
+        else:
+            say(f"{n} of {total} cells skipped (a skipped cell does not fail the run):")
+        for reason, cells in groups.items():
+            say_wrapped(", ".join(cells) + ":", "  ", "  ")
+            say_wrapped(reason, "      ", "      ")
+    return bool(outcomes["failed"])
 
 
 def predicted_seconds(cfg: dict, root: Path) -> dict[str, float]:
@@ -181,7 +246,11 @@ class Follower:
         left = sum(self.predicted.values())
         when = f", ~{human_duration(left)} left" if self.predicted and n < total else ""
         log = str(self.root / job.log) if job.log else ""
-        say(f"  [{n:>{len(str(total))}}/{total}{when}] {cell_line(self.root, cell, log)}")
+        line = f"  [{n:>{len(str(total))}}/{total}{when}] {cell_line(self.root, cell, log)}"
+        if " samples/s" in line:
+            say(line)
+        else:  # a reason, said in full
+            say_wrapped(line, "      ")
 
 
 def clock(seconds: float) -> str:
@@ -198,7 +267,7 @@ def cell_line(root: Path, cell: str, log: str) -> str:
     status = record.get("status")
     if status != "ok":
         reason = " ".join(str(record.get("reason") or "no reason given").split())
-        return f"{cell}  {status}: {reason[:160]}" + (f"; log: {log}" if status == "failed" and log else "")
+        return f"{cell}  {status}: {reason}" + (f"; log: {log}" if status == "failed" and log else "")
     m = record.get("metrics") or {}
     hw = (m.get("window") or {}).get("ci95_rel_halfwidth")
     interval = f" (+-{100 * hw:.0f}%)" if isinstance(hw, (int, float)) else f" (no interval: {m.get('steps')} steps)"
