@@ -3,6 +3,7 @@ the bundle (also as headless Chromium renders it) and Snakemake's report."""
 
 from __future__ import annotations
 
+import html
 import zipfile
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import yaml
 from loaderbench.core.cells import cell_ids
 from loaderbench.core.config import validate_config
 from loaderbench.core.records import validate_record
-from loaderbench.report.figure_list import FIGURES
+from loaderbench.report.figure_list import FIGURES, read_index
 from tests.conftest import cell_record, cells_table, snakemake
 
 pytestmark = pytest.mark.e2e
@@ -108,11 +109,19 @@ def test_staged_copies_live_inside_each_tier_in_the_folder_staging_owns(finished
 
 
 def test_the_bundle_index_links_every_figure_as_png_and_svg_and_the_bundle_holds_them(finished_run, index):
+    """Each figure the grid can draw is linked and held; each other one (no loader alone here: neither the model
+    figures) is named with its reason, and no file stands in for it."""
     work, _ = finished_run
-    for name in FIGURES:
+    figures = read_index(work / "results/bundle/figures")
+    assert set(figures["not_drawn"]) == {"loader_alone", "predicted"}, figures
+    assert figures["drawn"] == [name for name in FIGURES if name not in figures["not_drawn"]]
+    for name in figures["drawn"]:
         for ext in ("png", "svg"):
             assert f"figures/{name}.{ext}" in index
             assert (work / "results/bundle/figures" / f"{name}.{ext}").stat().st_size > 1000
+    for name, why in figures["not_drawn"].items():
+        assert f"<li><b>{name.replace('_', ' ')}</b>: {html.escape(why)}</li>" in index
+        assert not list((work / "results/bundle/figures").glob(f"{name}.*"))
 
 
 def test_the_bundle_index_links_the_tables_provenance_config_and_dataset_check_and_the_bundle_holds_them(
@@ -172,12 +181,13 @@ def rendered(finished_run, tmp_path_factory) -> dict:
         driver.save_screenshot(str(shot))
     finally:
         driver.quit()
-    return {"images": images, "links": links, "errors": errors, "screenshot": shot, "first": first}
+    return {"images": images, "links": links, "errors": errors, "screenshot": shot, "first": first, "work": work}
 
 
 @needs_chromium
 def test_chromium_shows_every_figure_of_the_bundle_as_png(rendered):
-    assert {src for src, *_ in rendered["images"]} == {f"figures/{name}.png" for name in FIGURES}
+    drawn = read_index(rendered["work"] / "results/bundle/figures")["drawn"]
+    assert {src for src, *_ in rendered["images"]} == {f"figures/{name}.png" for name in drawn}
 
 
 @needs_chromium

@@ -3,13 +3,16 @@ brings a failure to the terminal with its log's path and last lines, and ends on
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+from itertools import takewhile
 from pathlib import Path
 
+from loaderbench.cli.run import CELLS_FAILED
 from tests.conftest import REPO, tiny_config, write_config
 
 RAISING_MODEL = """
@@ -38,7 +41,9 @@ def run(work: Path, config: Path, *more: str, env: dict | None = None) -> subpro
     )
 
 
-def test_the_terminal_says_a_line_per_cell_a_failed_cell_with_its_log_and_ends_on_the_verdict(tmp_path):
+def test_the_terminal_says_a_line_per_cell_a_failed_cell_with_its_log_and_ends_on_the_verdict_and_the_failed(tmp_path):
+    """Cells that fail among ok ones: each is said as it ends, with its log; the run ends on the verdict, then the
+    failed cells by id with their reason, and exits non-zero."""
     (tmp_path / "raising_net.py").write_text(textwrap.dedent(RAISING_MODEL))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     env.pop("LOADERBENCH_WARM_SOCKET", None)
@@ -52,7 +57,7 @@ def test_the_terminal_says_a_line_per_cell_a_failed_cell_with_its_log_and_ends_o
     cfg["storage"] = {"disk-a": cfg["storage"]["disk-a"]}
     proc = run(tmp_path, write_config(tmp_path, cfg), env=env)
     out = proc.stdout.splitlines()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == CELLS_FAILED, proc.stdout + proc.stderr
     # Snakemake's job dumps stay in its log, whose path is said first
     assert out[0].startswith("pipeline: Snakemake's output in ") and not proc.stderr.strip()
     log = Path(out[0].split(" in ", 1)[1])
@@ -61,7 +66,9 @@ def test_the_terminal_says_a_line_per_cell_a_failed_cell_with_its_log_and_ends_o
     assert len(cells) == 4  # 2 loaders x 2 models, one tier
     ok = next(line for line in cells if "torchvision_disk-a_g1_b4_fp32_dp_r0 " in line)
     assert re.search(r" \d+ samples/s \((\+-\d+%|no interval: \d+ steps)\), waits for data \d+% of a step", ok)
-    failed = next(line for line in cells if "raising_net" in line and "torchvision" in line)
+    at = out.index(next(line for line in cells if "torchvision_disk-a_g1_b4_fp32_dp_raising-net_r0 " in line))
+    # its reason in full, wrapped at spaces (its later lines indented), then its log
+    failed = " ".join([out[at], *(line.strip() for line in takewhile(lambda x: x.startswith("      "), out[at + 1 :]))])
     assert "failed: " in failed and "raised ValueError: no width for 3 classes" in failed
     cell_log = Path(failed.split("; log: ")[1])
     assert cell_log.is_file() and "no width for 3 classes" in cell_log.read_text()
@@ -72,7 +79,14 @@ def test_the_terminal_says_a_line_per_cell_a_failed_cell_with_its_log_and_ends_o
     assert out[at + 1].startswith("verdict (95% intervals") and out[at + 2].startswith(
         "  CPU, disk-a: torchvision b4 fp32 is "
     )
-    assert len(out) <= 30, proc.stdout
+    # then the failed cells: both of the raising model, by id, with its reason
+    listing = out[out.index(next(line for line in out if "cells failed" in line)) :]
+    assert listing[0].startswith(f"2 of 4 cells failed (so the run exits with status {CELLS_FAILED}; ")
+    raising = {f"{loader}_disk-a_g1_b4_fp32_dp_raising-net_r0" for loader in ("torchvision", "synthetic")}
+    reason = json.loads((tmp_path / f"results/cells/{min(raising)}.json").read_text())["reason"]
+    named, _, why = " ".join(line.strip() for line in listing[1:]).partition(": ")
+    assert set(named.split(", ")) == raising and why == " ".join(reason.split())
+    assert len(out) <= 36, proc.stdout
 
 
 def test_a_failed_job_reaches_the_terminal_with_its_rule_log_path_and_last_lines(tmp_path):

@@ -14,12 +14,12 @@ from conftest import REPO
 from loaderbench.report import aggregate as agg
 from loaderbench.report import figures
 from loaderbench.report.aggregate import add_predictions, aggregate, cells_table, repeats_table, seed_table_frame
-from loaderbench.report.bundle import drawn_where_measured, make_bundle
+from loaderbench.report.bundle import make_bundle
 from loaderbench.report.claims import parse_cell
 from loaderbench.report.columns import read_table
 from loaderbench.report.diagnose import diagnose, recommendations
 from loaderbench.report.diagnose import run as diagnose_run
-from loaderbench.report.figure_list import EXTRA_FILES, FIGURE_FILES, WHERE_MEASURED, load_captions
+from loaderbench.report.figure_list import REGISTRY, load_captions
 from loaderbench.report.verdict import render_html, verdicts, write_verdict
 
 BASELINE = {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 256, "precision": "amp", "parallel": "dp"}
@@ -222,7 +222,7 @@ def test_the_sharing_models_predictions_reach_cells_csv_and_its_figure(tmp_path)
         has["samples_per_s"] / has["predicted"] - 1, abs=1e-3
     )  # 4 digits written
     assert set(has["prediction_role"]) == {"fit", "check"}
-    assert figures.predicted(t, tmp_path)
+    assert figures.predicted(t, tmp_path) is None  # drawn
 
 
 def test_predictions_join_by_configuration_and_leave_the_rest_blank():
@@ -243,19 +243,22 @@ def test_the_model_figures_are_drawn_only_where_the_records_hold_them(tmp_path):
     add_predictions(t, confs, pred[t["model"] != "none"])
     out = tmp_path / "with"
     out.mkdir()
-    assert figures.loader_alone(t, out) and figures.predicted(t, out)
-    assert drawn_where_measured(out) == ("loader_alone", "predicted")
-    # no loader alone, no ceiling, no prediction: neither is drawn, and one left from an earlier grid goes
+    assert figures.loader_alone(t, out) is None and figures.predicted(t, out) is None
+    assert sorted(p.name for p in out.iterdir()) == [
+        f"{n}.{x}" for n in ("loader_alone", "predicted") for x in ("png", "svg")
+    ]
+    # no loader alone, no ceiling, no prediction: neither is drawn (each says why), and one left from an earlier
+    # grid goes
     bare = cells_table(repeats_table([r for r in TWO_MODELS if r["spec"].get("model") != "none"]), BASELINE)
-    assert not figures.loader_alone(bare, out) and not figures.predicted(bare, out)
+    assert figures.loader_alone(bare, out) == "no loader alone (model none) measured"
+    assert figures.predicted(bare, out).startswith("no measured cell has a predicted rate")
     no_ceiling = t[t["loader"] != "synthetic"]
-    assert not figures.loader_alone(no_ceiling, out)
-    assert drawn_where_measured(out) == ()
+    assert figures.loader_alone(no_ceiling, out).startswith("no model's compute ceiling")
     assert not any(out.iterdir())
 
 
 def test_the_model_figures_have_captions():
-    captions = load_captions(REPO / "workflow/report", WHERE_MEASURED)
+    captions = load_captions(REPO / "workflow/report", tuple(f for f in REGISTRY if f.category == "Models"))
     assert set(captions) == {"loader_alone", "predicted"} and all(captions.values())
 
 
@@ -276,7 +279,7 @@ def bundle(tmp_path: Path, records: list[dict]) -> str:
         tmp_path / "config.json",
         [tables / n for n in ("cells.csv", "repeats.csv", "diagnosis.csv", "diagnosis.md", "tier_probe.csv")]
         + [tables / "recommendations.json", tables / "verdict.json"],
-        [figs / n for n in (*FIGURE_FILES, *EXTRA_FILES)],
+        figs,
         tmp_path / "check.json",
         tmp_path / "check.txt",
         [],

@@ -5,7 +5,7 @@ rule bundle:
     input:
         config=R.config,
         tables=[*rules.aggregate.output, *rules.diagnose.output],
-        figures=rules.figures.output,
+        figures=rules.figures.output.figures,
         check=R.check,
         check_report=R.check_report,
         manifests=[R.manifest(t) for t in TIERS],

@@ -105,10 +105,10 @@ def _add_report_steps(add) -> None:
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_diagnose)
 
-    s = add("figures", help="tables -> figures (PNG + SVG)")
+    s = add("figures", help="tables -> figures (PNG + SVG) and their index: those drawn, why each other one was not")
     add_required(s, "--table", "--repeats", "--out-dir")
     s.add_argument("--diagnosis", help="diagnosis.csv (default: computed from --table)")
-    s.add_argument("--probe", help="tier_probe.csv (default: none, the tier-probe figure says so)")
+    s.add_argument("--probe", help="tier_probe.csv (default: none, and no tier-probe figure)")
     s.add_argument("--timelines", nargs="*", default=[], help="the cells' telemetry timeline CSVs (<cell>.csv)")
     s.add_argument("--timeline-cells", nargs="*", help="cells whose timelines to draw (default: one per loader)")
     s.set_defaults(func=cmd_figures)
@@ -116,7 +116,7 @@ def _add_report_steps(add) -> None:
     s = add("bundle", help=f"figures + tables + provenance -> {RESULTS.bundle}/ and {RESULTS.bundle_zip}")
     s.add_argument("--config-json", required=True)
     s.add_argument("--tables", nargs="+", required=True, help="the table files (cells.csv, repeats.csv, ...)")
-    s.add_argument("--figures", nargs="+", required=True, help="the figure files (PNG, SVG, seed_table.html)")
+    s.add_argument("--figures", required=True, help="the figures folder (`loaderbench figures --out-dir`)")
     s.add_argument("--check", required=True)
     s.add_argument("--check-report", required=True, help="the dataset check's text report")
     s.add_argument("--manifests", nargs="+", required=True)
@@ -268,7 +268,7 @@ def cmd_aggregate(a) -> int:
 def cmd_figures(a) -> int:
     from loaderbench.report.figures import make_figures
 
-    make_figures(
+    index = make_figures(
         Path(a.table),
         Path(a.repeats),
         Path(a.out_dir),
@@ -277,6 +277,11 @@ def cmd_figures(a) -> int:
         timeline_csvs=[Path(p) for p in a.timelines],
         timeline_cells=a.timeline_cells,
     )
+    print(
+        f"drew {len(index['drawn'])} figure(s) in {a.out_dir}: {', '.join(index['drawn']) or 'none'}", file=sys.stderr
+    )
+    for name, why in index["not_drawn"].items():
+        print(f"not drawn: {name}: {why}", file=sys.stderr)
     return 0
 
 
@@ -303,7 +308,7 @@ def cmd_bundle(a) -> int:
     index = make_bundle(
         Path(a.config_json),
         paths(a.tables),
-        paths(a.figures),
+        Path(a.figures),
         Path(a.check),
         Path(a.check_report),
         paths(a.manifests),

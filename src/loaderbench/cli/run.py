@@ -1,20 +1,26 @@
 """`loaderbench run`: the pipeline with a terminal a person reads. Snakemake's own output goes to a log file; the
 terminal gets a line per finished cell (its rate with its interval and how much of a step it waited for data, the
 count and the time left by `loaderbench plan`), a line per finished stage, each error with its rule, its log's last
-lines and its path, and at the end the bundle's path and the verdict. The cells a `--forcerun` measures again keep
-their previous record if the new measurement fails (`forcerun`). `snakemake` called directly is unchanged."""
+lines and its path, and at the end the bundle's path, the verdict and the cells that failed or were skipped, each
+with its reason. It exits non-zero where Snakemake did (its status) or where a cell of the grid failed (CELLS_FAILED);
+a skipped cell (a tier this host cannot provide) is listed but fails nothing. The cells a `--forcerun` measures again
+keep their previous record if the new measurement fails (`forcerun`); the cells its comparisons or its verdict need
+are measured again in the same invocation. `snakemake` called directly is unchanged."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loaderbench.core.cells import cell_ids
 from loaderbench.core.layout import LOGS, RESULTS, Layout
 from loaderbench.plan.predict import duration as human_duration
 
@@ -35,12 +41,15 @@ STAGES = {
 }
 SILENT = {"all", "resolved_config"}
 ERROR_LINES = 12  # of a failed job's log
+CELLS_FAILED = 3  # the exit status of a run whose Snakemake finished but one of whose cells' records says `failed`
 
 
 def register(add) -> None:
     s = add(
         "run",
         help="run the pipeline with a quiet terminal: a line per cell, Snakemake's output in a log, then the verdict",
+        epilog=f"exit status: 0 when every cell of the grid is ok or skipped, {CELLS_FAILED} when one failed, "
+        "Snakemake's own when the pipeline failed, 2 for a config error",
     )
     s.add_argument("--config", required=True)
     s.add_argument("--cores", type=int, default=os.cpu_count() or 1)
@@ -102,11 +111,14 @@ def cmd_run(a) -> int:
             again_command = [*command[:-2], *forced, *command[-2:]]
             follower = Follower(root, predicted_seconds(cfg, root), started)
             rc = snakemake(again_command, log, follower, started, append=True)
+    cells = cell_ids(cfg)
+    outcomes = cell_outcomes(root, cells)
     if rc != 0:
+        say_outcomes(root, outcomes, len(cells), None)
         return rc
     say(f"pipeline done in {human_duration(time.time() - started)}")
     answer(root, started)
-    return 0
+    return CELLS_FAILED if say_outcomes(root, outcomes, len(cells), CELLS_FAILED) else 0
 
 
 def snakemake(command: list[str], log: Path, follower: Follower, started: float, append: bool = False) -> int:
@@ -140,7 +152,7 @@ def snakemake(command: list[str], log: Path, follower: Follower, started: float,
 def blocked_cells_of(cfg: dict, root: Path, started: float) -> dict[str, str]:
     """The grid's cells that the verdict this run wrote needs and that were contended or did not converge
     (`verdict.json`'s `rerun`); none where this run wrote no verdict (a dry run, `--until`, nothing to do)."""
-    from loaderbench.core.cells import cell_ids, parse_cell_id
+    from loaderbench.core.cells import parse_cell_id
     from loaderbench.report.diagnose import cell_name
 
     path = root / RESULTS.table("verdict.json")
@@ -158,7 +170,6 @@ def blocked_cells_of(cfg: dict, root: Path, started: float) -> dict[str, str]:
 
 def stale_cells_of(cfg: dict, root: Path, run: str) -> dict[str, str]:
     """The grid's cells to measure again so that they compare with those run `run` measured (`plan.regroup`)."""
-    from loaderbench.core.cells import cell_ids
     from loaderbench.core.records import load_records
     from loaderbench.plan.regroup import stale_cells
 
@@ -170,6 +181,59 @@ def stale_cells_of(cfg: dict, root: Path, run: str) -> dict[str, str]:
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+def say_wrapped(text: str, indent: str, first: str = "") -> None:
+    """`text` wrapped to the terminal's width (100 columns where it has none: a pipe, a log) at spaces, never inside a
+    word or a path, its later lines indented by `indent`."""
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    for line in textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ):
+        say(line)
+
+
+def cell_outcomes(root: Path, cells: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Those of `cells` whose records say `failed` or `skipped`: per status, per reason (whitespace made single
+    spaces), the cells' ids in their order. A cell without a readable record is not counted here (Snakemake failed its
+    job, and says so)."""
+    out: dict[str, dict[str, list[str]]] = {"failed": {}, "skipped": {}}
+    for cell in cells:
+        try:
+            record = json.loads((root / RESULTS.cell(cell)).read_text())
+        except (OSError, ValueError):
+            continue
+        status = record.get("status")
+        if status in out:
+            reason = " ".join(str(record.get("reason") or "no reason given").split())
+            out[status].setdefault(reason, []).append(cell)
+    return out
+
+
+def say_outcomes(root: Path, outcomes: dict[str, dict[str, list[str]]], total: int, exit_status: int | None) -> bool:
+    """The failed cells, then the skipped ones (of `total`), each group by reason: the cells' ids, then the reason in
+    full (wrapped, not cut). `exit_status`: what the run exits with when a cell failed (None: Snakemake's own).
+    Returns whether a cell failed."""
+    for status in ("failed", "skipped"):
+        groups = outcomes[status]
+        n = sum(len(cells) for cells in groups.values())
+        if not n:
+            continue
+        if status == "failed":
+            logs = root.resolve() / LOGS / "cells"
+            so = f"so the run exits with status {exit_status}; " if exit_status is not None else ""
+            say(f"{n} of {total} cells failed ({so}each cell's log: {logs}/<cell>.log):")
+        else:
+            say(f"{n} of {total} cells skipped (a skipped cell does not fail the run):")
+        for reason, cells in groups.items():
+            say_wrapped(", ".join(cells) + ":", "  ", "  ")
+            say_wrapped(reason, "      ", "      ")
+    return bool(outcomes["failed"])
 
 
 def predicted_seconds(cfg: dict, root: Path) -> dict[str, float]:
@@ -264,7 +328,11 @@ class Follower:
         left = sum(self.predicted.values())
         when = f", ~{human_duration(left)} left" if self.predicted and n < total else ""
         log = str(self.root / job.log) if job.log else ""
-        say(f"  [{n:>{len(str(total))}}/{total}{when}] {cell_line(self.root, cell, log)}")
+        line = f"  [{n:>{len(str(total))}}/{total}{when}] {cell_line(self.root, cell, log)}"
+        if " samples/s" in line:
+            say(line)
+        else:  # a reason, said in full
+            say_wrapped(line, "      ")
 
 
 def clock(seconds: float) -> str:
@@ -281,7 +349,7 @@ def cell_line(root: Path, cell: str, log: str) -> str:
     status = record.get("status")
     if status != "ok":
         reason = " ".join(str(record.get("reason") or "no reason given").split())
-        return f"{cell}  {status}: {reason[:160]}" + (f"; log: {log}" if status == "failed" and log else "")
+        return f"{cell}  {status}: {reason}" + (f"; log: {log}" if status == "failed" and log else "")
     m = record.get("metrics") or {}
     hw = (m.get("window") or {}).get("ci95_rel_halfwidth")
     interval = f" (+-{100 * hw:.0f}%)" if isinstance(hw, (int, float)) else f" (no interval: {m.get('steps')} steps)"
@@ -311,7 +379,7 @@ def say_tail(path: Path, lines: int = ERROR_LINES) -> None:
 
 def answer(root: Path, started: float) -> None:
     """The bundle's path and the verdict, where this run wrote them."""
-    from loaderbench.report.verdict import render_text
+    from loaderbench.report.verdict import run_text
 
     root = root.resolve()
     bundle = root / RESULTS.bundle / "index.html"
@@ -320,4 +388,4 @@ def answer(root: Path, started: float) -> None:
         return
     say(f"bundle: {bundle}  (zip: {root / RESULTS.bundle_zip}, table: {root / RESULTS.table('cells.csv')})")
     if verdict.is_file():
-        say("\n".join(render_text(json.loads(verdict.read_text()))))
+        say("\n".join(run_text(verdict.parent)))

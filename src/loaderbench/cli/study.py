@@ -345,10 +345,10 @@ def cmd_where(a) -> int:
 
 def cmd_verdict(a) -> int:
     from loaderbench.core.layout import Layout
-    from loaderbench.report.verdict import render_text
+    from loaderbench.report.verdict import run_text
 
     path = Path(Layout(a.results).table("verdict.json"))
     if not path.is_file():
         raise ConfigError(f"no verdict at {path}: run the pipeline (snakemake) first")
-    print("\n".join(render_text(json.loads(path.read_text()), a.lines)))
+    print("\n".join(run_text(path.parent, a.lines)))
     return 0

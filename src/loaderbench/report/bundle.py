@@ -17,7 +17,7 @@ from loaderbench.core.util import writing
 
 from .aggregate import seed_table_frame
 from .columns import read_table, to_labels, with_model
-from .figure_list import EXTRA_FILES, FIGURE_FILES, FIGURES, FORMATS, REGISTRY, WHERE_MEASURED, load_captions
+from .figure_list import EXTRA_FILES, FORMATS, INDEX, load_captions, read_index
 from .verdict import render_html
 
 
@@ -58,7 +58,7 @@ def _by_name(files: list[Path], wanted: tuple[str, ...], what: str) -> dict[str,
 def make_bundle(
     config_json: Path,
     table_files: list[Path],
-    figure_files: list[Path],
+    figures_dir: Path,
     check_json: Path,
     check_report: Path,
     manifests: list[Path],
@@ -69,16 +69,13 @@ def make_bundle(
     timeline_files: list[Path] = (),
     crosscheck_files: list[Path] = (),
 ) -> Path:
-    """index.html in `out_dir` with the tables, figures (the registry's, in its order, then those of `WHERE_MEASURED`
-    found beside them), cell records, timelines and provenance copied beside it; the folder zipped to `zip_path`."""
+    """index.html in `out_dir` with the tables, the figures drawn in `figures_dir` (in the registry's order; each one
+    not drawn named with its reason), cell records, timelines and provenance copied beside it; the folder zipped to
+    `zip_path`."""
     out_dir, zip_path = Path(out_dir), Path(zip_path)
     tables = _by_name(table_files, TABLES, "tables")
-    figures = _by_name(figure_files, (*FIGURE_FILES, *EXTRA_FILES), "figures")
-    drawn = drawn_where_measured(figures[FIGURE_FILES[0]].parent)
-    figures.update(
-        {f"{name}.{ext}": figures[FIGURE_FILES[0]].parent / f"{name}.{ext}" for name in drawn for ext in FORMATS}
-    )
-    _copy_tables_and_figures(out_dir, tables, figures, timeline_files, drawn)
+    figures = read_index(figures_dir)
+    _copy_tables_and_figures(out_dir, tables, Path(figures_dir), timeline_files, tuple(figures["drawn"]))
     records = []
     for f in cell_files:
         _copy(f, out_dir / "cells" / Path(f).name)
@@ -97,10 +94,10 @@ def make_bundle(
     }
     _write_text(out_dir / "provenance.json", json.dumps(provenance, indent=2))
     table = read_table(tables["cells.csv"])
-    captions = load_captions(captions_dir, (*REGISTRY, *WHERE_MEASURED))
+    captions = load_captions(captions_dir)
     diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
     recs = json.loads(tables["recommendations.json"].read_text())
-    verdict = render_html(json.loads(tables["verdict.json"].read_text()))
+    verdict = render_html(json.loads(tables["verdict.json"].read_text()), table)
     crosscheck = [json.loads(Path(f).read_text()) for f in crosscheck_files]
     for i, f in enumerate(crosscheck_files):
         _copy(f, out_dir / "tables" / (f"crosscheck{i or ''}.json"))
@@ -119,7 +116,7 @@ def make_bundle(
             {Path(f).name for f in timeline_files},
             _crosscheck_html(crosscheck),
             verdict,
-            drawn,
+            figures,
             traces=_traces(records, out_dir),
         ),
     )
@@ -127,29 +124,21 @@ def make_bundle(
     return out_dir / "index.html"
 
 
-def drawn_where_measured(folder: Path) -> tuple[str, ...]:
-    """The figures of `WHERE_MEASURED` drawn in `folder` (in every format), in their order."""
-    return tuple(f.name for f in WHERE_MEASURED if all((Path(folder) / f"{f.name}.{ext}").is_file() for ext in FORMATS))
-
-
 def _copy_tables_and_figures(
-    out_dir: Path,
-    tables: dict[str, Path],
-    figures: dict[str, Path],
-    timeline_files: list[Path],
-    drawn: tuple[str, ...] = (),
+    out_dir: Path, tables: dict[str, Path], figures_dir: Path, timeline_files: list[Path], drawn: tuple[str, ...]
 ) -> None:
-    """`out_dir` made afresh with its figures/, tables/ and cells/ folders, the figures (the registry's and those
-    `drawn` of `WHERE_MEASURED`), tables and timelines in it."""
+    """`out_dir` made afresh with its figures/, tables/ and cells/ folders, the figures `drawn` (and the index of the
+    figures), the tables and timelines in it."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     for sub in ("figures", "tables", "cells"):
         with writing(out_dir / sub):
             (out_dir / sub).mkdir(parents=True)
-    for name in (*FIGURE_FILES, *(f"{n}.{ext}" for n in drawn for ext in FORMATS)):
-        _copy(figures[name], out_dir / "figures" / name)
-    for name in EXTRA_FILES:  # the seed's table as HTML sits with the tables
-        _copy(figures[name], out_dir / "tables" / name)
+    for name in (*(f"{n}.{ext}" for n in drawn for ext in FORMATS), INDEX):
+        _copy(figures_dir / name, out_dir / "figures" / name)
+    for name in EXTRA_FILES:  # the seed's table as HTML sits with the tables, where it was drawn
+        if (figures_dir / name).is_file():
+            _copy(figures_dir / name, out_dir / "tables" / name)
     for name in TABLES:
         _copy(tables[name], out_dir / "tables" / name)
     if timeline_files:
@@ -260,12 +249,13 @@ def _index_html(
     timelines: set[str],
     crosscheck: str = "",
     verdict: str = "",
-    drawn: tuple[str, ...] = (),
+    figures: dict | None = None,
     traces: str = "",
 ) -> str:
     """The bundle's index.html: summary, verdict, tables, diagnosis, recommendations, figures, tiers, provenance."""
     e = html.escape
     status = Counter(r["status"] for r in records)
+    drawn = (figures or {}).get("drawn", [])
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>loaderbench: {e(config['name'])}</title>",
@@ -284,7 +274,8 @@ def _index_html(
         (
             "<p>Downloads: <a href='tables/cells.csv'>cells.csv</a> (median over repeats, all columns), "
             "<a href='tables/repeats.csv'>repeats.csv</a> (every repeat), "
-            "<a href='tables/seed_table.html'>seed_table.html</a>, <a href='config.json'>config.json</a>, "
+            + ("<a href='tables/seed_table.html'>seed_table.html</a>, " if "seed_table" in drawn else "")
+            + "<a href='config.json'>config.json</a>, "
             "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>"
         ),
         "<h2>Diagnosis: the bottleneck of each cell</h2>",
@@ -301,7 +292,7 @@ def _index_html(
         ),
         crosscheck,
         "<h2>Figures</h2>",
-        *_figure_parts(captions, drawn),
+        *_figure_parts(captions, figures or {"drawn": [], "not_drawn": {}}),
         "<h2>Dataset and storage tiers</h2>",
         *_tier_parts(check, tiers, provenance),
         "<h2>Provenance</h2><table><tr><th>field</th><th>values (cells)</th></tr>",
@@ -340,15 +331,22 @@ def _diagnosis_html(diagnosis: pd.DataFrame) -> str:
     return to_labels(shown).to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}", na_rep="-")
 
 
-def _figure_parts(captions: dict, drawn: tuple[str, ...] = ()) -> list[str]:
-    """One figure per registered figure, in the registry's order, then those `drawn` of `WHERE_MEASURED`, each PNG
-    linking to its SVG."""
+def _figure_parts(captions: dict, figures: dict) -> list[str]:
+    """Each figure drawn (the figures index's "drawn", in the registry's order), its PNG linking to its SVG; then those
+    with nothing to draw, each with its reason."""
     e = html.escape
-    return [
+    parts = [
         f"<figure><a href='figures/{name}.svg'><img src='figures/{name}.png' alt='{name}'></a>"
         f"<figcaption>{e(captions[name])} (<a href='figures/{name}.svg'>SVG</a>)</figcaption></figure>"
-        for name in (*FIGURES, *drawn)
+        for name in figures["drawn"]
     ]
+    if figures["not_drawn"]:
+        parts.append("<p>Not drawn, having nothing to draw:</p><ul class='not-drawn'>")
+        parts += [
+            f"<li><b>{e(name.replace('_', ' '))}</b>: {e(why)}</li>" for name, why in figures["not_drawn"].items()
+        ]
+        parts.append("</ul>")
+    return parts
 
 
 def _tier_parts(check: dict, tiers: list, provenance: dict) -> list[str]:

@@ -1,13 +1,16 @@
-"""The figures of a run: the one list that the figures rule (outputs, report categories, captions), `make_figures`
-(what to draw from which inputs, in order) and the bundle (what to copy and show) read. Light on purpose: no
-plotting library is imported here, so the bundle and the Snakefile read the list without matplotlib.
+"""The figures of a run: the one list that the figures rule (report categories, captions), `make_figures` (what to
+draw from which inputs, in order) and the bundle (what to copy and show) read. Light on purpose: no plotting library
+is imported here, so the bundle and the Snakefile read the list without matplotlib.
 
 Each figure is drawn by the function of its name in `figures.py`, called with the inputs it names (keyword
-arguments) and `out_dir`; it writes `<name>.png` and `<name>.svg` there, plus its `extra` files. Its caption is
+arguments) and `out_dir`; it writes `<name>.png` and `<name>.svg` there, plus its `extra` files, where its inputs hold
+what it shows, and otherwise writes nothing and returns why (no empty figure): the figures folder's index
+(`figures.json`) names the figures drawn and the reason for each other one. Its caption is
 `workflow/report/<name>.rst`, shared by Snakemake's --report and the bundle."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,17 +47,17 @@ REGISTRY = (
     Figure("scaling", "Throughput", ("table",)),
     Figure("timelines", "Bottlenecks", ("repeats", "timelines", "timeline_cells")),
     Figure("tier_probe", "Storage", ("probe",)),
-)
-FIGURES = tuple(f.name for f in REGISTRY)  # the names, in the order they are drawn and shown
-FIGURE_FILES = tuple(f"{name}.{ext}" for name in FIGURES for ext in FORMATS)  # each figure as PNG and SVG
-EXTRA_FILES = tuple(x for f in REGISTRY for x in f.extra)
-
-# Figures that only some grids can draw: each is drawn where its inputs hold what it shows, else no file is written
-# (no empty figure). Not outputs the figures rule promises: the bundle shows those it finds beside the others.
-WHERE_MEASURED = (
     Figure("loader_alone", "Models", ("table",)),  # each loader's rate alone against each model's compute ceiling
     Figure("predicted", "Models", ("table",)),  # each cell's measured rate against the sharing model's prediction
 )
+FIGURES = tuple(f.name for f in REGISTRY)  # the names, in the order they are drawn and shown
+EXTRA_FILES = tuple(x for f in REGISTRY for x in f.extra)
+INDEX = "figures.json"  # in the figures folder: {"drawn": [name, ...], "not_drawn": {name: reason}}, registry order
+
+
+def read_index(folder: Path | str) -> dict:
+    """The figures folder's index: the figures drawn there and why each other one was not."""
+    return json.loads((Path(folder) / INDEX).read_text())
 
 
 def load_captions(captions_dir: Path | str, figures: tuple[Figure, ...] = REGISTRY) -> dict[str, str]:

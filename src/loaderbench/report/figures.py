@@ -3,6 +3,7 @@ the figure and called with the inputs the registry gives it."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import textwrap
@@ -21,7 +22,7 @@ from loaderbench.core.util import atomic_write_text, writing
 
 from .aggregate import seed_table_frame
 from .columns import DEFAULT_MODEL, LOADER_ALONE, device_text, device_texts, label, read_table, trains, with_model
-from .figure_list import FORMATS, REGISTRY, WHERE_MEASURED
+from .figure_list import FORMATS, INDEX, REGISTRY
 
 MAX_TIMELINES = 6
 
@@ -59,12 +60,12 @@ def _save(fig, out_dir: Path, name: str) -> None:
     plt.close(fig)
 
 
-def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
+def throughput(repeats: pd.DataFrame, out_dir: Path) -> str | None:
     """Samples/s per loader (x) and tier (hue), one panel per batch size and precision; bars = median, whiskers = min-max."""
     repeats = with_model(repeats)
     ok = repeats[(repeats["status"] == "ok") & trains(repeats)].copy()
     if ok.empty:
-        raise ValueError("no training cell finished ok: nothing to plot (see results/tables/cells.csv for the reasons)")
+        return _not_drawn(out_dir, "throughput", _no_training(repeats))
     ok["Batch / GPUs"] = _model_part(ok) + "batch " + ok["batch_size"].astype(str) + ", " + device_texts(ok)
     loaders = ok["loader"].nunique()
     g = sns.catplot(
@@ -87,12 +88,17 @@ def throughput(repeats: pd.DataFrame, out_dir: Path) -> None:
     g.tick_params(axis="x", labelrotation=30)
     _suptitle(g.figure, f"Training throughput ({_models_text(ok)}): median of repeats, whiskers min-max")
     _save(g.figure, out_dir, "throughput")
+    return None
 
 
-def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> None:
+def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> str | None:
     """Speed relative to the baseline cell, loader x tier rows against GPUs x batch x precision columns."""
     t = with_model(table)
     t = t[trains(t)].copy()  # the loader alone has no Speed
+    if not pd.to_numeric(t["samples_per_s"], errors="coerce").notna().any():
+        return _not_drawn(out_dir, "speed_heatmap", f"no Speed: {_no_training(table)}")
+    if not pd.to_numeric(t["speed"], errors="coerce").notna().any():
+        return _not_drawn(out_dir, "speed_heatmap", "no Speed: the baseline cell (config key 'baseline') has no result")
     t["row"] = _model_part(t, " / ") + t["loader"] + " / " + t["tier"]
     t["col"] = device_texts(t) + ", b" + t["batch_size"].astype(str) + ", " + t["precision"]
     t["text"] = [
@@ -104,22 +110,19 @@ def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> None:
     pivot = t.pivot_table(index="row", columns="col", values="speed", aggfunc="first")
     text = t.pivot_table(index="row", columns="col", values="text", aggfunc="first").reindex_like(pivot).fillna("")
     fig, ax = plt.subplots(figsize=(1.3 + 1.5 * pivot.shape[1], 0.9 + 0.6 * pivot.shape[0]))
-    if pivot.notna().to_numpy().any():
-        sns.heatmap(
-            pivot, annot=text, fmt="", cmap="viridis", ax=ax, cbar_kws={"label": "speed"}, annot_kws={"size": 7}
-        )
-        ax.set_title("Speed = Samples/s / baseline cell's Samples/s [95% interval]")
-    else:
-        ax.text(
-            0.5, 0.5, "no Speed: the baseline cell has no result\n(config key 'baseline')", ha="center", va="center"
-        )
-        ax.set_axis_off()
+    sns.heatmap(pivot, annot=text, fmt="", cmap="viridis", ax=ax, cbar_kws={"label": "speed"}, annot_kws={"size": 7})
+    ax.set_title("Speed = Samples/s / baseline cell's Samples/s [95% interval]")
     ax.set_xlabel("")
     ax.set_ylabel("")
     _save(fig, out_dir, "speed_heatmap")
+    return None
 
 
-def seed_table(table: pd.DataFrame, out_dir: Path) -> None:
+def seed_table(table: pd.DataFrame, out_dir: Path) -> str | None:
+    """The seed's table of every cell, ok or not (as HTML too)."""
+    if table.empty:
+        (out_dir / "seed_table.html").unlink(missing_ok=True)
+        return _not_drawn(out_dir, "seed_table", "no cell in the table")
     t = seed_table_frame(table)
     atomic_write_text(out_dir / "seed_table.html", t.to_html(index=False, classes="seed-table", border=0))
     fig, ax = plt.subplots(figsize=(14, 0.6 + 0.3 * len(t)))
@@ -129,6 +132,7 @@ def seed_table(table: pd.DataFrame, out_dir: Path) -> None:
     tab.set_fontsize(8)
     tab.scale(1, 1.3)
     _save(fig, out_dir, "seed_table")
+    return None
 
 
 def _model_part(t: pd.DataFrame, sep: str = ", ") -> pd.Series:
@@ -157,27 +161,21 @@ def _label(t: pd.DataFrame) -> pd.Series:
     )
 
 
-def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
-    ax.set_axis_off()
-
-
-def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> None:
+def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> str | None:
     """Stacked ms/step per loader x tier: compute (synthetic), prep stall (RAM tier - compute), fetch stall
     (tier - RAM tier); one panel per GPUs/batch/precision/parallel."""
     d = diagnosis[
         (diagnosis["loader"] != "synthetic") & pd.to_numeric(diagnosis["step_ms"], errors="coerce").notna()
     ].copy()
+    if d.empty:
+        trained = pd.to_numeric(diagnosis["samples_per_s"], errors="coerce").notna() & trains(diagnosis)
+        why = "no loader cell with a measured step" if trained.any() else _no_training(diagnosis)
+        return _not_drawn(out_dir, "stall_bars", f"{why}: nothing to attribute")
     d["config"] = _label(d)
     configs = list(dict.fromkeys(d["config"]))
     fig, axes = plt.subplots(
-        len(configs) or 1,
-        1,
-        figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2) if len(d) else 6, 3.2 * max(1, len(configs))),
-        squeeze=False,
+        len(configs), 1, figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2), 3.2 * len(configs)), squeeze=False
     )
-    if d.empty:
-        _empty(axes[0][0], "no loader cell: nothing to attribute")
     colors = {"compute_only_ms": "#4c72b0", "prep_stall_ms": "#dd8452", "fetch_stall_ms": "#c44e52"}
     for ax, cfg in zip(axes[:, 0], configs):
         g = d[d["config"] == cfg]
@@ -202,47 +200,52 @@ def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> None:
     fig.suptitle("Where a training step's time goes (stall attribution after DS-Analyzer)")
     fig.tight_layout()
     _save(fig, out_dir, "stall_bars")
+    return None
 
 
-def au_bars(table: pd.DataFrame, out_dir: Path) -> None:
+def au_bars(table: pd.DataFrame, out_dir: Path) -> str | None:
     """AU (Samples/s over the synthetic ceiling) per loader and tier, one panel per configuration."""
     table = with_model(table)
     t = table[(table["loader"] != "synthetic") & trains(table)].copy()
+    if t.empty or not t["au"].notna().any():
+        why = (
+            _no_training(table)
+            if not (pd.to_numeric(table["samples_per_s"], errors="coerce").notna() & trains(table)).any()
+            else "no measured synthetic cell (the ceiling) at the loaders' GPUs, batch and precision (add `synthetic` "
+            "to loaders)"
+        )
+        return _not_drawn(out_dir, "au_bars", f"no AU: {why}")
     t["config"] = _label(t)
-    if t["au"].notna().any():
-        g = sns.catplot(
-            data=_with_ends(t, "au"),
-            kind="bar",
-            x="loader",
-            y="au",
-            hue="tier",
-            col="config",
-            col_wrap=2,
-            height=3.2,
-            aspect=1.5,
-            sharey=True,
-            estimator=np.median,
-            errorbar=("pi", 100),
-            capsize=0.15,
-        )
-        g.set_titles("{col_name}")
-        for ax in g.axes.flat:
-            ax.axhline(1.0, color="k", lw=0.8, ls="--")
-            ax.axhline(0.9, color="grey", lw=0.6, ls=":")
-            ax.tick_params(axis="x", labelrotation=30)
-        _suptitle(
-            g.figure,
-            "AU: share of the compute ceiling each loader delivers, whiskers its 95% interval (dotted: 0.9; above it "
-            "the model's compute is the limit)",
-        )
-        _save(g.figure, out_dir, "au_bars")
-    else:
-        fig, ax = plt.subplots(figsize=(6, 2))
-        _empty(ax, "no AU: the grid has no synthetic cell (add `synthetic` to loaders)")
-        _save(fig, out_dir, "au_bars")
+    g = sns.catplot(
+        data=_with_ends(t, "au"),
+        kind="bar",
+        x="loader",
+        y="au",
+        hue="tier",
+        col="config",
+        col_wrap=2,
+        height=3.2,
+        aspect=1.5,
+        sharey=True,
+        estimator=np.median,
+        errorbar=("pi", 100),
+        capsize=0.15,
+    )
+    g.set_titles("{col_name}")
+    for ax in g.axes.flat:
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.axhline(0.9, color="grey", lw=0.6, ls=":")
+        ax.tick_params(axis="x", labelrotation=30)
+    _suptitle(
+        g.figure,
+        "AU: share of the compute ceiling each loader delivers, whiskers its 95% interval (dotted: 0.9; above it "
+        "the model's compute is the limit)",
+    )
+    _save(g.figure, out_dir, "au_bars")
+    return None
 
 
-def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
+def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> str | None:
     """Peak GPU memory of the main card and the other cards per loader (the seed's 3.2.4); on a machine without
     a GPU, the peak host memory (RSS) of the cell's process tree instead, which is then what a loader costs."""
     t = table.copy()
@@ -264,10 +267,7 @@ def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
         title, hue = "No GPU in this run: peak host memory (RSS) of each cell's processes", "tier"
     fig_df = pd.DataFrame(long)
     if fig_df.empty:
-        fig, ax = plt.subplots(figsize=(6, 2))
-        _empty(ax, "no memory figures recorded")
-        _save(fig, out_dir, "memory")
-        return
+        return _not_drawn(out_dir, "memory", "no cell finished ok with its peak memory recorded")
     g = sns.catplot(
         data=fig_df,
         kind="bar",
@@ -286,11 +286,14 @@ def memory(table: pd.DataFrame, repeats: pd.DataFrame, out_dir: Path) -> None:
         ax.tick_params(axis="x", labelrotation=30)
     _suptitle(g.figure, title)
     _save(g.figure, out_dir, "memory")
+    return None
 
 
-def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
+def batch_effect(table: pd.DataFrame, out_dir: Path) -> str | None:
     """Samples/s against the per-GPU batch size per loader, one panel per tier and precision (the seed's 3.2.3)."""
     t = table[table["samples_per_s"].notna()].copy()
+    if t.empty:
+        return _not_drawn(out_dir, "batch_effect", _no_cell_ok(table))
     t["panel"] = _model_part(t) + t["tier"] + ", " + t["precision"] + ", " + device_texts(t)
     g = sns.relplot(
         data=t,
@@ -313,12 +316,15 @@ def batch_effect(table: pd.DataFrame, out_dir: Path) -> None:
     note = "" if len(sizes) > 1 else " (this grid has one batch size: add more under batch_sizes)"
     _suptitle(g.figure, f"Batch-size effect per loader{note}")
     _save(g.figure, out_dir, "batch_effect")
+    return None
 
 
-def scaling(table: pd.DataFrame, out_dir: Path) -> None:
+def scaling(table: pd.DataFrame, out_dir: Path) -> str | None:
     """Samples/s against GPU count per loader with the ideal (linear from 1 GPU) line; one panel per tier,
     batch, precision and parallel mode."""
     t = table[table["samples_per_s"].notna()].copy()
+    if t.empty:
+        return _not_drawn(out_dir, "scaling", _no_cell_ok(table))
     t["panel"] = (
         _model_part(t) + t["tier"] + ", b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
     )
@@ -352,6 +358,7 @@ def scaling(table: pd.DataFrame, out_dir: Path) -> None:
     note = "" if t["gpus"].nunique() > 1 else " (this grid has one GPU count: add more under gpus)"
     _suptitle(g.figure, f"Scaling with GPUs, whiskers 95% intervals; dotted: ideal (n x the 1-GPU cell){note}")
     _save(g.figure, out_dir, "scaling")
+    return None
 
 
 def pick_timeline_cells(repeats: pd.DataFrame, wanted: list[str] | None = None) -> list[str]:
@@ -377,13 +384,14 @@ def pick_timeline_cells(repeats: pd.DataFrame, wanted: list[str] | None = None) 
 
 def timelines(
     repeats: pd.DataFrame, timelines: dict[str, Path], timeline_cells: list[str] | None, out_dir: Path
-) -> None:
+) -> str | None:
     """Resource timeline of selected cells: GPU utilisation per GPU, CPU (mean of cores), and read MB/s (the tier's
     device, or the cell's processes when the tier has no block device), the timed window shaded."""
     cells = [c for c in pick_timeline_cells(repeats, timeline_cells) if c in timelines]
-    fig, axes = plt.subplots(max(1, len(cells)), 1, figsize=(11, 2.4 * max(1, len(cells))), squeeze=False)
     if not cells:
-        _empty(axes[0][0], "no telemetry timeline (telemetry_hz is 0, or no cell finished ok)")
+        why = "telemetry_hz is 0" if (repeats["status"] == "ok").any() else _no_cell_ok(repeats)
+        return _not_drawn(out_dir, "timelines", f"no telemetry timeline: {why}")
+    fig, axes = plt.subplots(len(cells), 1, figsize=(11, 2.4 * len(cells)), squeeze=False)
     for ax, cell in zip(axes[:, 0], cells):
         tl = pd.read_csv(timelines[cell])
         win = tl[tl["phase"] == "window"]
@@ -414,33 +422,35 @@ def timelines(
     fig.suptitle("Resource timelines (sampled about 10 Hz; shaded: the timed window)")
     fig.tight_layout()
     _save(fig, out_dir, "timelines")
+    return None
 
 
-def tier_probe(probe: pd.DataFrame, out_dir: Path) -> None:
+def tier_probe(probe: pd.DataFrame, out_dir: Path) -> str | None:
     """Each tier's measured read rate (files/s, cold) with 1 and N readers; for an emulated tier the device model's
     prediction as a black tick."""
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * probe["Tier"].nunique() + 3), 3.4) if len(probe) else (6, 2))
     failed = probe[probe["Error"].notna()] if "Error" in probe else probe.iloc[:0]
     probe = probe[probe["Files/s"].notna()] if "Files/s" in probe else probe
     if probe.empty:
-        _empty(ax, "no tier probe results" + "".join(f"\n{r['Tier']}: {r['Error'][:90]}" for _, r in failed.iterrows()))
-    else:
-        if len(failed):
-            ax.text(0, -0.25, "not probed: " + ", ".join(failed["Tier"]), transform=ax.transAxes, fontsize=8)
-        p = probe.copy()
-        p["readers"] = p["Readers"].astype(str) + " reader" + np.where(p["Readers"] > 1, "s", "")
-        p["tier"] = p["Tier"] + " (" + p["Kind"] + ")"
-        sns.barplot(data=p, x="tier", y="Files/s", hue="readers", ax=ax)
-        hues = list(dict.fromkeys(p["readers"]))
-        tiers = list(dict.fromkeys(p["tier"]))
-        width = 0.8 / len(hues)
-        for _, r in p[p["Predicted files/s"].notna()].iterrows():
-            x = tiers.index(r["tier"]) - 0.4 + width * (hues.index(r["readers"]) + 0.5)
-            ax.plot([x - width / 2, x + width / 2], [r["Predicted files/s"]] * 2, color="k", lw=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("")
-        ax.set_title("Tier read rate, cold (whole files; black: the device model's prediction)")
+        errors = "; ".join(f"{r['Tier']}: {r['Error']}" for _, r in failed.iterrows())
+        return _not_drawn(out_dir, "tier_probe", "no tier probe result" + (f" ({errors})" if errors else ""))
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * probe["Tier"].nunique() + 3), 3.4))
+    if len(failed):
+        ax.text(0, -0.25, "not probed: " + ", ".join(failed["Tier"]), transform=ax.transAxes, fontsize=8)
+    p = probe.copy()
+    p["readers"] = p["Readers"].astype(str) + " reader" + np.where(p["Readers"] > 1, "s", "")
+    p["tier"] = p["Tier"] + " (" + p["Kind"] + ")"
+    sns.barplot(data=p, x="tier", y="Files/s", hue="readers", ax=ax)
+    hues = list(dict.fromkeys(p["readers"]))
+    tiers = list(dict.fromkeys(p["tier"]))
+    width = 0.8 / len(hues)
+    for _, r in p[p["Predicted files/s"].notna()].iterrows():
+        x = tiers.index(r["tier"]) - 0.4 + width * (hues.index(r["readers"]) + 0.5)
+        ax.plot([x - width / 2, x + width / 2], [r["Predicted files/s"]] * 2, color="k", lw=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("")
+    ax.set_title("Tier read rate, cold (whole files; black: the device model's prediction)")
     _save(fig, out_dir, "tier_probe")
+    return None
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")  # one per model (then again)
@@ -468,11 +478,37 @@ def _of_config(t: pd.DataFrame, key: tuple) -> pd.DataFrame:
     return t[np.logical_and.reduce([t[k] == v for k, v in zip(CONFIG, key)])]
 
 
-def _not_drawn(out_dir: Path, name: str) -> bool:
-    """No figure `name` in `out_dir` (one left by an earlier grid removed): its inputs do not hold what it shows."""
+def _not_drawn(out_dir: Path, name: str, reason: str) -> str:
+    """No figure `name` in `out_dir` (one left by an earlier grid removed): its inputs do not hold what it shows, for
+    `reason` (returned)."""
     for ext in FORMATS:
         (out_dir / f"{name}.{ext}").unlink(missing_ok=True)
-    return False
+    return reason
+
+
+def _counts(t: pd.DataFrame) -> str:
+    """How many of the rows failed and were skipped, in words, with where their reasons are ("" where `t` has no
+    status: the diagnosis)."""
+    if "status" not in t:
+        return ""
+    status = t["status"].value_counts()
+    said = ", ".join(f"{status[s]} {s}" for s in ("failed", "skipped", "partial") if status.get(s, 0))
+    return f" ({said}; each cell's reason under Cells)" if said else ""
+
+
+def _no_cell_ok(t: pd.DataFrame) -> str:
+    """Why a figure of measured rates has nothing to draw: no cell of `t` finished ok."""
+    return f"no cell finished ok{_counts(t)}"
+
+
+def _no_training(t: pd.DataFrame) -> str:
+    """Why a figure of training has nothing to draw: the cells of `t` ran the loader alone, or none that trained
+    finished ok."""
+    t = with_model(t)
+    training = t[trains(t)]
+    if training.empty:
+        return "nothing trained: every cell ran the loader alone (model none)"
+    return f"no training cell finished ok{_counts(training)}"
 
 
 def _spread_labels(ys: list[float], low: float, high: float, gap: float = 0.05) -> list[float]:
@@ -490,18 +526,24 @@ def _spread_labels(ys: list[float], low: float, high: float, gap: float = 0.05) 
     return out
 
 
-def loader_alone(table: pd.DataFrame, out_dir: Path) -> bool:
+def loader_alone(table: pd.DataFrame, out_dir: Path) -> str | None:
     """Which loader feeds which model on this host: every loader's rate alone (model `none`: median, 95% interval as
     whiskers) as bars, against every model's compute ceiling (its synthetic cell, with its interval as a band) as a
     line named by the model; one panel per GPUs, batch, precision and parallel mode holding both. A bar under a
-    model's line starves that model. Drawn only where the table holds both (returns whether it drew)."""
+    model's line starves that model. Drawn only where the table holds both."""
     t = with_model(table)
     t = t[pd.to_numeric(t["samples_per_s"], errors="coerce") > 0]
     alone = t[(t["model"] == LOADER_ALONE) & (t["loader"] != "synthetic")]
     ceilings = t[(t["loader"] == "synthetic") & trains(t)]
     configs = [key for key, _ in alone.groupby(CONFIG, sort=False) if key in set(ceilings.groupby(CONFIG).groups)]
     if not configs:
-        return _not_drawn(out_dir, "loader_alone")
+        why = (
+            "no loader alone (model none) measured"
+            if alone.empty
+            else "no model's compute ceiling (a synthetic cell that trains) measured at the loaders' GPUs, batch, "
+            "precision and parallel mode"
+        )
+        return _not_drawn(out_dir, "loader_alone", why)
     models = list(dict.fromkeys(ceilings["model"]))
     model_colors = dict(zip(models, sns.color_palette("dark", len(models))))
     n_bars = max(len(_of_config(alone, c)) for c in configs)
@@ -561,21 +603,22 @@ def loader_alone(table: pd.DataFrame, out_dir: Path) -> bool:
     )
     fig.tight_layout()
     _save(fig, out_dir, "loader_alone")
-    return True
+    return None
 
 
-def predicted(table: pd.DataFrame, out_dir: Path) -> bool:
+def predicted(table: pd.DataFrame, out_dir: Path) -> str | None:
     """Each cell's measured Samples/s (with its 95% interval) against the rate the sharing model predicts for it, log-
     log: colour the loader, marker the model, hollow the cells the model was fitted on, filled those that check it;
-    the line y = x and a band of +-10%; the median |error| of the check cells in the title. Drawn only where a cell
-    has a prediction (returns whether it drew)."""
+    the line y = x and a band of +-10%; the median |error| of the check cells in the title. Drawn only where a
+    measured cell has a prediction."""
     t = with_model(table)
+    why = "no measured cell has a predicted rate (it needs each loader alone and each model's ceiling measured)"
     if "predicted" not in t:
-        return _not_drawn(out_dir, "predicted")
+        return _not_drawn(out_dir, "predicted", why)
     pred = pd.to_numeric(t["predicted"], errors="coerce")
     t = t[(pred > 0) & (pd.to_numeric(t["samples_per_s"], errors="coerce") > 0)].copy()
     if t.empty:
-        return _not_drawn(out_dir, "predicted")
+        return _not_drawn(out_dir, "predicted", why)
     t["predicted"] = pd.to_numeric(t["predicted"], errors="coerce")
     role = t.get("prediction_role", pd.Series("check", index=t.index)).fillna("check").astype(str)
     loaders = list(dict.fromkeys(t["loader"]))
@@ -623,7 +666,7 @@ def predicted(table: pd.DataFrame, out_dir: Path) -> bool:
     labels += ["fitted on (hollow)", "checked (filled)"]
     ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     _save(fig, out_dir, "predicted")
-    return True
+    return None
 
 
 def make_figures(
@@ -634,9 +677,10 @@ def make_figures(
     probe_csv: Path | None = None,
     timeline_csvs: list[Path] = (),
     timeline_cells: list[str] | None = None,
-) -> None:
-    """Every figure of the registry, in its order, and those of `WHERE_MEASURED` the tables allow, into `out_dir`. Without `diagnosis_csv` the diagnosis is
-    computed from the table; without `probe_csv` the tier-probe figure says there is none."""
+) -> dict:
+    """Every figure of the registry the tables can draw, in its order, into `out_dir`, and its index (`INDEX`: those
+    drawn and why each other one was not; returned). Without `diagnosis_csv` the diagnosis is computed from the table;
+    without `probe_csv` there is no tier-probe figure."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="notebook")
@@ -655,18 +699,22 @@ def make_figures(
         "timelines": {Path(p).stem: Path(p) for p in timeline_csvs},
         "timeline_cells": timeline_cells,
     }
-    jobs = [(fig.name, {k: inputs[k] for k in fig.inputs}, out_dir) for fig in (*REGISTRY, *WHERE_MEASURED)]
+    jobs = [(fig.name, {k: inputs[k] for k in fig.inputs}, out_dir) for fig in REGISTRY]
     workers = min(len(jobs), len(os.sched_getaffinity(0)))
     if workers < 2:
-        for job in jobs:
-            _draw(*job)
-        return
-    # Drawing is CPU-bound and the figures are independent: one process per CPU (forked: matplotlib and the theme
-    # are set up already) nearly halves the job on 2 cores. Failures surface in the registry's order.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        for future in [pool.submit(_draw, *job) for job in jobs]:
-            future.result()
+        reasons = [_draw(*job) for job in jobs]
+    else:
+        # Drawing is CPU-bound and the figures are independent: one process per CPU (forked: matplotlib and the
+        # theme are set up already) nearly halves the job on 2 cores. Failures surface in the registry's order.
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            reasons = [future.result() for future in [pool.submit(_draw, *job) for job in jobs]]
+    index = {
+        "drawn": [fig.name for fig, why in zip(REGISTRY, reasons) if why is None],
+        "not_drawn": {fig.name: why for fig, why in zip(REGISTRY, reasons) if why is not None},
+    }
+    atomic_write_text(out_dir / INDEX, json.dumps(index, indent=2) + "\n")
+    return index
 
 
-def _draw(name: str, kwargs: dict, out_dir: Path) -> None:
-    globals()[name](**kwargs, out_dir=out_dir)
+def _draw(name: str, kwargs: dict, out_dir: Path) -> str | None:
+    return globals()[name](**kwargs, out_dir=out_dir)

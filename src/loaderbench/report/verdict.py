@@ -1,5 +1,7 @@
 """The answer first: per model, device (GPU count, or the CPU) and tier, what limits the training and the best measured fix, with how far to
-trust it. The loader alone (model `none`) trains nothing and gets no verdict.
+trust it. The loader alone (model `none`) trains nothing and gets no verdict. A run with no verdict says why, from its
+cells table: nothing trained (then the loader's rates alone), or no training cell finished ok (then how many failed or
+were skipped, and their reasons).
 
 For each (GPUs, tier) the reference is the baseline loader's cell there (at the baseline's batch, precision and
 parallel mode where measured; without the baseline loader, the slowest cell): its bottleneck, AU and data wait say
@@ -22,7 +24,7 @@ import pandas as pd
 from loaderbench.core.cells import CONFIG_KEYS
 from loaderbench.core.util import atomic_write_text
 
-from .columns import device_text, on_gpu, trains, with_model
+from .columns import device_text, on_gpu, read_table, trains, with_model
 from .diagnose import cell_name, compare, read_flag
 
 
@@ -188,10 +190,54 @@ def _limit_text(ref: dict) -> str:
     return f"{ref['what']} is {ref['bottleneck']} ({au}{wait})"
 
 
-def render_text(vs: list[dict], limit: int = 12) -> list[str]:
-    """The verdict in at most `limit` lines: two a group, the header first."""
+def why_none(table: pd.DataFrame | None) -> tuple[str, list[str]]:
+    """Why a run has no verdict, from its cells table (`aggregate`'s cells.csv, read by `columns.read_table`): a
+    headline and its detail lines (each group of cells that did not finish ok, by status and reason, uncut; the
+    loader's rates alone)."""
+    if table is None or table.empty:
+        return "no real loader measured (only the synthetic ceiling or failed cells)", []
+    t = with_model(table)
+    measured = pd.to_numeric(t["samples_per_s"], errors="coerce").notna()
+    training = trains(t)
+    not_ok = t[~t["status"].isin(["ok", "partial"])]
+    counts = not_ok["status"].value_counts()
+    said = ", ".join(f"{counts[k]} {k}" for k in ("failed", "skipped") if counts.get(k, 0))
+    if not training.any():
+        head = "the loader alone was measured (model none): no training to judge"
+        if not measured.any():
+            head = f"nothing trained (every cell ran the loader alone, model none) and no cell finished ok: {said}"
+    elif not (measured & training).any():
+        head = f"no training cell finished ok: {said} (of {int(training.sum())})"
+    else:
+        head = "no real loader trained: only the synthetic ceiling finished ok"
+    lines = []
+    for (status, reason), g in not_ok.groupby(["status", not_ok["reason"].fillna("no reason given")], sort=False):
+        lines.append(f"{len(g)} {status}: {' '.join(str(reason).split())}")
+    alone = t[measured & ~training & (t["loader"] != "synthetic")]
+    if len(alone):
+        if training.any():
+            lines.append("the loader alone, its rates (95% intervals):")
+        else:
+            head += "; its rates (95% intervals):"
+        for _, r in alone.iterrows():
+            hw = _num(r.get("halfwidth"))
+            lines.append(
+                ("  " if training.any() else "")
+                + f"{r['loader']}, {device_text(r['gpus'], r.get('device'))}, {r['tier']}, b{int(r['batch_size'])} "
+                f"{r['precision']}: {float(r['samples_per_s']):.0f} samples/s"
+                + (f" (+-{100 * hw:.0f}%)" if hw is not None else " (no interval)")
+            )
+    return head, lines
+
+
+def render_text(vs: list[dict], limit: int = 12, table: pd.DataFrame | None = None) -> list[str]:
+    """The verdict in at most `limit` lines: two a group, the header first; with no group, why (`why_none` of the
+    cells `table`)."""
     if not vs:
-        return ["verdict: no real loader measured (only the synthetic ceiling or failed cells)"]
+        head, lines = why_none(table)
+        if len(lines) > limit - 1:  # else one line says what is left out
+            lines = [*lines[: limit - 2], f"  ... {len(lines) - (limit - 2)} more lines in the bundle"]
+        return [f"verdict: {head}", *(f"  {line}" for line in lines)]
     lines = ["verdict (95% intervals; fix = the fastest cell that can carry a verdict, against the reference):"]
     fits = (limit - 1) // 2
     shown = vs if len(vs) <= fits else vs[: (limit - 2) // 2]  # else one line says what is left out
@@ -205,6 +251,14 @@ def render_text(vs: list[dict], limit: int = 12) -> list[str]:
     return lines
 
 
+def run_text(tables: Path, limit: int = 12) -> list[str]:
+    """The verdict of a run's tables folder as `render_text` gives it (verdict.json; where it holds no group, its
+    cells.csv says why)."""
+    vs = json.loads((Path(tables) / "verdict.json").read_text())
+    cells = Path(tables) / "cells.csv"
+    return render_text(vs, limit, read_table(cells) if not vs and cells.is_file() else None)
+
+
 def _device(v: dict) -> str:
     """The verdict's device in words: "1 GPU", or "CPU" where the cells trained on no GPU."""
     return device_text(v["gpus"], "cpu" if v.get("device") == "cpu" else "cuda")
@@ -215,13 +269,15 @@ def _several_models(vs: list[dict]) -> bool:
     return len({v.get("model") for v in vs}) > 1
 
 
-def render_html(vs: list[dict]) -> str:
-    """The bundle's first section: the verdict as a table."""
+def render_html(vs: list[dict], table: pd.DataFrame | None = None) -> str:
+    """The bundle's first section: the verdict as a table; with no group, why (`why_none` of the cells `table`)."""
     import html
 
     e = html.escape
     if not vs:
-        return "<h2>Verdict</h2><p>No real loader was measured (only the synthetic ceiling or failed cells).</p>"
+        head, lines = why_none(table)
+        items = "".join(f"<li>{e(line.strip())}</li>" for line in lines)
+        return f"<h2>Verdict</h2><p>{e(head[0].upper() + head[1:])}.</p>" + (f"<ul>{items}</ul>" if items else "")
     rows = []
     several = _several_models(vs)
     for v in vs:
