@@ -44,7 +44,7 @@ test-dev: $(STAMP)
 plan: $(STAMP)
 	$(BIN)/loaderbench plan --config $(CONFIG) $(if $(HOST_FROM),--host-from $(HOST_FROM))
 
-## bench: loader-only throughput (images/s, no model) of torchvision and opencv on the same staged files
+## bench: loader-only throughput (images/s, model: none) of torchvision and opencv on the same staged files
 bench: $(STAMP)
 	$(SMK) --until stage
 	$(BIN)/loaderbench bench --config $(CONFIG)

@@ -24,7 +24,7 @@ def register(add) -> None:
 
 def _add_harness_checks(add) -> None:
     """bench, ceiling and crosscheck: a loader, the step and the harness measured apart."""
-    s = add("bench", help="loader-only throughput (images/s, no model) on a staged tier")
+    s = add("bench", help="loader-only throughput (images/s, model: none) on a staged tier")
     s.add_argument("--config", required=True)
     s.add_argument("--tier", help="tier to read (default: the config's first)")
     s.add_argument("--loaders", nargs="+")
@@ -142,8 +142,9 @@ def cmd_bench(a) -> int:
             a.rounds,
         )
     print(
-        f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
-        f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:"
+        f"loader-only throughput (model: {r['model']}) delivered to {r['device']}, tier {r['tier']}, {r['files']} "
+        f"files, batch {a.batch_size}, {r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up "
+        "that drains the prefetch:"
     )
     for lo, v in r["images_per_s"].items():
         runs = ", ".join(f"{x:.0f}" for x in r["images_per_s_all"][lo])
