@@ -88,6 +88,7 @@ def test_the_tune_cli_tunes_each_model_of_the_config_and_model_restricts_to_one(
     assert "tune torchvision on disk, model resnet18, batch 4 fp32:" in out
     assert "tune torchvision on disk, model none, batch 4 fp32:" in out
     assert "AU - (model none: the loader alone, no step to take a ceiling of)" in out
+    assert out.count("  ceiling (synthetic):") == 1  # resnet18's; none has none
     assert [r["model"] for r in json.loads((tmp_path / "all.json").read_text())] == ["resnet18", "none"]
     for model in ("resnet18", "none"):
         assert json.loads((tmp_path / "tune" / model / "tune.json").read_text())["model"] == model
@@ -223,7 +224,7 @@ def test_ceiling_measures_each_model_but_none_and_names_it(config, monkeypatch, 
     assert main(["engine-report", "--cells", str(tmp_path), "--ceiling", str(several)]) == 2
     assert "the ceilings of 2 models (resnet18, mobilenet_v3_small); give one model's" in capsys.readouterr().err
     assert main(["ceiling", *config, "--model", "none"]) == 2
-    assert "--model: none: the ceiling is a model's training step" in capsys.readouterr().err
+    assert "loaderbench ceiling: error: --model none: the ceiling is a model's training step" in capsys.readouterr().err
 
 
 def test_bench_measures_the_loader_alone_and_says_model_none(config, monkeypatch, tmp_path, capsys):

@@ -176,10 +176,10 @@ def ceiling_models(cfg: dict, model: str | None) -> list[str]:
     """The models `ceiling` measures: `measured_models` but `none`, which trains nothing and so has no ceiling."""
     models = [m for m in measured_models(cfg, model) if m != NO_MODEL]
     if not models:
-        where = "--model" if model else "config key 'models'"
+        where = f"--model {NO_MODEL}" if model else f"config key 'models' ({NO_MODEL} only)"
         raise ConfigError(
-            f"{where}: {NO_MODEL}: the ceiling is a model's training step on batches already on the device, and "
-            f"`{NO_MODEL}` trains nothing; name a model with --model"
+            f"{where}: the ceiling is a model's training step on batches already on the device, and `{NO_MODEL}` "
+            "trains nothing; name a model with --model"
         )
     return models
 

@@ -471,6 +471,8 @@ def render(rep: dict) -> str:
         for k, vals in rep["measured"].items()
     ]
     for step, rates in (rep.get("ceilings") or {"start": rep["ceiling_samples_per_s"]}).items():
+        if not rates:  # none measured (`none` has no ceiling, or the budget ended first)
+            continue
         lines.append(
             f"  ceiling (synthetic{'' if step == 'start' else ', ' + step}): " + ", ".join(f"{v:.0f}" for v in rates)
         )
