@@ -44,27 +44,28 @@ test-dev: $(STAMP)
 plan: $(STAMP)
 	$(BIN)/loaderbench plan --config $(CONFIG) $(if $(HOST_FROM),--host-from $(HOST_FROM))
 
-## bench: loader-only throughput (images/s, no model) of torchvision and opencv on the same staged files
+## bench: loader-only throughput (images/s, model: none) of torchvision and opencv on the same staged files
 bench: $(STAMP)
 	$(SMK) --until stage
 	$(BIN)/loaderbench bench --config $(CONFIG)
 
-## ceiling: the synthetic cell against a bare training loop (harness overhead) and the input layout/dtype costs
+## ceiling: the synthetic cell against a bare training loop (harness overhead) and the input layout/dtype costs, for
+## each model of CONFIG (MODEL=<model>: that one)
 ceiling: $(STAMP)
 	$(SMK) --until stage
-	$(BIN)/loaderbench ceiling --config $(CONFIG)
+	$(BIN)/loaderbench ceiling --config $(CONFIG) $(if $(MODEL),--model '$(MODEL)')
 
 ## engine-report: what the measured cells cost (overhead per phase) and how far they can be trusted (convergence,
 ## dp vs ddp, spread of repeats)
 engine-report: $(STAMP)
 	$(BIN)/loaderbench engine-report
 
-## tune LOADER=<loader>: search that loader's settings on this host (BUDGET_S seconds, default 300) against the ceiling,
-## at the config's precision unless PRECISION says
+## tune LOADER=<loader>: search that loader's settings on this host (BUDGET_S seconds a model, default 300) against the
+## ceiling, for each model of CONFIG unless MODEL says, at the config's precision unless PRECISION says
 tune: $(STAMP)
-	@test -n "$(LOADER)" || { echo "usage: make tune LOADER=<loader> [BUDGET_S=300] [PRECISION=fp32|amp]"; exit 2; }
+	@test -n "$(LOADER)" || { echo "usage: make tune LOADER=<loader> [MODEL=<model>] [BUDGET_S=300] [PRECISION=fp32|amp]"; exit 2; }
 	@$(RUN) -- --until stage
-	$(BIN)/loaderbench tune --config $(CONFIG) --loader '$(LOADER)' --budget-s $(or $(BUDGET_S),300) $(if $(PRECISION),--precision '$(PRECISION)')
+	$(BIN)/loaderbench tune --config $(CONFIG) --loader '$(LOADER)' --budget-s $(or $(BUDGET_S),300) $(if $(MODEL),--model '$(MODEL)') $(if $(PRECISION),--precision '$(PRECISION)')
 
 ## respread: rerun once every configuration whose repeats spread over spread_warn or with a contended cell, then refresh the tables
 respread: $(STAMP)

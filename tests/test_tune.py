@@ -127,6 +127,17 @@ def test_tune_measures_every_setting_beside_the_ceiling_and_says_what_to_paste(s
         assert "no tried setting was measurably faster" in render(rep)
 
 
+def test_a_real_tune_trains_the_model_it_is_given_ceiling_and_all(staged, tmp_path):
+    folder, cfg = staged
+    rep = tune(cfg, "opencv", "disk", 4, None, 50, folder / "disk.json", tmp_path, cpus=2, model="resnet18")
+    records = [json.loads(p.read_text()) for p in tmp_path.glob("*/*.json")]
+    assert rep["model"] == "resnet18" and rep["cells"] == len(records) >= 2
+    assert {r["spec"]["model"] for r in records} == {"resnet18"}
+    assert {r["spec"]["loader"] for r in records} == {"opencv", "synthetic"}
+    assert all("_resnet18_r" in r["cell_id"] for r in records)
+    assert ", model resnet18, batch 4 fp32:" in render(rep)
+
+
 def test_a_budget_too_small_for_one_cell_measures_nothing_and_says_so(staged, tmp_path):
     folder, cfg = staged
     rep = tune(cfg, "opencv", "disk", 4, "fp32", 1, folder / "disk.json", tmp_path, cpus=2)

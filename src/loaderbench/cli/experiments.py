@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from loaderbench.core.cells import cell_spec
-from loaderbench.core.config import ConfigError
+from loaderbench.core.config import ConfigError, measured_models
 from loaderbench.core.layout import RESULTS, Layout
+from loaderbench.core.registry import NO_MODEL
 
 from .common import batch_and_precision, config_of, host_settings, measuring_lock, side_measurement, write_json
 
@@ -22,9 +23,18 @@ def register(add) -> None:
     _add_searches(add)
 
 
+def model_option(s, default: str) -> None:
+    """`--model`: the one model a side measurement trains instead of the config's."""
+    s.add_argument(
+        "--model",
+        help=f"the model the cells train: one of the config's `models` or any model a config may name (default: "
+        f"{default})",
+    )
+
+
 def _add_harness_checks(add) -> None:
     """bench, ceiling and crosscheck: a loader, the step and the harness measured apart."""
-    s = add("bench", help="loader-only throughput (images/s, no model) on a staged tier")
+    s = add("bench", help="loader-only throughput (images/s, model: none) on a staged tier")
     s.add_argument("--config", required=True)
     s.add_argument("--tier", help="tier to read (default: the config's first)")
     s.add_argument("--loaders", nargs="+")
@@ -40,6 +50,7 @@ def _add_harness_checks(add) -> None:
     batch_and_precision(s)
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--compile", action="store_true", help="torch.compile the model (the compiled ceiling)")
+    model_option(s, "the ceiling of each model of the config's `models` but none")
     s.add_argument("--variant-steps", type=int, default=50, help="bare-loop steps per input variant (0: skip them)")
     s.add_argument("--json", help="also write the figures as JSON here")
     side_measurement(s, cmd_ceiling)
@@ -55,6 +66,7 @@ def _add_harness_checks(add) -> None:
     s.add_argument("--batch-size", type=int, help="default: the config's largest")
     s.add_argument("--precision", nargs="+", choices=["fp32", "amp"], default=["fp32"])
     s.add_argument("--rounds", type=int, default=2, help="cell and bare loop each, alternating (default 2)")
+    model_option(s, "each model of the config's `models`")
     s.add_argument("--out", help="folder for crosscheck.json and the cells' records (default <results>/crosscheck)")
     side_measurement(s, cmd_crosscheck)
 
@@ -73,6 +85,7 @@ def _add_searches(add) -> None:
     s.add_argument("--tier", help="default: the config's first")
     batch_and_precision(s)
     s.add_argument("--repeats", type=int, default=1)
+    model_option(s, "each model of the config's `models`")
     s.add_argument("--out", help="records folder (default <results>/sweep)")
     side_measurement(s, cmd_sweep)
 
@@ -95,9 +108,13 @@ def _add_searches(add) -> None:
         choices=["fp32", "amp"],
         help="default: the config's (its baseline's where the config measures it, else its first)",
     )
-    s.add_argument("--budget-s", type=float, default=300.0, help="time for the search's cells (default 300)")
-    s.add_argument("--out", help="records folder and tune.json (default <results>/tune/<loader>)")
-    s.add_argument("--json", help="also write the report here")
+    model_option(s, "each model of the config's `models` in turn, each with its own budget")
+    s.add_argument("--budget-s", type=float, default=300.0, help="time for the search's cells, per model (default 300)")
+    s.add_argument(
+        "--out",
+        help="folder of a folder per model (<out>/<model>: its records and tune.json; default <results>/tune/<loader>)",
+    )
+    s.add_argument("--json", help="also write the report here (a list of reports, one per model, for several)")
     side_measurement(s, cmd_tune)
 
     s = add(
@@ -142,8 +159,9 @@ def cmd_bench(a) -> int:
             a.rounds,
         )
     print(
-        f"loader-only throughput (no model) delivered to {r['device']}, tier {r['tier']}, {r['files']} files, batch {a.batch_size}, "
-        f"{r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up that drains the prefetch:"
+        f"loader-only throughput (model: {r['model']}) delivered to {r['device']}, tier {r['tier']}, {r['files']} "
+        f"files, batch {a.batch_size}, {r['workers']} workers, {a.rounds} rounds x {a.seconds:g} s after a warm-up "
+        "that drains the prefetch:"
     )
     for lo, v in r["images_per_s"].items():
         runs = ", ".join(f"{x:.0f}" for x in r["images_per_s_all"][lo])
@@ -154,26 +172,49 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def ceiling_models(cfg: dict, model: str | None) -> list[str]:
+    """The models `ceiling` measures: `measured_models` but `none`, which trains nothing and so has no ceiling."""
+    models = [m for m in measured_models(cfg, model) if m != NO_MODEL]
+    if not models:
+        where = f"--model {NO_MODEL}" if model else f"config key 'models' ({NO_MODEL} only)"
+        raise ConfigError(
+            f"{where}: the ceiling is a model's training step on batches already on the device, and `{NO_MODEL}` "
+            "trains nothing; name a model with --model"
+        )
+    return models
+
+
 def cmd_ceiling(a) -> int:
     from loaderbench.core.cells import cell_id
     from loaderbench.experiments.ceiling import ceiling
 
     cfg = config_of(a)
     tier = cfg["tiers"][0]
-    cid = cell_id("synthetic", tier, 1, a.batch_size or cfg["batch_sizes"][-1], a.precision, "dp", 0)
-    spec = cell_spec(cfg, cid, in_grid=False)
-    if a.compile:
-        spec = dataclasses.replace(spec, compile=True)
-    with measuring_lock(a, "ceiling", 1, cfg):
-        r = ceiling(
-            spec,
-            Path(Layout(a.results).manifest(tier)),
-            a.rounds,
-            a.variant_steps,
-            Path(Layout(a.results).ceiling),
-            timeout_s=cfg["cell_timeout_s"],
-            host=host_settings(a, cfg),
-        )
+    specs = []
+    for model in ceiling_models(cfg, a.model):
+        cid = cell_id("synthetic", tier, 1, a.batch_size or cfg["batch_sizes"][-1], a.precision, "dp", 0, model)
+        spec = cell_spec(cfg, cid, in_grid=False)
+        specs.append(dataclasses.replace(spec, compile=True) if a.compile else spec)
+    reports = []
+    for spec in specs:
+        with measuring_lock(a, "ceiling", 1, cfg):
+            r = ceiling(
+                spec,
+                Path(Layout(a.results).manifest(tier)),
+                a.rounds,
+                a.variant_steps,
+                Path(Layout(a.results).ceiling),
+                timeout_s=cfg["cell_timeout_s"],
+                host=host_settings(a, cfg),
+            )
+        print(render_ceiling(r, spec, a.rounds))
+        reports.append(r)
+    write_json(a, reports[0] if len(reports) == 1 else reports)
+    return 0
+
+
+def render_ceiling(r: dict, spec, rounds: int) -> str:
+    """A `ceiling` report as printed: the model, both loops by round, their ratio and the input variants."""
     window = (
         f"{spec.window_steps} steps"
         if spec.window_steps
@@ -181,23 +222,35 @@ def cmd_ceiling(a) -> int:
         if spec.window_s
         else f"adaptive (+-{100 * spec.window_precision:g}%, at most {spec.window_max_s:g} s)"
     )
-    print(
-        f"compute ceiling on {r['device']}: MobileNetV2, batch {r['batch_size']}, {r['precision']}, "
-        f"channels_last={r['channels_last']}, compile={r['compile']}, cudnn.benchmark={r['cudnn_benchmark']}; "
-        f"window {window} after the cell's warm-up, {a.rounds} alternating rounds, each in a fresh process"
-    )
-    print(f"  placement (both loops): {json.dumps(r['placement'])}")
+    lines = [
+        (
+            f"compute ceiling on {r['device']}: model {r['model']}, batch {r['batch_size']}, {r['precision']}, "
+            f"channels_last={r['channels_last']}, compile={r['compile']}, cudnn.benchmark={r['cudnn_benchmark']}; "
+            f"window {window} after the cell's warm-up, {rounds} alternating rounds, each in a fresh process"
+        ),
+        f"  placement (both loops): {json.dumps(r['placement'])}",
+    ]
     for s_, b_, n, ph in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"], r["steps"], r["synthetic_phases"]):
-        print(
+        lines.append(
             f"  synthetic cell {s_:9.1f} Samples/s   bare loop {b_:9.1f} Samples/s   ({n} steps each)  ratio "
             f"{s_ / b_:.4f}   (cell setup {ph['setup_s']:.1f} s, first step {ph['first_step_s']:.1f} s, warm-up "
             f"{ph['warmup_steps']} steps {ph['warmup_s']:.1f} s)"
         )
-    print(f"  synthetic / bare loop (median of rounds) = {r['synthetic_over_bare']:.4f}")
+    lines.append(f"  synthetic / bare loop (median of rounds) = {r['synthetic_over_bare']:.4f}")
     for name, ms in (r.get("input_variants_ms_per_step") or {}).items():
-        print(f"  amp step, input {name:26s} {ms:8.2f} ms/step")
-    write_json(a, r)
-    return 0
+        lines.append(f"  amp step, input {name:26s} {ms:8.2f} ms/step")
+    return "\n".join(lines)
+
+
+def require_cells(loaders: list[str], models: list[str]) -> None:
+    """Refuse loaders and models of which no cell can be made (synthetic x none measures nothing)."""
+    from loaderbench.core.cells import is_cell
+
+    if not any(is_cell(lo, m) for lo in loaders for m in models):
+        raise ConfigError(
+            f"--loaders {' '.join(loaders)} with model {', '.join(models)}: no cell (synthetic x {NO_MODEL} measures "
+            "nothing); name a loader that reads files, or a model with --model"
+        )
 
 
 def cmd_crosscheck(a) -> int:
@@ -212,6 +265,8 @@ def cmd_crosscheck(a) -> int:
     from loaderbench.core.config import resolve_loaders
 
     loaders = resolve_loaders(cfg, a.loaders, "--loaders")  # built-ins, the config's plugins, or 'module:factory'
+    models = measured_models(cfg, a.model)
+    require_cells(loaders, models)
     with measuring_lock(a, "crosscheck", 1, cfg):
         rows = crosscheck(
             cfg,
@@ -223,10 +278,12 @@ def cmd_crosscheck(a) -> int:
             Path(Layout(a.results).manifest(tier)),
             out,
             host=host_settings(a, cfg),
+            models=models,
         )
     print(
-        f"crosscheck on tier {tier}, 1 GPU x batch {batch}: each cell against a bare loop of its loader, "
-        f"{a.rounds} alternating round(s) in fresh processes; cell/bare [95% interval]; {out / 'crosscheck.json'}"
+        f"crosscheck on tier {tier}, 1 GPU x batch {batch}, model {', '.join(models)}: each cell against a bare loop "
+        f"of its loader, {a.rounds} alternating round(s) in fresh processes; cell/bare [95% interval]; "
+        f"{out / 'crosscheck.json'}"
     )
     print(render(rows))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
@@ -243,29 +300,41 @@ def cmd_tune(a) -> int:
     from loaderbench.core.config import resolve_loaders
 
     loader = resolve_loaders(cfg, [a.loader], "--loader")[0]  # a built-in, the config's plugin, or 'module:factory'
+    models = measured_models(cfg, a.model)
     out = Path(a.out or Path(Layout(a.results).root) / "tune" / loader)
     precision = a.precision or config_precision(cfg)
-    with measuring_lock(a, "tune", 1, cfg):
-        rep = tune(
-            cfg,
-            loader,
-            tier,
-            batch,
-            precision,
-            a.budget_s,
-            Path(Layout(a.results).manifest(tier)),
-            out,
-            host=host_settings(a, cfg),
-        )
-    print(render(rep))
-    write_json(a, rep)
-    return 0 if rep["samples_per_s"] else 1
+    reports = []
+    for model in models:  # one search per model, each its own budget: settings that feed one model may starve another
+        with measuring_lock(a, "tune", 1, cfg):
+            rep = tune(
+                cfg,
+                loader,
+                tier,
+                batch,
+                precision,
+                a.budget_s,
+                Path(Layout(a.results).manifest(tier)),
+                out / model,
+                host=host_settings(a, cfg),
+                model=model,
+            )
+        print(render(rep))
+        reports.append(rep)
+    write_json(a, reports[0] if len(reports) == 1 else reports)
+    return 0 if all(rep["samples_per_s"] for rep in reports) else 1
 
 
 def cmd_engine_report(a) -> int:
     from loaderbench.report.enginereport import load, render, report
 
-    rep = report(load(Path(a.cells)), json.loads(Path(a.ceiling).read_text()) if a.ceiling else None)
+    ceiling = json.loads(Path(a.ceiling).read_text()) if a.ceiling else None
+    if isinstance(ceiling, list):  # `ceiling --json` of several models
+        raise ConfigError(
+            f"--ceiling {a.ceiling}: the ceilings of {len(ceiling)} models "
+            f"({', '.join(str(c.get('model')) for c in ceiling)}); give one model's (`loaderbench ceiling --model M "
+            "--json FILE`)"
+        )
+    rep = report(load(Path(a.cells)), ceiling)
     print(render(rep))
     write_json(a, rep)
     return 0
@@ -276,22 +345,27 @@ def cmd_sweep(a) -> int:
 
     cfg = config_of(a)
     tier = a.tier or cfg["tiers"][0]
+    batch = a.batch_size or cfg["batch_sizes"][-1]
+    models = measured_models(cfg, a.model)
+    require_cells(a.loaders, models)
+    out = Path(a.out or Layout(a.results).sweep)
     with measuring_lock(a, "sweep", max(cfg["gpus"]), cfg):  # held across its cells (each cell's own lock: a no-op)
         rows = sweep(
             cfg,
             a.variant,
             a.loaders,
             tier,
-            a.batch_size or cfg["batch_sizes"][-1],
+            batch,
             a.precision,
             a.repeats,
             Path(Layout(a.results).manifest(tier)),
-            Path(a.out or Layout(a.results).sweep),
+            out,
             host=host_settings(a, cfg),
+            models=models,
         )
     print(
-        f"sweep on tier {tier}, batch {a.batch_size or cfg['batch_sizes'][-1]}, {a.precision}, {a.repeats} "
-        f"interleaved repeat(s); records in {a.out}; AU against the variant's synthetic cell (else the first's)"
+        f"sweep on tier {tier}, model {', '.join(models)}, batch {batch}, {a.precision}, {a.repeats} interleaved "
+        f"repeat(s); records in {out}; AU against the variant's synthetic cell of the model (else the first's)"
     )
     print(render(rows))
     return 0

@@ -233,6 +233,11 @@ def part_models(part: dict) -> list[str]:
     return part.get("models") or [DEFAULT_MODEL]
 
 
+def config_models(cfg: dict) -> list[str]:
+    """The models a config's grid trains, in the order its parts name them (each once)."""
+    return list(dict.fromkeys(m for part in cfg["parts"] for m in part_models(part)))
+
+
 def part_cells(part: dict) -> list[str]:
     """A part's cells in a stable order: repeats outermost, then the parallel mode, the GPUs and the model, so that the
     dp cells follow one another and a kept process (host.reuse_processes) serves all but the first of them (a ddp cell

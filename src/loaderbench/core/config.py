@@ -20,6 +20,7 @@ from .cells import (
     STEP_SETTINGS,
     TIERLESS,
     ConfigError,
+    config_models,
     config_value,
     configuration,
     loader_settings,
@@ -237,6 +238,28 @@ def resolve_loaders(cfg: dict, entries: list[str], key: str) -> list[str]:
     _resolve_loaders(probe, key)
     cfg["plugins"] = probe["plugins"]
     return probe["loaders"]
+
+
+def measured_models(cfg: dict, model: str | None, key: str = "--model") -> list[str]:
+    """The models a measurement outside the grid (tune, sweep, ceiling, crosscheck) trains: the config's (`models`,
+    over its parts), or `model` alone when given - a model of the config, or any model a config may name (a
+    torchvision classification builder, `none`, a plugin: `_resolve_models`), its plugin added to
+    cfg["model_plugins"]. Errors name `key` (a command's option) and the value."""
+    if model is None:
+        return config_models(cfg)
+    if model in config_models(cfg):
+        return [model]
+    probe = {"models": [model], "model_plugins": dict(cfg.get("model_plugins") or {})}
+    _resolve_models(probe, key)
+    name = probe["models"][0]
+    size = torchvision_input_size(name) if name not in probe["model_plugins"] else None
+    if size is not None and cfg["crop_size"] != size:
+        raise ConfigError(
+            f"{key} {model!r}: {name} takes {size} x {size} images only, but config key 'crop_size' is "
+            f"{cfg['crop_size']}; set crop_size to {size} to measure it"
+        )
+    cfg["model_plugins"] = probe["model_plugins"]
+    return [name]
 
 
 def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'", find: bool = False) -> None:

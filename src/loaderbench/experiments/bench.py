@@ -1,4 +1,4 @@
-"""Loader-only throughput (images/s, no model): how fast each loader can feed, on the same staged files."""
+"""Loader-only throughput (images/s, model: none): how fast each loader can feed, on the same staged files."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import statistics
 import time
 from pathlib import Path
 
+from loaderbench.core.registry import NO_MODEL
 from loaderbench.data.manifest import Staged
 
 
@@ -81,6 +82,7 @@ def bench(
     return {
         "manifest": str(manifest),
         "tier": man["tier"],
+        "model": NO_MODEL,  # no model trains: the loader's batches delivered to the device, nothing run on them
         "files": len(allowed),
         "batch_size": batch_size,
         "crop_size": crop_size,

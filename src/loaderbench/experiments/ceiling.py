@@ -131,6 +131,7 @@ def ceiling(
         bare.append(b["samples_per_s"])
     result = {
         "device": device,
+        "model": spec.model,
         "batch_size": spec.batch_size,
         "precision": spec.precision,
         "channels_last": spec.channels_last,

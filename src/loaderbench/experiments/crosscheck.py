@@ -7,7 +7,8 @@ prefetch backlog is spent) it runs for the cell's window time, noting only each 
 (two clock reads; on a GPU an end event, the device's clock, as a cell's), with garbage collection held and a cold
 tier kept cold as in a cell, so that a worker-fed loader that delivers in bursts has its rate taken over whole bursts
 as a cell's is. Rounds alternate the order of cell and bare loop, each in its own process; cell/bare and its
-interval come from `uncertainty.ratio`.
+interval come from `uncertainty.ratio`. Each row trains one model: each of the config's, or one named
+(`loaderbench crosscheck --model`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from loaderbench.core.cells import CellSpec, cell_id, cell_spec
+from loaderbench.core.cells import CellSpec, cell_id, cell_spec, config_models, is_cell
 from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import read_root
+from loaderbench.core.registry import DEFAULT_MODEL
 from loaderbench.core.uncertainty import ratio
 from loaderbench.core.util import atomic_write_json
 from loaderbench.data.manifest import Staged, class_names
@@ -142,48 +144,51 @@ def crosscheck(
     manifest: Path,
     out_dir: Path,
     host=None,
+    models: list[str] | None = None,
 ) -> list[dict]:
-    """Per (loader, precision): `rounds` cells (real cell jobs, forked warm as in a pipeline run) and as many bare
-    loops, alternating which goes first; one row each with both rates and cell/bare with its interval."""
+    """Per (model, loader, precision), each of `models` (None: the config's): `rounds` cells (real cell jobs, forked
+    warm as in a pipeline run) and as many bare loops, alternating which goes first; one row each with both rates and
+    cell/bare with its interval."""
     from loaderbench.engine.runner.runcell import run_cell
 
     rows = []
+    models = models or config_models(cfg)
+    configurations = [(m, lo, p) for m in models for lo in loaders for p in precisions if is_cell(lo, m)]
     with warmclient.serving():
-        for lo in loaders:
-            for precision in precisions:
-                base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, "dp", 0), in_grid=False)
-                cells, bares, reasons = [], [], []
-                for r in range(rounds):
-                    spec = dataclasses.replace(base, seed=base.seed + r, repeat=r)
-                    order = ("cell", "bare") if r % 2 == 0 else ("bare", "cell")
-                    for what in order:
-                        if what == "cell":
-                            rec = run_cell(
-                                spec,
-                                manifest,
-                                Path(out_dir) / "cells" / f"{spec.cell_id}.json",
-                                Path(out_dir) / "telemetry" / f"{spec.cell_id}.csv",
-                                host=host,
-                                trace=Path(out_dir) / "traces" / f"{spec.cell_id}.trace.json",
-                            )
-                            if rec["status"] != "ok":
-                                reasons.append(f"cell {rec['status']}: {rec.get('reason')}")
-                            cells.append(rec)
-                        else:
-                            seconds = max(spec.window_min_s, spec.window_s or 0.0, _window_s(cells) or 0.0)
-                            try:
-                                bare = _bare_process(spec, manifest, seconds, cfg["cell_timeout_s"])
-                            except (RuntimeError, subprocess.TimeoutExpired) as e:
-                                reasons.append(f"bare loop: {e}")
-                                continue
-                            bares.append(bare)
-                            atomic_write_json(Path(out_dir) / "bare" / f"{spec.cell_id}.json", bare)
-                rows.append(_row(lo, precision, batch_size, tier, cells, bares, reasons))
-                # after every configuration: an interrupted crosscheck keeps what it measured
-                atomic_write_json(
-                    Path(out_dir) / "crosscheck.json",
-                    {"tier": tier, "batch_size": batch_size, "rounds": rounds, "rows": rows},
-                )
+        for model, lo, precision in configurations:
+            base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, "dp", 0, model), in_grid=False)
+            cells, bares, reasons = [], [], []
+            for r in range(rounds):
+                spec = dataclasses.replace(base, seed=base.seed + r, repeat=r)
+                order = ("cell", "bare") if r % 2 == 0 else ("bare", "cell")
+                for what in order:
+                    if what == "cell":
+                        rec = run_cell(
+                            spec,
+                            manifest,
+                            Path(out_dir) / "cells" / f"{spec.cell_id}.json",
+                            Path(out_dir) / "telemetry" / f"{spec.cell_id}.csv",
+                            host=host,
+                            trace=Path(out_dir) / "traces" / f"{spec.cell_id}.trace.json",
+                        )
+                        if rec["status"] != "ok":
+                            reasons.append(f"cell {rec['status']}: {rec.get('reason')}")
+                        cells.append(rec)
+                    else:
+                        seconds = max(spec.window_min_s, spec.window_s or 0.0, _window_s(cells) or 0.0)
+                        try:
+                            bare = _bare_process(spec, manifest, seconds, cfg["cell_timeout_s"])
+                        except (RuntimeError, subprocess.TimeoutExpired) as e:
+                            reasons.append(f"bare loop: {e}")
+                            continue
+                        bares.append(bare)
+                        atomic_write_json(Path(out_dir) / "bare" / f"{spec.cell_id}.json", bare)
+            rows.append(_row(lo, precision, batch_size, tier, cells, bares, reasons, model))
+            # after every configuration: an interrupted crosscheck keeps what it measured
+            atomic_write_json(
+                Path(out_dir) / "crosscheck.json",
+                {"tier": tier, "batch_size": batch_size, "rounds": rounds, "models": models, "rows": rows},
+            )
     return rows
 
 
@@ -193,10 +198,18 @@ def _window_s(cells: list[dict]) -> float | None:
 
 
 def _row(
-    loader: str, precision: str, batch_size: int, tier: str, cells: list[dict], bares: list[dict], reasons: list[str]
+    loader: str,
+    precision: str,
+    batch_size: int,
+    tier: str,
+    cells: list[dict],
+    bares: list[dict],
+    reasons: list[str],
+    model: str = DEFAULT_MODEL,
 ) -> dict:
     ok = [c["metrics"] for c in cells if c["status"] == "ok"]
     row = {
+        "model": model,
         "loader": loader,
         "precision": precision,
         "batch_size": batch_size,
@@ -221,7 +234,8 @@ def _row(
 def render(rows: list[dict]) -> str:
     lines = []
     for r in rows:
-        head = f"  {r['loader']:12s} {r['precision']:4s}"
+        # a row from before rows named their model trained the default
+        head = f"  {r.get('model') or DEFAULT_MODEL:14s} {r['loader']:12s} {r['precision']:4s}"
         if r["status"] != "ok":
             lines.append(f"{head} failed: {'; '.join(r['reasons'])}")
             continue

@@ -4,8 +4,10 @@ warm-start server (`warmclient.serving`), repeats interleaved across variants so
 tuning experiment, outside the grid: its records go to their own folder.
 
 A variant is `name:field=value,field=value` over CellSpec fields (`name:` alone keeps the config's settings).
-AU is taken against the `synthetic` cell of the same variant when the sweep has one, else of the first variant
-(variants that change only loader settings reuse the first variant's synthetic cell).
+Every cell trains each of the sweep's models (the config's, or one named: `loaderbench sweep --model`).
+AU is taken against the `synthetic` cell of the same variant and model when the sweep has one, else of the first
+variant (variants that change only loader settings reuse the first variant's synthetic cell); `none` (the loader
+alone) has no synthetic cell, and no AU.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from loaderbench.core.cells import CellSpec, cell_id, cell_spec, loader_settings
+from loaderbench.core.cells import CellSpec, cell_id, cell_spec, config_models, is_cell, loader_settings
 from loaderbench.core.config import ConfigError
 from loaderbench.engine.runner import warmclient
 
@@ -64,30 +66,37 @@ def sweep(
     manifest: Path,
     out_dir: Path,
     host=None,
+    models: list[str] | None = None,
 ) -> list[dict]:
-    """Run every (repeat, variant, loader) cell; returns one summary row per (variant, loader)."""
+    """Run every (repeat, variant, model, loader) cell, training each of `models` (None: the config's); returns one
+    summary row per (variant, model, loader)."""
     from loaderbench.engine.runner.runcell import run_cell
 
     parsed = [parse_variant(v) for v in variants]
     if len({n for n, _ in parsed}) != len(parsed):
         raise ConfigError("variant names must differ")
-    records: dict[tuple[str, str], list[dict]] = {}
+    models = models or config_models(cfg)
+    records: dict[tuple[str, str, str], list[dict]] = {}
     with warmclient.serving():  # fresh processes forked warm: the repeats still ask what differs between processes
         for r in range(repeats):
             for name, overrides in parsed:
-                for lo in loaders:
-                    if lo == "synthetic" and name != parsed[0][0] and set(overrides) <= LOADER_ONLY:
-                        continue
-                    base = cell_spec(cfg, cell_id(lo, tier, 1, batch_size, precision, "dp", r), in_grid=False)
-                    spec = dataclasses.replace(base, **loader_settings(overrides, lo))
-                    rec = run_cell(spec, manifest, Path(out_dir) / name / f"{spec.cell_id}.json", host=host)
-                    records.setdefault((name, lo), []).append(rec)
+                for model in models:
+                    for lo in loaders:
+                        if lo == "synthetic" and name != parsed[0][0] and set(overrides) <= LOADER_ONLY:
+                            continue
+                        if not is_cell(lo, model):  # synthetic x none: no loader and no model
+                            continue
+                        cid = cell_id(lo, tier, 1, batch_size, precision, "dp", r, model)
+                        spec = dataclasses.replace(cell_spec(cfg, cid, in_grid=False), **loader_settings(overrides, lo))
+                        rec = run_cell(spec, manifest, Path(out_dir) / name / f"{spec.cell_id}.json", host=host)
+                        records.setdefault((name, model, lo), []).append(rec)
     rows = []
-    for (name, lo), recs in records.items():
+    for (name, model, lo), recs in records.items():
         ok = [x["metrics"] for x in recs if x["status"] == "ok"]
         rows.append(
             {
                 "variant": name,
+                "model": model,
                 "loader": lo,
                 "overrides": dict(parsed)[name],
                 "status": "ok" if len(ok) == len(recs) else ",".join(x["status"] for x in recs),
@@ -101,11 +110,14 @@ def sweep(
             }
         )
     first = parsed[0][0]
-    ceilings = {row["variant"]: row["median"] for row in rows if row["loader"] == "synthetic" and row["median"]}
+    ceilings = {
+        (row["variant"], row["model"]): row["median"] for row in rows if row["loader"] == "synthetic" and row["median"]
+    }
     for row in rows:
-        ceiling = ceilings.get(row["variant"], ceilings.get(first))
+        own, firsts = (row["variant"], row["model"]), (first, row["model"])
+        ceiling = ceilings.get(own, ceilings.get(firsts))
         row["au"] = row["median"] / ceiling if ceiling and row["median"] else None
-        row["au_against"] = (row["variant"] if row["variant"] in ceilings else first) if ceiling else None
+        row["au_against"] = (row["variant"] if own in ceilings else first) if ceiling else None
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / "sweep.json").write_text(json.dumps(rows, indent=2))
     return rows
@@ -114,18 +126,19 @@ def sweep(
 def render(rows: list[dict]) -> str:
     lines = [
         (
-            f"{'variant':14s} {'loader':12s} {'Samples/s':>10s} {'AU':>6s} {'device ms':>9s} {'wait ms':>8s} "
-            f"{'setup s':>7s}  runs"
+            f"{'variant':14s} {'model':14s} {'loader':12s} {'Samples/s':>10s} {'AU':>6s} {'device ms':>9s} "
+            f"{'wait ms':>8s} {'setup s':>7s}  runs"
         )
     ]
     for r in rows:
+        head = f"{r['variant']:14s} {r['model']:14s} {r['loader']:12s}"
         if r["median"] is None:
-            lines.append(f"{r['variant']:14s} {r['loader']:12s} {r['status']}: {r['reason']}")
+            lines.append(f"{head} {r['status']}: {r['reason']}")
             continue
         au = f"{r['au']:.3f}" if r["au"] else "-"
         runs = ", ".join(f"{x:.0f}" for x in r["samples_per_s"])
         lines.append(
-            f"{r['variant']:14s} {r['loader']:12s} {r['median']:10.1f} {au:>6s} {r['compute_ms']:9.1f} "
+            f"{head} {r['median']:10.1f} {au:>6s} {r['compute_ms']:9.1f} "
             f"{r['data_wait_ms']:8.1f} {r['setup_s']:7.1f}  {runs}"
         )
     return "\n".join(lines)

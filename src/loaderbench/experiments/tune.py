@@ -1,6 +1,7 @@
 """`loaderbench tune`: one loader's settings searched on this host within a time budget, against the ceiling.
 
-Coordinate search from the config's settings: each knob in turn (worker or thread count, prefetch depth, DALI's
+The cells train one model (the config's, or one named: `loaderbench tune --model`; the CLI tunes each of the
+config's models in turn). Coordinate search from the config's settings: each knob in turn (worker or thread count, prefetch depth, DALI's
 hardware-decoder share, torchvision's transport, and on a GPU the training step's stream priority and a captured
 step), coarse values first, then the count's neighbours of the best. The knobs that measured the larger gains come
 first (`DALI_ORDER`), and a knob that feeds the step faster (`FEEDING`) goes last while the step's batches are ready.
@@ -21,9 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from loaderbench.core.cells import CAPTURED, CONFIG_KEYS, STEP_SETTINGS, cell_id, cell_spec
+from loaderbench.core.cells import CAPTURED, CONFIG_KEYS, STEP_SETTINGS, cell_id, cell_spec, config_models
 from loaderbench.core.config import ConfigError
-from loaderbench.core.registry import BACKLOG
+from loaderbench.core.registry import BACKLOG, DEFAULT_MODEL, NO_MODEL
 from loaderbench.core.uncertainty import Ratio, ratio
 from loaderbench.engine.runner import warmclient
 from loaderbench.report.diagnose import WAIT_SHARE  # a step waiting less than this share of itself had its batch
@@ -143,8 +144,10 @@ class Tuner:
         out: Path,
         budget_s: float,
         host=None,
+        model: str = DEFAULT_MODEL,
     ):
         self.cfg, self.loader, self.tier, self.batch, self.precision = cfg, loader, tier, batch, precision
+        self.model = model
         self.manifest, self.out, self.host = manifest, Path(out), host
         self.deadline = time.monotonic() + budget_s
         self.walls: list[float] = []
@@ -153,7 +156,8 @@ class Tuner:
         self.rounds = 0
 
     def spec(self, loader: str, settings: dict, r: int):
-        base = cell_spec(self.cfg, cell_id(loader, self.tier, 1, self.batch, self.precision, "dp", r), in_grid=False)
+        cid = cell_id(loader, self.tier, 1, self.batch, self.precision, "dp", r, self.model)
+        base = cell_spec(self.cfg, cid, in_grid=False)
         return dataclasses.replace(base, **settings)
 
     def time_left(self) -> bool:
@@ -177,7 +181,8 @@ class Tuner:
         done = []
         for settings in candidates:
             step = step_settings(settings)
-            if self.rounds not in (ceiling := self.ceilings.setdefault(key(step), {})):
+            # `none` trains nothing: no step to take a ceiling of (synthetic x none is no cell)
+            if self.model != NO_MODEL and self.rounds not in (ceiling := self.ceilings.setdefault(key(step), {})):
                 if not self.time_left():
                     break
                 ceiling[self.rounds] = self.measure("synthetic", step, self.rounds)
@@ -260,13 +265,16 @@ def tune(
     host=None,
     cpus: int | None = None,
     cuda: bool | None = None,
+    model: str | None = None,
 ) -> dict:
-    """Search `loader`'s settings at `precision` (None: the config's, `config_precision`) on a host with a CUDA device
-    or not (`cuda`; None: this host, `cuda_host`); the report (also written to `out`/tune.json)."""
+    """Search `loader`'s settings at `precision` (None: the config's, `config_precision`) training `model` (None: the
+    config's first) on a host with a CUDA device or not (`cuda`; None: this host, `cuda_host`); the report (also
+    written to `out`/tune.json)."""
     cpus = cpus or len(os.sched_getaffinity(0))
     cuda = cuda_host() if cuda is None else cuda
     precision = precision or config_precision(cfg)
-    t = Tuner(cfg, loader, tier, batch, precision, manifest, out, budget_s, host)
+    model = model or config_models(cfg)[0]
+    t = Tuner(cfg, loader, tier, batch, precision, manifest, out, budget_s, host, model)
     space = knobs(loader, t.spec(loader, {}, 0), cpus, cuda)
     with warmclient.serving():
         best, progress = _search(t, space, cpus)
@@ -359,6 +367,7 @@ def _report(t: Tuner, best: dict, space: dict, progress: dict) -> dict:
         node[leaf] = value
     return {
         "loader": t.loader,
+        "model": t.model,
         "tier": t.tier,
         "batch_size": t.batch,
         "precision": t.precision,
@@ -450,10 +459,11 @@ def _why_lines(w: dict | None) -> list[str]:
 
 
 def render(rep: dict) -> str:
+    model = rep.get("model") or DEFAULT_MODEL  # a report from before it named its model trained the default
     lines = [
         (
-            f"tune {rep['loader']} on {rep['tier']}, batch {rep['batch_size']} {rep['precision']}: {rep['cells']} "
-            f"cells in {rep['rounds']} rounds; Samples/s by setting and round:"
+            f"tune {rep['loader']} on {rep['tier']}, model {model}, batch {rep['batch_size']} {rep['precision']}: "
+            f"{rep['cells']} cells in {rep['rounds']} rounds; Samples/s by setting and round:"
         )
     ]
     lines += [
@@ -461,10 +471,18 @@ def render(rep: dict) -> str:
         for k, vals in rep["measured"].items()
     ]
     for step, rates in (rep.get("ceilings") or {"start": rep["ceiling_samples_per_s"]}).items():
+        if not rates:  # none measured (`none` has no ceiling, or the budget ended first)
+            continue
         lines.append(
             f"  ceiling (synthetic{'' if step == 'start' else ', ' + step}): " + ", ".join(f"{v:.0f}" for v in rates)
         )
-    au = f"AU {rep['au']:.2f}" if rep["au"] is not None else "AU - (no ceiling measured)"
+    au = (
+        f"AU {rep['au']:.2f}"
+        if rep["au"] is not None
+        else "AU - (model none: the loader alone, no step to take a ceiling of)"
+        if model == NO_MODEL
+        else "AU - (no ceiling measured)"
+    )
     if rep["best"]:
         g = rep["gain"]
         gain = (

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from loaderbench.core.records import warning_lines, warnings_of
+from loaderbench.core.registry import DEFAULT_MODEL
 from loaderbench.core.util import writing
 
 from .aggregate import seed_table_frame
@@ -187,13 +188,17 @@ def _crosscheck_html(summaries: list[dict]) -> str:
         return ""
     e = html.escape
     rows = []
+
+    def model(row: dict) -> str:
+        return row.get("model") or DEFAULT_MODEL  # a crosscheck from before rows named their model trained the default
+
     for s in summaries:
         for r in s["rows"]:
             q = r.get("cell_over_bare")
             if q is None:
                 rows.append(
-                    f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td><td colspan='4'>failed: "
-                    f"{e('; '.join(r['reasons']))}</td></tr>"
+                    f"<tr><td>{e(model(r))}</td><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td>"
+                    f"<td colspan='4'>failed: {e('; '.join(r['reasons']))}</td></tr>"
                 )
                 continue
             verdict = (
@@ -205,7 +210,7 @@ def _crosscheck_html(summaries: list[dict]) -> str:
             )
             rates = lambda xs: ", ".join(f"{x:.0f}" for x in xs)
             rows.append(
-                f"<tr><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td>"
+                f"<tr><td>{e(model(r))}</td><td>{e(r['loader'])}</td><td>{e(r['precision'])}</td>"
                 f"<td>{rates(r['cell_samples_per_s'])}</td><td>{rates(r['bare_samples_per_s'])}</td>"
                 f"<td>{q['value']:.3f} [{q['low']:.3f}, {q['high']:.3f}]</td><td>{verdict}</td></tr>"
             )
@@ -215,7 +220,7 @@ def _crosscheck_html(summaries: list[dict]) -> str:
         f"<p>Each cell against a bare training loop of the same loader object in a fresh process (tier "
         f"{e(str(head.get('tier')))}, batch {head.get('batch_size')}, {head.get('rounds')} alternating round(s)); "
         "cell/bare with its 95% interval. Also as <a href='tables/crosscheck.json'>crosscheck.json</a>.</p>"
-        "<table><tr><th>Dataloader</th><th>precision</th><th>cell Samples/s</th><th>bare Samples/s</th>"
+        "<table><tr><th>Model</th><th>Dataloader</th><th>precision</th><th>cell Samples/s</th><th>bare Samples/s</th>"
         "<th>cell/bare [95%]</th><th>verdict</th></tr>" + "".join(rows) + "</table>"
     )
 

@@ -274,11 +274,20 @@ def read_json(path: str | Path, root: Path = Path(".")):
     return json.loads((Path(root) / path).read_text())
 
 
-def crosscheck(path: str | Path, loader: str, precision: str, root: Path = Path(".")) -> Value:
-    """cell/bare of one row of a `loaderbench crosscheck` result, recomputed from its rounds (`uncertainty.ratio`)."""
-    rows = [r for r in read_json(path, root)["rows"] if r["loader"] == loader and r["precision"] == precision]
+def crosscheck(
+    path: str | Path, loader: str, precision: str, root: Path = Path("."), model: str | None = None
+) -> Value:
+    """cell/bare of one row of a `loaderbench crosscheck` result, recomputed from its rounds (`uncertainty.ratio`);
+    `model` picks among rows of several models (a row that names none trained the default)."""
+    rows = [
+        r
+        for r in read_json(path, root)["rows"]
+        if r["loader"] == loader
+        and r["precision"] == precision
+        and (model is None or (r.get("model") or DEFAULT_MODEL) == model)
+    ]
     if len(rows) != 1 or rows[0].get("status") != "ok":
-        raise KeyError(f"{path}: no ok row {loader}/{precision}")
+        raise KeyError(f"{path}: no ok row {loader}/{precision}" + (f"/{model}" if model else ""))
     r = rows[0]
     pairs = list(zip(r["cell_samples_per_s"], r["bare_samples_per_s"], r["cell_halfwidth"], r["bare_halfwidth"]))
     q = ratio(pairs)
@@ -409,7 +418,7 @@ class Claims:
             "span": span,
             "pct": pct,
             "Value": Value,
-            "crosscheck": lambda path, loader, precision: crosscheck(path, loader, precision, root),
+            "crosscheck": lambda path, loader, precision, model=None: crosscheck(path, loader, precision, root, model),
             "read_json": lambda path: read_json(path, root),
             "median": lambda xs: float(np.median(list(xs))),
             "min": min,
