@@ -222,6 +222,31 @@ def test_foreign_gpu_processes_are_those_outside_the_cell_tree():
     assert not c["contended"] and warning(c) is None
 
 
+def test_the_cells_own_processes_exiting_after_the_window_are_not_foreign_cpu():
+    """1 Hz samples of a 2.5-s window: the cell keeps 2 cores busy, a foreign process 0.5 in its second second; the
+    cell's processes exit at 2.9 s, before the sample at 3.0 s, which has lost their CPU since the one at 2.0 s.
+    Interpolated across that exit, the lost CPU reads as 0.56 foreign cores (contended); counted over the intervals
+    in which the cell kept its processes it does not, and the foreign process still does (0.25 cores)."""
+    from loaderbench.engine.runner.contention import summarize
+
+    cell = [1, 2, 3]
+    rows = [
+        {"t": 0.0, "host_busy_s": 0.0, "tree_cpu_s": 0.0, "own_cpu_s": 0.0, "tree_pids": cell},
+        {"t": 1.0, "host_busy_s": 2.0, "tree_cpu_s": 2.0, "own_cpu_s": 0.0, "tree_pids": cell},
+        {"t": 2.0, "host_busy_s": 4.5, "tree_cpu_s": 4.0, "own_cpu_s": 0.0, "tree_pids": cell},
+        {"t": 3.0, "host_busy_s": 6.3, "tree_cpu_s": 4.0, "own_cpu_s": 0.0, "tree_pids": [1]},
+    ]
+    marks = {"window_start": 0.0, "window_end": 2.5}
+    c = summarize({"rows": rows, "gpu": None}, marks, 0.5)
+    assert c["host_cpu_cores"] == pytest.approx(2.25) and c["cell_cpu_cores"] == pytest.approx(2.0)
+    assert c["foreign_cpu_cores"] == pytest.approx(0.25) and "2.0 s of the 2.5-s window" in c["basis"]
+    assert not c["contended"]
+    unsteady = [dict(r, tree_pids=[1, int(r["t"])]) for r in rows]  # a process came or went in every interval
+    c = summarize({"rows": unsteady, "gpu": None}, marks, 0.5)
+    assert c["basis"] == "the counters interpolated to the window's edges"
+    assert c["foreign_cpu_cores"] == pytest.approx(0.56) and c["contended"]
+
+
 # --- Snakemake runs ---------------------------------------------------------------------------------------------
 
 

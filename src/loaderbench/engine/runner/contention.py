@@ -202,6 +202,7 @@ class Sampler(BackgroundSampler):
                 "host_busy_s": host["busy"],
                 "tree_cpu_s": tree_s,
                 "own_cpu_s": self._own_cpu_s(others, ancestors),
+                "tree_pids": sorted(pids),
                 "host_irq_s": host["irq"],
                 "host_steal_s": host["steal"],
                 "others": others,
@@ -245,10 +246,8 @@ def summarize(samples: dict, marks: dict | None, cpu_cores: float, gpu_processes
         return out
     inside = [r for r in rows if ws <= r["t"] <= we]
     out["samples"] = len(inside)
-    span = we - ws
-    host = (_at(rows, "host_busy_s", we) - _at(rows, "host_busy_s", ws)) / span
-    cell = (_at(rows, "tree_cpu_s", we) - _at(rows, "tree_cpu_s", ws)) / span
-    own = (_at(rows, "own_cpu_s", we) - _at(rows, "own_cpu_s", ws)) / span if "own_cpu_s" in rows[0] else 0.0
+    host, cell, own, basis = _cores(rows, ws, we)
+    out["basis"] = basis
     out["host_cpu_cores"] = round(host, 3)
     out["cell_cpu_cores"] = round(cell, 3)
     out["own_cpu_cores"] = round(max(0.0, own), 3)
@@ -265,6 +264,32 @@ def summarize(samples: dict, marks: dict | None, cpu_cores: float, gpu_processes
     out["foreign_gpu_processes"] = sorted(gpu.values(), key=lambda p: (p["gpu"], p["pid"]))
     out["contended"] = out["foreign_cpu_cores"] > cpu_cores or len(gpu) > gpu_processes
     return out
+
+
+COUNTERS = ("host_busy_s", "tree_cpu_s", "own_cpu_s")
+
+
+def _cores(rows: list[dict], ws: float, we: float) -> tuple[float, float, float, str]:
+    """The host's, the cell's and the run's own CPU cores over the window. Only the sample intervals in which the
+    cell kept the same processes count: a process's CPU is read once a sample, so one that exits (the loader's
+    workers and the ranks, right after the window) takes its CPU since the last sample with it, and one that starts
+    brings all its CPU since it started; either would be foreign CPU that is the cell's. Where such intervals cover
+    too little of the window, the counters are interpolated to its edges."""
+    span = we - ws
+    sums, steady = dict.fromkeys(COUNTERS, 0.0), 0.0
+    for a, b in itertools.pairwise(rows):
+        lo, hi = max(a["t"], ws), min(b["t"], we)
+        if hi <= lo or "tree_pids" not in a or a["tree_pids"] != b.get("tree_pids"):
+            continue
+        share = (hi - lo) / max(b["t"] - a["t"], 1e-9)
+        for k in COUNTERS:
+            sums[k] += share * (b.get(k, 0.0) - a.get(k, 0.0))
+        steady += hi - lo
+    if steady >= 0.5 * span:
+        basis = f"the {steady:.1f} s of the {span:.1f}-s window in which the cell kept the same processes"
+        return (*(sums[k] / steady for k in COUNTERS), basis)
+    at = {k: (_at(rows, k, we) - _at(rows, k, ws)) / span if k in rows[0] else 0.0 for k in COUNTERS}
+    return (*at.values(), "the counters interpolated to the window's edges")
 
 
 def _breakdown(rows: list[dict], ws: float, we: float, names: dict, own: set[int] = frozenset()) -> dict:
