@@ -93,6 +93,21 @@ def test_labels_name_the_known_bottleneck_with_evidence():
     assert row(d, "synthetic", "hdd")["bottleneck"] == "GPU-bound"
 
 
+def test_a_prep_bound_shard_loader_that_decodes_on_the_gpu_is_gpu_prep_bound():
+    """dali-wds decodes on the GPU as dali-sc does: prep-bound on a GPU, the prep is the GPU's; without one, the CPU's."""
+    for device, where in (("cuda", "GPU"), ("cpu", "CPU")):
+        d = diagnose(
+            table(
+                [
+                    cell("synthetic", "hdd", 100.0, device=device),
+                    cell("dali-wds", "ram", 130.0, kind="ram", wait_ms=30.0, device=device),
+                    cell("dali-wds", "hdd", 140.0, wait_ms=40.0, device=device),  # fetch 10 < prep 30
+                ]
+            )
+        )
+        assert row(d, "dali-wds", "hdd")["bottleneck"] == f"{where}-prep-bound"
+
+
 def test_a_cell_whose_batches_were_ready_is_not_io_bound_however_slower_than_ram():
     """On a CPU device a cold tier's reads cost the cores the training runs on: the step is slower than from RAM,
     yet it never waited for a batch. That is the loader taking the CPU, not the disk limiting it."""

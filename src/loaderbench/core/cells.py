@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .layout import staged_root, tier_read_path
 from .pluginsource import plugin_identity
-from .registry import DEFAULT_MODEL, NO_MODEL
+from .registry import DEFAULT_MODEL, NO_MODEL, tierless
 
 PRECISIONS = ("fp32", "amp")
 
@@ -214,18 +214,14 @@ def parse_cell_id(cid: str) -> dict:
     }
 
 
-# Loaders that read no file: measured once per (gpus, batch, precision, model), on the grid's first tier.
-TIERLESS = ("synthetic",)
-
-
 def _on_tier(part: dict, loader: str, tier: str) -> bool:
-    """A tierless loader is measured on its part's first tier only."""
-    return loader not in TIERLESS or tier == part["tiers"][0]
+    """A loader that reads no file (`registry.tierless`) is measured on its part's first tier only."""
+    return not tierless(loader) or tier == part["tiers"][0]
 
 
 def is_cell(loader: str, model: str) -> bool:
     """`synthetic` x `none` measures nothing (no loader and no model): not a cell of any grid."""
-    return not (loader in TIERLESS and model == NO_MODEL)
+    return not (tierless(loader) and model == NO_MODEL)
 
 
 def part_models(part: dict) -> list[str]:

@@ -18,7 +18,6 @@ from .cells import (
     CELL_ID_RE,
     CONFIG_KEYS,
     STEP_SETTINGS,
-    TIERLESS,
     ConfigError,
     config_models,
     config_value,
@@ -37,11 +36,13 @@ from .registry import (
     NO_MODEL,
     PLUGIN_NAME,
     REFERENCE,
-    SHARD_LOADERS,
     TORCHVISION_MODELS,
     installed_models,
     installed_plugins,
+    loader_record,
+    loaders_where,
     reference_name,
+    tierless,
     torchvision_input_size,
 )
 from .util import stable_hash
@@ -160,7 +161,7 @@ def _check_batches(cfg: dict, raw: dict, count_files: bool) -> None:
     and the images it has."""
     steps = []  # (part index, part, batch, gpus) of each part's largest step of a loader that reads the files
     for i, part in enumerate(cfg["parts"]):
-        if any(lo not in TIERLESS for lo in part["loaders"]):
+        if any(not tierless(lo) for lo in part["loaders"]):
             b, g = max(itertools.product(part["batch_sizes"], part["gpus"]), key=lambda bg: (bg[0] * bg[1], bg[0]))
             steps.append((i, part, b, g))
     ds = cfg["dataset"]
@@ -204,7 +205,7 @@ def _resolve_shards(cfg: dict) -> None:
     """shards.stage as true or false: `auto` stages shards when a part measures a shard loader; with shards.files
     false (shards instead of the file tree) no part may measure a loader that reads files."""
     loaders = {name for part in cfg["parts"] for name in part["loaders"]}
-    readers = sorted(loaders & set(SHARD_LOADERS))
+    readers = sorted(loaders & set(loaders_where(reads="shards")))
     sh = cfg["shards"]
     if sh["stage"] == "auto":
         sh["stage"] = bool(readers) or not sh["files"]
@@ -219,10 +220,10 @@ def _resolve_shards(cfg: dict) -> None:
                 "config key 'shards.files': false stages the shards instead of the files, but "
                 "shards.stage is false: nothing would be staged"
             )
-        if file_readers := sorted(loaders - set(SHARD_LOADERS) - set(TIERLESS)):
+        if file_readers := sorted(lo for lo in loaders if loader_record(lo).reads == "files"):
             raise ConfigError(
                 f"config key 'shards.files': false stages only shards, but {', '.join(file_readers)} "
-                "read(s) the files; set it to true or measure only wds and dali-wds"
+                f"read(s) the files; set it to true or measure only {' and '.join(loaders_where(reads='shards'))}"
             )
 
 
@@ -441,7 +442,7 @@ def _check_ceiling_steps(cfg: dict) -> None:
     for part in cfg["parts"]:
         for cid in part_cells(part):
             d = parse_cell_id(cid)
-            if d["loader"] in TIERLESS:
+            if tierless(d["loader"]):
                 ceilings.setdefault(_step_configuration(cid), (part["name"], step_of(part)))
     for i, part in enumerate(cfg["parts"]):
         for cid in part_cells(part):

@@ -1,46 +1,118 @@
-"""The loaders and the models by name: the built-in loader modules, what each prepares ahead of the step, plugin
-loaders, and the models a cell may train (torchvision's classification builders, `none`, plugin models).
+"""The loaders and the models by name: one record per built-in loader (its module and the facts about it that the
+planner, the measuring side, tune and the report need), plugin loaders, and the models a cell may train
+(torchvision's classification builders, `none`, plugin models).
 
-Adding a built-in loader is adding one module under `loaderbench.loaders` and one line in each table here. A plugin
+Adding a built-in loader is adding one module under `loaderbench.loaders` and one record in `LOADERS` here. A plugin
 loader is a factory elsewhere, named in the config as `module:factory`, under `plugins:`, or by an installed
-package's entry point (group `loaderbench.loaders`): docs/plugins.md. A plugin model likewise (`model_plugins:`,
-group `loaderbench.models`). Nothing here imports torch, so config validation and the planner read it cheaply.
+package's entry point (group `loaderbench.loaders`); it declares the same facts as attributes of its factory
+(`loaderbench_decodes`, ...: `PLUGIN_ATTRIBUTES`, docs/plugins.md). A plugin model likewise (`model_plugins:`, group
+`loaderbench.models`). Nothing here imports torch, so config validation and the planner read it cheaply.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from dataclasses import dataclass
 
-LOADERS: dict[str, str] = {
-    "torchvision": "loaderbench.loaders.torchvision_loader",
-    "opencv": "loaderbench.loaders.opencv_loader",
-    "dali-sc": "loaderbench.loaders.dali_sc",
-    "dali-mc": "loaderbench.loaders.dali_mc",
-    "dali-cpu": "loaderbench.loaders.dali_cpu",
-    "nvjpeg": "loaderbench.loaders.nvjpeg",
-    "wds": "loaderbench.loaders.wds_loader",
-    "dali-wds": "loaderbench.loaders.dali_wds",
-    "synthetic": "loaderbench.loaders.synthetic",
+READS = ("files", "shards", "nothing")
+WHERE = ("cpu", "gpu", None)
+DP_PIPELINES = ("one", "per_gpu")
+DDP_PIPELINES = ("per_rank", "rank0")
+BACKLOGS = ("workers", "dali", None)
+
+
+@dataclass(frozen=True)
+class LoaderRecord:
+    """What is known about a loader without importing it. The defaults are what a plugin that declares nothing is
+    taken for."""
+
+    module: str = ""  # the built-in loader's module (a plugin: none, its factory is named in the config)
+    # what it reads: the tier's files, the tier's WebDataset shards (staged when such a loader is measured: config key
+    # shards.stage), or nothing (measured once per configuration, on the grid's first tier)
+    reads: str = "files"
+    # where it decodes the JPEGs and where it crops, flips and normalises them, on a GPU host ("cpu", "gpu"; None:
+    # it does neither); without a GPU every loader does both on the CPU
+    decodes: str | None = "cpu"
+    augments: str | None = "cpu"
+    dp: str = "one"  # its pipelines under dp, one process feeding every GPU: one, or one per GPU
+    ddp: str = "per_rank"  # its pipelines under ddp: each rank its own, or one on rank 0 for every rank
+    one_gpu_baseline: str | None = None  # with no 1-GPU mode of its own, the loader whose 1-GPU cell it is divided by
+    # what it prepares ahead of the step (its start-up backlog, which the warm-up drains; loaderbench.plan predicts the
+    # warm-up from it without importing the loader): "workers" = DataLoader workers x prefetch_factor batches (the
+    # workers deliver in bursts of one batch each), "dali" = the pipeline's prefetch queue depth, None = nothing
+    backlog: str | None = None
+    # settings tune searches beyond those its backlog and device work bring (experiments.tune.knobs); a plugin's
+    # are all that tune searches for it
+    knobs: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name, allowed in (
+            ("reads", READS),
+            ("decodes", WHERE),
+            ("augments", WHERE),
+            ("dp", DP_PIPELINES),
+            ("ddp", DDP_PIPELINES),
+            ("backlog", BACKLOGS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} {getattr(self, name)!r}: one of {', '.join(map(repr, allowed))}")
+        object.__setattr__(self, "knobs", tuple(self.knobs))
+
+    @property
+    def device_work(self) -> bool:
+        """Whether it decodes or augments on the GPU: device work of its own beside the step."""
+        return "gpu" in (self.decodes, self.augments)
+
+
+def _builtin(name: str, **facts) -> LoaderRecord:
+    return LoaderRecord(module=f"loaderbench.loaders.{name}", **facts)
+
+
+LOADERS: dict[str, LoaderRecord] = {
+    "torchvision": _builtin("torchvision_loader", backlog="workers", knobs=("torchvision_transport",)),
+    "opencv": _builtin("opencv_loader", backlog="workers"),
+    "dali-sc": _builtin("dali_sc", decodes="gpu", augments="gpu", ddp="rank0", backlog="dali"),
+    "dali-mc": _builtin(
+        "dali_mc", decodes="gpu", augments="gpu", dp="per_gpu", one_gpu_baseline="dali-sc", backlog="dali"
+    ),
+    "dali-cpu": _builtin("dali_cpu", augments="gpu", dp="per_gpu", backlog="dali"),
+    "nvjpeg": _builtin("nvjpeg", decodes="gpu", augments="gpu", backlog="workers"),
+    "wds": _builtin("wds_loader", reads="shards", backlog="workers", knobs=("torchvision_transport", "shard_readers")),
+    "dali-wds": _builtin("dali_wds", reads="shards", decodes="gpu", augments="gpu", dp="per_gpu", backlog="dali"),
+    "synthetic": _builtin("synthetic", reads="nothing", decodes=None, augments=None),
 }
 
-# Loaders that read the tier's WebDataset shards (staged when one of them is measured: config key shards.stage)
-# instead of its file tree.
-SHARD_LOADERS = ("wds", "dali-wds")
+PLUGIN = LoaderRecord()  # what a plugin is taken for where its factory is not imported (the report, the planner)
+# a plugin factory's attribute for each fact, e.g. `build.loaderbench_decodes = "gpu"`
+PLUGIN_ATTRIBUTES = {f.name: f"loaderbench_{f.name}" for f in dataclasses.fields(LoaderRecord) if f.name != "module"}
 
-# What a loader prepares ahead of the step (its start-up backlog, which the warm-up drains; loaderbench.plan.predict predicts
-# the warm-up from it without importing the loader): "workers" = DataLoader workers x prefetch_factor batches (and the
-# workers deliver in bursts of one batch each), "dali" = the pipeline's prefetch queue depth, None = nothing.
-BACKLOG: dict[str, str | None] = {
-    "torchvision": "workers",
-    "opencv": "workers",
-    "dali-sc": "dali",
-    "dali-mc": "dali",
-    "dali-cpu": "dali",
-    "nvjpeg": "workers",
-    "wds": "workers",
-    "dali-wds": "dali",
-    "synthetic": None,
-}
+
+def loader_record(name: str | None) -> LoaderRecord:
+    """The record of the built-in loader `name`; for any other name, a plugin's, what a plugin that declares nothing
+    is taken for (`PLUGIN`)."""
+    return LOADERS.get(name, PLUGIN)
+
+
+def loaders_where(**facts) -> tuple[str, ...]:
+    """The built-in loaders whose records hold `facts` (`loaders_where(reads="shards")`), in the table's order."""
+    return tuple(name for name, r in LOADERS.items() if all(getattr(r, k) == v for k, v in facts.items()))
+
+
+def tierless(name: str | None) -> bool:
+    """Whether the loader reads no file: measured once per configuration, on its part's first tier."""
+    return loader_record(name).reads == "nothing"
+
+
+def plugin_record(factory) -> LoaderRecord:
+    """The facts a plugin factory declares as its attributes (`PLUGIN_ATTRIBUTES`), the defaults where it does not;
+    ValueError naming the attribute where one is not a fact's value."""
+    declared = {k: getattr(factory, a) for k, a in PLUGIN_ATTRIBUTES.items() if hasattr(factory, a)}
+    try:
+        return LoaderRecord(**declared)
+    except ValueError as e:
+        raise ValueError(f"loaderbench_{e}") from None
+
 
 ENTRY_POINT_GROUP = "loaderbench.loaders"
 # a plugin's name is a cell id's first field: lowercase letters, digits and '-'

@@ -24,7 +24,7 @@ from pathlib import Path
 from loaderbench.core.cells import CellSpec, cell_id, cell_spec, config_models, is_cell
 from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import read_root
-from loaderbench.core.registry import DEFAULT_MODEL
+from loaderbench.core.registry import DEFAULT_MODEL, loader_record
 from loaderbench.core.uncertainty import ratio
 from loaderbench.core.util import atomic_write_json
 from loaderbench.data.manifest import Staged, class_names
@@ -42,7 +42,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
     from loaderbench.engine import placement
     from loaderbench.engine.process import parallel
     from loaderbench.engine.step import configure_cudnn, loader_context, training_step
-    from loaderbench.loaders import BACKLOG, get_loader
+    from loaderbench.loaders import get_loader
 
     if spec.parallel != "dp":
         raise ConfigError("crosscheck runs dp cells only (one process)")
@@ -94,7 +94,7 @@ def bare_loop(spec: CellSpec, manifest: Path, seconds: float) -> dict:
         cold.stop()
     if events:
         ends = [start.elapsed_time(e) / 1000.0 for e in events]
-    burst = int(ctx.info.get("workers") or 1) if BACKLOG.get(spec.loader) == "workers" else 1
+    burst = int(ctx.info.get("workers") or 1) if loader_record(spec.loader).backlog == "workers" else 1
     bounds = burst_bounds(waits, ends, burst) if burst > 1 else None
     steps, span = len(ends), ends[-1]
     hw = relative_halfwidth(ends)

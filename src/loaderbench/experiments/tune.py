@@ -24,7 +24,7 @@ import yaml
 
 from loaderbench.core.cells import CAPTURED, CONFIG_KEYS, STEP_SETTINGS, cell_id, cell_spec, config_models
 from loaderbench.core.config import ConfigError
-from loaderbench.core.registry import BACKLOG, DEFAULT_MODEL, NO_MODEL
+from loaderbench.core.registry import DEFAULT_MODEL, NO_MODEL, LoaderRecord, loader_record, plugin_record
 from loaderbench.core.uncertainty import Ratio, ratio
 from loaderbench.engine.runner import warmclient
 from loaderbench.report.diagnose import WAIT_SHARE  # a step waiting less than this share of itself had its batch
@@ -46,15 +46,12 @@ GPU_KNOBS = {
     "compile": f"a captured step ({CAPTURED}: CUDA graphs): this host has no CUDA device",
 }
 
-# Loaders with GPU work of their own beside the step (mixed decoding, GPU augmentation, GPU decoding): the ones a
-# high-priority step stream can help
-GPU_WORK = ("dali-sc", "dali-mc", "dali-cpu", "dali-wds", "nvjpeg")
-
 
 def knobs(loader: str, spec, cpus: int, cuda: bool = False) -> dict[str, list]:
     """The settings `tune` searches for `loader` in the order it searches them, each with its coarse values (the
-    config's own first); the step's knobs (GPU_KNOBS) only on a host with a CUDA device (`cuda`). A plugin declares its
-    own as its factory's `loaderbench_knobs`: names of these settings that it reads from the context."""
+    config's own first); the step's knobs (GPU_KNOBS) only on a host with a CUDA device (`cuda`). A built-in loader's
+    follow from its registry record (`_searched`); a plugin declares its own as its factory's `loaderbench_knobs`:
+    names of these settings that it reads from the context."""
     counts = sorted({max(1, cpus // 4), max(1, cpus // 2), max(1, cpus - 1)})
     values = {
         "workers": counts,
@@ -67,23 +64,19 @@ def knobs(loader: str, spec, cpus: int, cuda: bool = False) -> dict[str, list]:
         "step_stream_priority": ["default", "high"],
         "compile": [False, CAPTURED],
     }
-    kind = BACKLOG.get(loader)
-    if kind == "workers":
-        names = ["workers", "prefetch_factor"] + (["torchvision_transport"] if loader in ("torchvision", "wds") else [])
-        names += ["shard_readers"] if loader == "wds" else []
-        names += (["step_stream_priority"] if loader in GPU_WORK else []) + ["compile"]
-    elif kind == "dali":
-        names = [n for n in DALI_ORDER if n != "dali_hw_decoder_load" or loader != "dali-cpu"]
-    elif spec.loader_ref:
+    if spec.loader_ref:
         from loaderbench.loaders.plugin import factory
 
-        names = list(getattr(factory(spec.loader_ref), "loaderbench_knobs", ()))
+        try:
+            names = list(plugin_record(factory(spec.loader_ref)).knobs)
+        except ValueError as e:
+            raise ConfigError(f"plugin {spec.loader_ref}: {e}") from None
         if bad := [n for n in names if n not in values]:
             raise ConfigError(
                 f"plugin {spec.loader_ref}: loaderbench_knobs names {', '.join(bad)}; it may name {', '.join(values)}"
             )
     else:
-        names = []
+        names = _searched(loader_record(loader))
     if not names:
         raise ConfigError(
             f"--loader {loader}: it has no settings to tune (tunable: torchvision, opencv, nvjpeg, "
@@ -95,6 +88,18 @@ def knobs(loader: str, spec, cpus: int, cuda: bool = False) -> dict[str, list]:
         if isinstance(start, int | float | str) and start != "auto" and start not in vals:
             vals.insert(0, start)
     return out
+
+
+def _searched(record: LoaderRecord) -> list[str]:
+    """A built-in loader's knobs from its record: its workers' or its DALI pipeline's (DALI's hardware decoder only for
+    one that decodes on the GPU), its own (`knobs`), and the step's: a high-priority stream only beside device work
+    of its own (mixed or GPU decoding, GPU augmentation), a captured step for any loader with a backlog."""
+    if record.backlog == "workers":
+        step = (["step_stream_priority"] if record.device_work else []) + ["compile"]
+        return ["workers", "prefetch_factor", *record.knobs, *step]
+    if record.backlog == "dali":
+        return [n for n in DALI_ORDER if n != "dali_hw_decoder_load" or record.decodes == "gpu"] + list(record.knobs)
+    return list(record.knobs)
 
 
 def not_applicable(loader: str, spec, cpus: int, cuda: bool) -> dict[str, str]:

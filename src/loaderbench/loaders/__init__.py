@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib
 from types import SimpleNamespace
 
-from loaderbench.core.registry import BACKLOG, LOADERS
+from loaderbench.core.registry import LOADERS
 
-__all__ = ["BACKLOG", "LOADERS", "get_loader"]
+__all__ = ["LOADERS", "get_loader"]
 
 
 def get_loader(name: str, reference: str | None = None):
@@ -19,6 +19,6 @@ def get_loader(name: str, reference: str | None = None):
 
         return SimpleNamespace(build=lambda ctx: plugin.build(ctx, reference))
     try:
-        return importlib.import_module(LOADERS[name])
+        return importlib.import_module(LOADERS[name].module)
     except KeyError:
         raise KeyError(f"unknown loader '{name}'; known: {', '.join(LOADERS)}") from None

@@ -15,12 +15,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from loaderbench.core.cells import TIERLESS, CellSpec, configuration
+from loaderbench.core.cells import CellSpec, configuration
 from loaderbench.core.config import ConfigError
 from loaderbench.core.records import CorruptRecord, read_record
-from loaderbench.core.registry import DEFAULT_MODEL
+from loaderbench.core.registry import DEFAULT_MODEL, loader_record, tierless
 from loaderbench.engine.process.batchmeans import MIN_BATCHES
-from loaderbench.loaders import BACKLOG
 from loaderbench.models import relative_cost
 
 # The rules (no record of the host), by host kind ("gpu" when it has a GPU, else "cpu"); docs/internals.md,
@@ -43,8 +42,8 @@ PROFILED_STEP_FACTOR, PROFILE_SUMMARY_S = 1.5, 2.0
 # process's): the unfused records of a host predict its fused cells.
 NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset", "cold_step", "optimizer_fused")
 # The closest measured configuration: these spec fields relaxed last to first (the tier first, the model last; of
-# other loaders, one fed the same way - loaders.BACKLOG - first). Another model's records predict a cell only when
-# none of its own model exist, their rate scaled by the models' compute (`_model_scale`).
+# other loaders, one fed the same way - its registry record's backlog - first). Another model's records predict a
+# cell only when none of its own model exist, their rate scaled by the models' compute (`_model_scale`).
 NEIGHBOUR_FIELDS = ("model", "loader", "feed", "gpus", "batch_size", "precision", "parallel", "tier")
 
 
@@ -146,7 +145,7 @@ class _Measured:
 
 def _key(spec: dict, field_name: str):
     if field_name == "feed":
-        return BACKLOG.get(spec.get("loader"))
+        return loader_record(spec.get("loader")).backlog
     if field_name == "model":
         return spec.get("model", DEFAULT_MODEL)  # records before models were an axis trained MobileNetV2
     return spec.get(field_name, "dp" if field_name == "parallel" else None)  # records before ddp were dp
@@ -240,8 +239,8 @@ def _workers(spec: CellSpec, host: Host) -> int:
 
 
 def _backlog(spec: CellSpec, host: Host) -> tuple[int, int]:
-    """(batches the loader prepares ahead, its burst: batches delivered at once) - see loaders.BACKLOG."""
-    kind = BACKLOG.get(spec.loader)
+    """(batches the loader prepares ahead, its burst: batches delivered at once) - see registry.LoaderRecord.backlog."""
+    kind = loader_record(spec.loader).backlog
     if kind == "workers":
         w = _workers(spec, host)
         return w * spec.prefetch_factor, max(1, w)
@@ -252,11 +251,11 @@ def _backlog(spec: CellSpec, host: Host) -> tuple[int, int]:
 
 def _io_rate(spec: CellSpec, host: Host, mean_bytes: float) -> float | None:
     """Samples/s an emulated tier's device model allows (whole-file reads); None for any other tier."""
-    if not spec.device_model or spec.loader in TIERLESS:
+    if not spec.device_model or tierless(spec.loader):
         return None
     from loaderbench.core.devices import DeviceModel, predict
 
-    readers = _workers(spec, host) if BACKLOG.get(spec.loader) == "workers" else max(1, host.cpus_usable - 1)
+    readers = _workers(spec, host) if loader_record(spec.loader).backlog == "workers" else max(1, host.cpus_usable - 1)
     return predict(DeviceModel.from_dict(spec.device_model), mean_bytes, readers)["files_per_s"]
 
 
@@ -316,7 +315,7 @@ def _model_rate(spec: CellSpec, m: _Measured, factor: float | None) -> float:
     rate = m.samples_per_s
     if factor is None or factor == 1.0:
         return rate
-    if spec.loader in TIERLESS:
+    if tierless(spec.loader):
         return rate / factor
     if m.compute_s and m.global_batch and factor > 0:
         return min(rate, m.global_batch / (m.compute_s * factor))

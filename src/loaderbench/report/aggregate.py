@@ -10,6 +10,7 @@ import pandas as pd
 
 from loaderbench.core.comparable import divisible, group_of, one_group
 from loaderbench.core.records import load_records, warning_lines, warnings_of
+from loaderbench.core.registry import loader_record
 from loaderbench.core.uncertainty import (
     DEFAULT_BETWEEN_NOISE,
     Ratio,
@@ -32,9 +33,6 @@ from .columns import (
     trains,
     with_model,
 )
-
-# A loader with no 1-GPU mode of its own takes another loader's 1-GPU cell as its GPU Efficiency baseline.
-ONE_GPU_BASELINE = {"dali-mc": "dali-sc"}
 
 
 def host_of(record: dict) -> str | None:
@@ -253,7 +251,7 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     _bounds(t, "speed", _divided_interval(t, t["model"].map(base.set_index("model")["halfwidth"]), base.index))
     one = t[(t["gpus"] == 1) & trains(t)].set_index(ONE_GPU_BY)["halfwidth"]
     one_gpu_hw = pd.Series([one.get(_one_gpu_key(r), np.nan) for _, r in t.iterrows()], index=t.index, dtype=float)
-    own = (t["gpus"] == 1) & trains(t) & ~t["loader"].isin(list(ONE_GPU_BASELINE))  # divided by themselves
+    own = (t["gpus"] == 1) & trains(t) & (t["loader"].map(_one_gpu_loader) == t["loader"])  # divided by themselves
     _bounds(t, "gpu_efficiency", _divided_interval(t, one_gpu_hw, t.index[own]))
     implausible = pd.Series([au_implausible(au, q) for au, q in zip(t["au"], aus)], index=t.index, dtype=bool)
     t.loc[implausible, "warnings"] = [
@@ -376,7 +374,13 @@ ONE_GPU_BY = ["loader", "model", "tier", "batch_size", "precision", "parallel"] 
 
 def _one_gpu_key(r: pd.Series) -> tuple:
     """The GPU Efficiency group of row `r`, its loader replaced by the one whose 1-GPU cell it is divided by."""
-    return tuple(ONE_GPU_BASELINE.get(r["loader"], r["loader"]) if k == "loader" else r[k] for k in ONE_GPU_BY)
+    return tuple(_one_gpu_loader(r["loader"]) if k == "loader" else r[k] for k in ONE_GPU_BY)
+
+
+def _one_gpu_loader(loader: str) -> str:
+    """The loader whose 1-GPU cell is `loader`'s GPU Efficiency baseline: its own, or, for a loader with no 1-GPU mode
+    of its own, the one its registry record names."""
+    return loader_record(loader).one_gpu_baseline or loader
 
 
 def gpu_efficiency(t: pd.DataFrame) -> pd.Series:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from loaderbench.core.comparable import divisible
-from loaderbench.core.registry import BACKLOG, SHARD_LOADERS
+from loaderbench.core.registry import loader_record, loaders_where
 from loaderbench.core.uncertainty import DEFAULT_BETWEEN_NOISE, Ratio, quotient, widened
 from loaderbench.core.util import atomic_write_text
 from loaderbench.data.cache import COLD_SHARE
@@ -37,8 +37,6 @@ CONFIG_KEYS = ["model", *BASE_KEYS]  # one configuration: its synthetic cell is 
 GPU_BOUND_AU = 0.9  # within 10% of the synthetic ceiling
 STALL_SHARE = 0.1  # a stall under 10% of the step is not the bottleneck
 WAIT_SHARE = 0.1  # data wait under 10% of the step: batches were ready
-GPU_PREP_LOADERS = {"dali-sc", "dali-mc", "nvjpeg"}  # decode and augment on the GPU
-HOST_LOADERS = {"torchvision", "opencv", "dali-cpu"}  # batches made on the host, copied to the device
 SEEK_SHARE = 0.5  # an I/O-bound cell taking its images at under half the tier's sequential rate is seek-bound
 DEVICE_SHARE = 0.5  # a waiting cell that takes half of what its tier's probe read is limited by the tier
 COMPUTE_LABELS = ("GPU-bound", "compute-bound")
@@ -148,7 +146,8 @@ def label(r: pd.Series) -> tuple[str, str]:
             f"batches were ready (data wait {wait:.1f} ms/step) yet the step takes "
             f"{s - c:.1f} ms more than compute{bus}; {facts}"
         )
-    where = "GPU" if r["loader"] in GPU_PREP_LOADERS and not on_cpu else "CPU"  # without a GPU all decode on CPU
+    # without a GPU every loader decodes on the CPU
+    where = "GPU" if loader_record(r["loader"]).decodes == "gpu" and not on_cpu else "CPU"
     return f"{where}-prep-bound", (
         f"prep stall {_fmt(prep, ' ms')}/step{stall_note}, data wait {_fmt(wait, ' ms')}/step; {facts}"
     )
@@ -183,7 +182,7 @@ def _io_label(r: pd.Series, fetched: bool, at_device: str | None, facts: str) ->
     # seek-bound: at the rate the tier serves random whole files, far under the rate it streams (a shard loader
     # reads its shards front to back: slow as it may be, it does not position per image)
     if (
-        r["loader"] not in SHARD_LOADERS
+        loader_record(r["loader"]).reads != "shards"
         and at_device
         and pd.notna(took)
         and pd.notna(seq)
@@ -225,8 +224,8 @@ def _number(x) -> float | None:
 
 def _beside(r: pd.Series) -> str | None:
     """What of the loader runs on the host beside the training, in words: its DataLoader worker processes or its
-    threads as its records say (`workers`, `loader_threads`), else as its kind has them (`registry.BACKLOG`: a table
-    from before those columns); None for a loader recorded with neither, or a plugin that says none."""
+    threads as its records say (`workers`, `loader_threads`), else as its kind has them (its registry record's `backlog`:
+    a table from before those columns); None for a loader recorded with neither, or a plugin that says none."""
     workers, threads = _number(r.get("workers")), _number(r.get("loader_threads"))
     if workers:
         return f"{workers:.0f} worker processes"
@@ -234,7 +233,7 @@ def _beside(r: pd.Series) -> str | None:
         return f"{threads:.0f} threads"
     if workers is not None or threads is not None:  # recorded, as 0
         return None
-    return {"workers": "worker processes", "dali": "DALI threads"}.get(BACKLOG.get(r["loader"]))
+    return {"workers": "worker processes", "dali": "DALI threads"}.get(loader_record(r["loader"]).backlog)
 
 
 def _at_device(r: pd.Series) -> str | None:
@@ -243,7 +242,7 @@ def _at_device(r: pd.Series) -> str | None:
     loader at least that share of the tier's sequential MB/s. Never for RAM (nothing to wait for there)."""
     if r.get("tier_kind") == "ram":
         return None
-    if r["loader"] in SHARD_LOADERS:
+    if loader_record(r["loader"]).reads == "shards":
         got, limit, what = r.get("image_mb_s", np.nan), r.get("tier_sequential_mb_s", np.nan), "MB/s it streams"
     else:
         got, limit, what = r.get("samples_per_s", np.nan), r.get("tier_files_s", np.nan), "files/s it reads at random"
@@ -444,7 +443,7 @@ def _shard_recs(out: list[dict], ok: pd.DataFrame) -> None:
     for _, r in ok[ok["bottleneck"] == "seek-bound"].iterrows():
         same = ok[
             (ok["tier"] == r["tier"])
-            & ok["loader"].isin(SHARD_LOADERS)
+            & ok["loader"].isin(loaders_where(reads="shards"))
             & np.logical_and.reduce([ok[k] == r[k] for k in CONFIG_KEYS])
         ]
         took, seq = r["image_mb_s"], r["tier_sequential_mb_s"]
@@ -459,7 +458,7 @@ def _shard_recs(out: list[dict], ok: pd.DataFrame) -> None:
                     "verdict": "not measured",
                     "cells": [cell_name(r)],
                     "text": f"{why}; stored as shards it would stream. Measure the gain: add "
-                    f"{' or '.join(SHARD_LOADERS)} to loaders (the shards are staged for them).",
+                    f"{' or '.join(loaders_where(reads='shards'))} to loaders (the shards are staged for them).",
                 }
             )
             continue
@@ -479,7 +478,7 @@ def _shard_recs(out: list[dict], ok: pd.DataFrame) -> None:
 def _tier_rate(r: pd.Series) -> tuple[float | None, str]:
     """The tier probe's rate of the row's tier for the way its loader reads (a shard loader streams, a file loader
     reads whole files at random; as `_at_device`), and its unit."""
-    if r["loader"] in SHARD_LOADERS:
+    if loader_record(r["loader"]).reads == "shards":
         return _number(r.get("tier_sequential_mb_s")), "MB/s streamed"
     return _number(r.get("tier_files_s")), "files/s at random"
 

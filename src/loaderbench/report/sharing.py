@@ -32,6 +32,7 @@ import pandas as pd
 
 from loaderbench.core.cells import configuration
 from loaderbench.core.comparable import group_of
+from loaderbench.core.registry import loader_record
 from loaderbench.core.uncertainty import between_noise, quotient, repeats_halfwidth, widened
 from loaderbench.core.util import stable_hash
 
@@ -43,13 +44,10 @@ MISS = 0.10  # |measured/predicted - 1| above this: the row says which part of t
 DEVICE_SHARE_NOTABLE = 0.10
 K_GRID = (*np.geomspace(0.25, 64.0, 257), math.inf)  # the k the fit tries (inf: the hard minimum)
 
-# How a loader's pipelines feed several GPUs (loaders/*.py). Under ddp every rank runs its own loader on its own
-# cores and GPU, except the DDP_SINGLE loaders: one pipeline on rank 0 makes the batch of every rank. Under dp one
-# process feeds every GPU: the DP_PER_GPU loaders build one pipeline per GPU in it, every other loader one pipeline.
-# A single pipeline's device work (DEVICE_WORK: decoding or augmenting on the GPU) runs on the first GPU.
-DEVICE_WORK = ("dali-sc", "dali-mc", "dali-cpu", "dali-wds", "nvjpeg")
-DP_PER_GPU = ("dali-mc", "dali-cpu", "dali-wds")
-DDP_SINGLE = ("dali-sc",)
+# How a loader's pipelines feed several GPUs, as its registry record says (`dp`, `ddp`): under ddp every rank runs its
+# own loader on its own cores and GPU, or one pipeline on rank 0 makes the batch of every rank; under dp one process
+# feeds every GPU, with one pipeline per GPU in it or one pipeline. A single pipeline's device work (the record's
+# `device_work`: decoding or augmenting on the GPU) runs on the first GPU.
 
 LOADER = "loader"
 CORES = "loader, on its share of the host's cores"
@@ -626,7 +624,7 @@ def _loader_at_one_gpu(
     else:  # inferred from the 1-GPU cell: invert the softmin, the loader's device work unknown
         lacks.append(
             "loader-alone cells (the loader's rate inferred from its 1-GPU cell"
-            + ("; its own GPU work unknown, taken as none)" if base.loader in DEVICE_WORK else ")")
+            + ("; its own GPU work unknown, taken as none)" if loader_record(base.loader).device_work else ")")
         )
         u, rate_alone = 0.0, 1.0
         if quotient(base.rate, base.halfwidth, ceil.rate, ceil.halfwidth).high >= 1:
@@ -646,11 +644,12 @@ def _loader_at_one_gpu(
 
 
 def _pipelines(loader: str, mode: str, n: int) -> int:
-    """How many of the loader's pipelines feed n GPUs: one per rank under ddp (dali-sc: one on rank 0), under dp one
-    per GPU for the loaders that build one per GPU, else one."""
+    """How many of the loader's pipelines feed n GPUs, as its record says: under ddp one per rank or one on rank 0,
+    under dp one per GPU or one."""
+    record = loader_record(loader)
     if mode == "ddp":
-        return 1 if loader in DDP_SINGLE else n
-    return n if loader in DP_PER_GPU else 1
+        return 1 if record.ddp == "rank0" else n
+    return n if record.dp == "per_gpu" else 1
 
 
 N_GPU_ID = re.compile(r"_g1_(b\d+_(?:fp32|amp))_(?:dp|ddp)")
@@ -699,7 +698,7 @@ def _missed_scale(row: dict, mode: str, n: int, k: float) -> str:
             + (
                 "; or its GPU work shared one GPU with the whole step at 1 GPU and shares it with 1/n of the step "
                 "here (a loader-alone cell would say how much GPU it takes)"
-                if row["loader"] in DEVICE_WORK and "loader-alone" in row["lacks"]
+                if loader_record(row["loader"]).device_work and "loader-alone" in row["lacks"]
                 else ""
             )
         )

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from loaderbench.core.cells import TIERLESS, CellSpec, configuration
+from loaderbench.core.cells import CellSpec, configuration
 from loaderbench.core.config import COMPILE_ALLOWANCE_S, auto_timeout
 from loaderbench.core.layout import read_root
 from loaderbench.core.provenance import collect
@@ -36,6 +36,7 @@ from loaderbench.core.records import (
     spec_hash,
     warning_lines,
 )
+from loaderbench.core.registry import tierless
 from loaderbench.core.util import (
     WriteError,
     atomic_write_json,
@@ -240,7 +241,7 @@ def _run_processes(
     rc, why, culprit, absent = None, busy, None, False
     contention = None if busy else _contention.Sampler(spec.gpus).start()
     try:
-        if why is None and spec.loader not in TIERLESS:
+        if why is None and not tierless(spec.loader):
             try:
                 mount = tier_run.prepare(spec, manifest_data, around.tier)
             except (OSError, RuntimeError) as e:  # no FUSE, a refused mount: the cell's record says so
@@ -442,12 +443,12 @@ def _record(job: _Job, manifest_data: dict, result: Outcome, around: _Around) ->
     provenance."""
     spec, tier = job.spec, around.tier
     metrics = result.metrics or {}
-    if spec.loader not in TIERLESS:
+    if not tierless(spec.loader):
         tier_run.check_rereads(manifest_data, tier, metrics)
     marks = metrics.get("marks")
     samples = around.samples
     telemetry_summary = telemetry.summarize(samples, marks) if samples is not None else {"off": "telemetry_hz is 0"}
-    if result.metrics is not None and spec.loader not in TIERLESS:
+    if result.metrics is not None and not tierless(spec.loader):
         tier_run.device_read_share(spec, manifest_data, tier, metrics, telemetry_summary)
     parts = {}
     if around.contention is not None:  # foreign CPU and GPU use during the window (contention.py)

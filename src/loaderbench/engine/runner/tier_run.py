@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loaderbench.core.cells import TIERLESS, CellSpec
+from loaderbench.core.cells import CellSpec
 from loaderbench.core.layout import read_root
 from loaderbench.core.records import warning
+from loaderbench.core.registry import tierless
 
 
 def fuse_missing() -> bool:
@@ -45,7 +46,7 @@ def keep_cold(spec: CellSpec, manifest: dict, evict_first: bool = False):
     """A cold path tier is evicted again and again while the cell reads it (`cache.KeepCold`); None for other tiers
     (an emulated tier's mount bypasses the page cache itself, RAM is warm by nature). With `evict_first`, the files
     are evicted once before it starts (a cell's runner has done so already)."""
-    if spec.cache != "cold" or spec.tier_kind != "path" or spec.loader in TIERLESS:
+    if spec.cache != "cold" or spec.tier_kind != "path" or tierless(spec.loader):
         return None
     from loaderbench.data.cache import KeepCold, evict
 
