@@ -46,7 +46,7 @@ def test_every_loader_kind_is_crosschecked_against_its_bare_loop(staged, tmp_pat
         q = r["cell_over_bare"]
         assert r["cell_samples_per_s"][0] > 0 and r["bare_samples_per_s"][0] > 0
         assert q["value"] == pytest.approx(r["cell_samples_per_s"][0] / r["bare_samples_per_s"][0])
-        assert q["low"] < q["value"] < q["high"] and 0.4 < q["value"] < 2.5  # 2 shared cores: +-30% between processes
+        assert q["low"] < q["value"] < q["high"]  # a rate is not asserted: on a shared host it moves by tens of %
     assert (tmp_path / "cells" / "torchvision_disk_g1_b4_fp32_dp_r0.json").is_file()  # a real cell record
     bare = json.loads((tmp_path / "bare" / "torchvision_disk_g1_b4_fp32_dp_r0.json").read_text())
     assert bare["samples_per_s"] == rows[0]["bare_samples_per_s"][0] and bare["workers"] == 1
@@ -56,12 +56,13 @@ def test_a_harness_slowed_on_purpose_reads_below_one_with_an_interval_that_exclu
     tmp, cfg = staged
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(SLOW_CELL.format(delay=0.05))
+    # 0.3 s a step, several times a step's own time on a CPU: a slowdown no noise between processes can hide
+    (site / "sitecustomize.py").write_text(SLOW_CELL.format(delay=0.3))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
     rows = crosscheck(cfg, ["synthetic"], "disk", 4, ["fp32"], 2, tmp / "disk.json", tmp_path / "out")
     q = rows[0]["cell_over_bare"]
     assert rows[0]["status"] == "ok" and q["rounds"] == 2
-    assert q["high"] < 1.0, render(rows)  # the 50 ms a step shows, and the interval says so
+    assert q["high"] < 1.0, render(rows)  # the 300 ms a step shows, and the interval says so
     assert "harness costs the loader" in render(rows)
 
 
