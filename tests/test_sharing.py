@@ -17,6 +17,7 @@ from loaderbench.report.sharing import (
     GPU_SHARED,
     LOADER,
     MODEL,
+    MODEL_CORES,
     ceiling_eff,
     fit_k,
     inverse_softmin,
@@ -138,8 +139,22 @@ def test_on_a_cpu_host_the_step_takes_the_loaders_cores():
     # the pool of 4 cores holds 4/400 + 4/100 core-seconds per sample: 80 samples/s
     assert row["loader_eff"] == pytest.approx(4 / (4 / 400 + 4 / 100))
     assert row["cores_taken"] == pytest.approx(0.8)
-    assert row["limited_by"] == CORES
+    assert row["limited_by"] == MODEL_CORES  # the step's 4/100 core-s a sample fill the cores, not the loader's 4/400
     assert row["loader_gpu_share"] == 0.0
+    recs[1] = record("synthetic", 1000.0, cores=4.0, **kw)  # now the loader's 4/400 outweigh the step's 4/1000
+    assert predict(recs).iloc[0]["limited_by"] == CORES
+
+
+def test_a_slow_model_beside_a_fast_loader_on_a_cpu_host_is_limited_by_the_model():
+    kw = {"device": "cpu", "pinned": False, "host": 2}
+    recs = [
+        record("torchvision", 23.0, model="none", cores=2.0, **kw),
+        record("synthetic", 4.0, cores=2.0, **kw),
+        record("torchvision", 3.3, cores=2.0, **kw),
+    ]
+    row = predict(recs).iloc[0]
+    assert row["loader_eff"] == pytest.approx(2 / (2 / 23 + 2 / 4))  # 3.4/s: below the ceiling's 4
+    assert row["limited_by"] == MODEL_CORES and row["limited_by"].startswith("model")
 
 
 def test_the_gpu_shared_with_the_loaders_decoding_is_named_when_it_limits():

@@ -51,6 +51,9 @@ K_GRID = (*np.geomspace(0.25, 64.0, 257), math.inf)  # the k the fit tries (inf:
 
 LOADER = "loader"
 CORES = "loader, on its share of the host's cores"
+# the loader side binds, but the step's host work takes more of the shared cores than the loader does (the model's
+# compute on a CPU-only host): the model, not the loader, sets the rate
+MODEL_CORES = "model, its host work on the cores it shares with the loader"
 MODEL = "model"
 GPU_SHARED = "GPU shared with the loader's decoding"
 
@@ -395,7 +398,8 @@ def _parts_row(c: Config, alone: Config, ceil: Config) -> dict:
         lacks.append("the loader-alone cell's GPU telemetry (its GPU share taken as 0)")
         u = 0.0
     c_eff = ceiling_eff(ceil.rate, u, alone.rate)
-    limited = _limit(l_eff, c_eff, ceil.rate, u / alone.rate, l_eff < alone.rate * (1 - MISS))
+    step_most = alone.cores_busy is not None and step_cores / ceil.rate > alone.cores_busy / alone.rate
+    limited = _limit(l_eff, c_eff, ceil.rate, u / alone.rate, l_eff < alone.rate * (1 - MISS), step_most)
     return {
         **_describe(c),
         "measured": c.rate,
@@ -431,10 +435,20 @@ def _describe(c: Config) -> dict:
     }
 
 
-def _limit(loader_side: float, gpu_side: float, ceiling: float, device_s_per_sample: float, cores_bound: bool) -> str:
-    """Which part sets the rate: the slower side, and on the GPU side whether the loader's device work counts."""
+def _limit(
+    loader_side: float,
+    gpu_side: float,
+    ceiling: float,
+    device_s_per_sample: float,
+    cores_bound: bool,
+    step_takes_most: bool = False,
+) -> str:
+    """Which part sets the rate: the slower side; on the loader side cut by the shared cores, whose work takes more of
+    them (the step's: the model sets the rate); on the GPU side whether the loader's device work counts."""
     if loader_side <= gpu_side:
-        return CORES if cores_bound else LOADER
+        if cores_bound:
+            return MODEL_CORES if step_takes_most else CORES
+        return LOADER
     return GPU_SHARED if device_s_per_sample > DEVICE_SHARE_NOTABLE / ceiling else MODEL
 
 
@@ -597,7 +611,14 @@ def _scale_row(index: _Index, modes: dict[str, Config], mode: str, n: int, k: fl
         loader_side=loader_side,
         gpu_side=gpu_side,
         predicted=predicted,
-        limited_by=_limit(loader_side, gpu_side, step_gpu, device, loader_side < pipelines * cap * (1 - MISS)),
+        limited_by=_limit(
+            loader_side,
+            gpu_side,
+            step_gpu,
+            device,
+            loader_side < pipelines * cap * (1 - MISS),
+            loader_cores is not None and step_cores / ceil.rate > loader_cores / cap,
+        ),
         error=row["measured"] / predicted - 1 if measured else math.nan,
     )
     row.update(lacks="; ".join(lacks), note="; ".join(notes))
@@ -678,7 +699,7 @@ def _missed_scale(row: dict, mode: str, n: int, k: float) -> str:
         )
         if abs(row["measured"] / with_cm - 1) <= MISS:
             return _missed_text(row, why)
-    loader_bound = row["limited_by"] in (LOADER, CORES)
+    loader_bound = row["limited_by"] in (LOADER, CORES, MODEL_CORES)
     if err < 0 and math.isinf(row["loader_eff_1gpu"]):
         why.append(
             "the loader, not limiting at 1 GPU and so taken to keep up, limits here: its rate alone is unknown "
