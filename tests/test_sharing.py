@@ -22,6 +22,7 @@ from loaderbench.report.sharing import (
     fit_k,
     inverse_softmin,
     predict,
+    render_predict,
     score,
     softmin,
 )
@@ -155,6 +156,24 @@ def test_a_slow_model_beside_a_fast_loader_on_a_cpu_host_is_limited_by_the_model
     row = predict(recs).iloc[0]
     assert row["loader_eff"] == pytest.approx(2 / (2 / 23 + 2 / 4))  # 3.4/s: below the ceiling's 4
     assert row["limited_by"] == MODEL_CORES and row["limited_by"].startswith("model")
+
+
+def test_the_table_prints_slow_rates_with_their_digits_and_each_miss_in_full():
+    recs = [
+        record("synthetic", 4.0),
+        record("torchvision", 23.0, model="none", util=0.0),
+        record("torchvision", 1.37),  # far below both parts
+    ]
+    for i, rate in enumerate((1.5, 2.5, 3.5)):  # three cells at the slower side: the fit takes k = inf
+        recs += [record(f"plug{i}", rate, model="none", util=0.0), record(f"plug{i}", rate)]
+    df = predict(recs)
+    printed = render_predict(df)
+    row = next(line for line in printed.splitlines() if line.lstrip().startswith("torchvision_")).split()
+    assert row[:7] == ["torchvision_ram_g1_b256_amp_dp", "fit", "1.37", "23", "4", "4", "-65.8%"]
+    assert "..." not in printed
+    missed = df.set_index("loader").loc["torchvision", "missed"]
+    assert missed.endswith("hides less than k says)")
+    assert f"  torchvision_ram_g1_b256_amp_dp (fit): {missed}" in printed.splitlines()
 
 
 def test_the_gpu_shared_with_the_loaders_decoding_is_named_when_it_limits():
@@ -357,6 +376,22 @@ def test_loaderbench_predict_on_real_records(tmp_path, capsys):
     assert row["measured"] == pytest.approx(two, rel=1e-5)
     assert "loader-alone cells" in row["lacks"]
     assert pd.read_csv(out).empty
+
+
+def test_loaderbench_predict_names_the_csv_only_where_it_wrote_one(tmp_path, capsys):
+    cells = tmp_path / "run" / "cells"
+    cells.mkdir(parents=True)
+    for lo in ("torchvision", "synthetic"):
+        shutil.copy(ENGINE / f"{lo}_ram_g1_b256_amp_dp_r0.json", cells)  # 1 GPU only: nothing measured at 2
+    assert main(["predict", "--records", str(tmp_path / "run"), "--gpus", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "no n-GPU cell measured to compare with (2 predicted rows not shown: --out writes them)" in printed
+    assert "CSV" not in printed and "csv" not in printed
+    out = tmp_path / "predicted.csv"
+    assert main(["predict", "--records", str(tmp_path / "run"), "--gpus", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"(2 predicted rows in {tmp_path / 'predicted.scale.csv'})" in printed
+    assert len(pd.read_csv(tmp_path / "predicted.scale.csv")) == 2
 
 
 def test_loaderbench_predict_names_a_folder_without_records(tmp_path, capsys):

@@ -768,7 +768,6 @@ def render_predict(df: pd.DataFrame) -> str:
                 "predicted",
                 "error",
                 "limited_by",
-                "missed",
             ],
         ),
         f"median |error|: fit {_pct(fit_error(df))} (how well k fits, not a check)",
@@ -777,15 +776,21 @@ def render_predict(df: pd.DataFrame) -> str:
         lines[-1] += f"; check {_pct(score(df))}"
     except ValueError as e:
         lines[-1] += f"; check: none ({e})"
+    # in full, below the table: a column would cut them
+    lines += [f"  {r.configuration} ({r.role}): {r.missed}" for r in df.itertuples() if r.missed]
     return "\n".join(lines)
 
 
-def render_scale(df: pd.DataFrame) -> str:
-    """The n-GPU predictions the run measured (with their errors and median |error|)."""
+def render_scale(df: pd.DataFrame, csv: str | None = None) -> str:
+    """The n-GPU predictions the run measured (with their errors and median |error|); `csv`: where the predicted rows
+    were written, if they were."""
     measured = df[df["measured"].notna()] if not df.empty else df
     head = f"n-GPU predicted from the 1-GPU cells (k = {_k(df.attrs.get('k'))}: {df.attrs.get('k_basis', '')})"
     if measured.empty:
-        return head + f"\n  no n-GPU cell measured to compare with ({len(df)} predicted rows in the CSV)"
+        if df.empty:
+            return head + "\n  no 1-GPU training cell on a GPU to predict from"
+        where = f"in {csv}" if csv else "not shown: --out writes them"
+        return head + f"\n  no n-GPU cell measured to compare with ({len(df)} predicted rows {where})"
     lines = [
         head,
         _table(
@@ -823,11 +828,20 @@ def _pct(x) -> str:
     return "-" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
 
 
+def _rate(v: float) -> str:
+    """A rate in samples/s: whole numbers from 100, three significant digits below (a CPU host's 1.37, not 1)."""
+    if pd.isna(v):
+        return "-"
+    if np.isinf(v):
+        return "inf"
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def _table(df: pd.DataFrame, cols: list[str]) -> str:
     t = df[cols].copy()
     for c in cols:
         if c == "error":
             t[c] = [f"{100 * v:+.1f}%" if pd.notna(v) else "-" for v in t[c]]
         elif pd.api.types.is_float_dtype(t[c]):
-            t[c] = ["inf" if np.isinf(v) else f"{v:.0f}" if pd.notna(v) else "-" for v in t[c]]
-    return t.to_string(index=False, max_colwidth=70)
+            t[c] = [_rate(v) for v in t[c]]
+    return t.to_string(index=False)
