@@ -153,6 +153,21 @@ def test_the_shown_table_has_a_model_column_only_where_there_are_several():
     assert "Model" not in one and "Predicted samples/s" not in one
 
 
+def test_the_shown_table_gives_each_predictions_role_beside_its_error():
+    """A fit cell's error says how well k was fitted, not how well the model predicts: it is never shown bare."""
+    t = cells_table(repeats_table(TWO_MODELS), BASELINE)
+    confs = pd.Series([f"c{i}" for i in range(len(t))], index=t.index)
+    roles = ["fit" if i % 2 else "check" for i in range(len(t))]
+    pred = pd.DataFrame({"configuration": confs, "predicted": t["samples_per_s"] / 1.05, "error": 0.05, "role": roles})
+    add_predictions(t, confs, pred[t["model"] != "none"])
+    shown = seed_table_frame(t)
+    cols = list(shown.columns)
+    assert cols[cols.index("Prediction error") + 1] == "Prediction role"
+    has = shown[shown["Predicted samples/s"] != "-"]
+    assert set(has["Prediction role"]) == {"fit", "check"}
+    assert set(shown.loc[shown["Predicted samples/s"] == "-", "Prediction role"]) <= {"-"}
+
+
 def predictions_of(records: list[dict], role_of=lambda i: "fit" if i % 2 else "check") -> pd.DataFrame:
     """Made-up predictions in the sharing model's form: each training cell's measured rate missed by 5%."""
     rows = []
@@ -295,7 +310,7 @@ def test_the_bundle_shows_the_model_and_its_figures_only_where_the_grid_has_them
     monkeypatch.setattr(agg, "predictions", lambda records: predictions_of(records))
     page = bundle(tmp_path / "two", TWO_MODELS)
     assert page.count("<th>Model</th>") >= 3  # the table, the verdict and the diagnosis
-    assert "Predicted samples/s" in page
+    assert "Predicted samples/s" in page and "<th>Prediction role</th>" in page
     for name in ("loader_alone", "predicted"):
         assert f"<img src='figures/{name}.png'" in page
         assert (tmp_path / "two/bundle/figures" / f"{name}.svg").is_file()

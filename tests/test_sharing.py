@@ -17,10 +17,12 @@ from loaderbench.report.sharing import (
     GPU_SHARED,
     LOADER,
     MODEL,
+    MODEL_CORES,
     ceiling_eff,
     fit_k,
     inverse_softmin,
     predict,
+    render_predict,
     score,
     softmin,
 )
@@ -138,8 +140,40 @@ def test_on_a_cpu_host_the_step_takes_the_loaders_cores():
     # the pool of 4 cores holds 4/400 + 4/100 core-seconds per sample: 80 samples/s
     assert row["loader_eff"] == pytest.approx(4 / (4 / 400 + 4 / 100))
     assert row["cores_taken"] == pytest.approx(0.8)
-    assert row["limited_by"] == CORES
+    assert row["limited_by"] == MODEL_CORES  # the step's 4/100 core-s a sample fill the cores, not the loader's 4/400
     assert row["loader_gpu_share"] == 0.0
+    recs[1] = record("synthetic", 1000.0, cores=4.0, **kw)  # now the loader's 4/400 outweigh the step's 4/1000
+    assert predict(recs).iloc[0]["limited_by"] == CORES
+
+
+def test_a_slow_model_beside_a_fast_loader_on_a_cpu_host_is_limited_by_the_model():
+    kw = {"device": "cpu", "pinned": False, "host": 2}
+    recs = [
+        record("torchvision", 23.0, model="none", cores=2.0, **kw),
+        record("synthetic", 4.0, cores=2.0, **kw),
+        record("torchvision", 3.3, cores=2.0, **kw),
+    ]
+    row = predict(recs).iloc[0]
+    assert row["loader_eff"] == pytest.approx(2 / (2 / 23 + 2 / 4))  # 3.4/s: below the ceiling's 4
+    assert row["limited_by"] == MODEL_CORES and row["limited_by"].startswith("model")
+
+
+def test_the_table_prints_slow_rates_with_their_digits_and_each_miss_in_full():
+    recs = [
+        record("synthetic", 4.0),
+        record("torchvision", 23.0, model="none", util=0.0),
+        record("torchvision", 1.37),  # far below both parts
+    ]
+    for i, rate in enumerate((1.5, 2.5, 3.5)):  # three cells at the slower side: the fit takes k = inf
+        recs += [record(f"plug{i}", rate, model="none", util=0.0), record(f"plug{i}", rate)]
+    df = predict(recs)
+    printed = render_predict(df)
+    row = next(line for line in printed.splitlines() if line.lstrip().startswith("torchvision_")).split()
+    assert row[:7] == ["torchvision_ram_g1_b256_amp_dp", "fit", "1.37", "23", "4", "4", "-65.8%"]
+    assert "..." not in printed
+    missed = df.set_index("loader").loc["torchvision", "missed"]
+    assert missed.endswith("hides less than k says)")
+    assert f"  torchvision_ram_g1_b256_amp_dp (fit): {missed}" in printed.splitlines()
 
 
 def test_the_gpu_shared_with_the_loaders_decoding_is_named_when_it_limits():
@@ -342,6 +376,22 @@ def test_loaderbench_predict_on_real_records(tmp_path, capsys):
     assert row["measured"] == pytest.approx(two, rel=1e-5)
     assert "loader-alone cells" in row["lacks"]
     assert pd.read_csv(out).empty
+
+
+def test_loaderbench_predict_names_the_csv_only_where_it_wrote_one(tmp_path, capsys):
+    cells = tmp_path / "run" / "cells"
+    cells.mkdir(parents=True)
+    for lo in ("torchvision", "synthetic"):
+        shutil.copy(ENGINE / f"{lo}_ram_g1_b256_amp_dp_r0.json", cells)  # 1 GPU only: nothing measured at 2
+    assert main(["predict", "--records", str(tmp_path / "run"), "--gpus", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "no n-GPU cell measured to compare with (2 predicted rows not shown: --out writes them)" in printed
+    assert "CSV" not in printed and "csv" not in printed
+    out = tmp_path / "predicted.csv"
+    assert main(["predict", "--records", str(tmp_path / "run"), "--gpus", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"(2 predicted rows in {tmp_path / 'predicted.scale.csv'})" in printed
+    assert len(pd.read_csv(tmp_path / "predicted.scale.csv")) == 2
 
 
 def test_loaderbench_predict_names_a_folder_without_records(tmp_path, capsys):

@@ -418,13 +418,13 @@ def cmd_predict(a) -> int:
                 f"({', '.join(sorted(commits[group]))}): taken as one group (records that name no boot or code cannot "
                 "be told apart)"
             )
+    out = Path(a.out) if a.out else None
+    beside = out.with_name(f"{out.stem}.scale.csv") if out else None
     print(render_predict(cells))
     print()
-    print(render_scale(more))
-    if a.out:
-        out = Path(a.out)
+    print(render_scale(more, str(beside) if beside else None))
+    if out:
         atomic_write_text(out, cells.to_csv(index=False, float_format="%.6g"))
-        beside = out.with_name(f"{out.stem}.scale.csv")
         atomic_write_text(beside, more.to_csv(index=False, float_format="%.6g"))
         print(f"wrote {out} and {beside}")
     return 0

@@ -496,7 +496,12 @@ def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
     table = with_model(table)
     rerun = ["spread_before_rerun"] if "spread_before_rerun" in table else []
     divided = "not_divided" in table and any(isinstance(x, str) and x for x in table["not_divided"])
-    predicted = ["predicted", "prediction_error"] if "predicted" in table and table["predicted"].notna().any() else []
+    # a fit cell's error says how well k was fitted, a check cell's how well the model predicts: the role goes beside it
+    predicted = (
+        ["predicted", "prediction_error"] + (["prediction_role"] if "prediction_role" in table else [])
+        if "predicted" in table and table["predicted"].notna().any()
+        else []
+    )
     extra = rerun + (["not_divided"] if divided else [])
     model = ["model"] if table["model"].nunique() > 1 else []
     t = table[
@@ -526,6 +531,8 @@ def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
         t[col] = [_with_ends(v, lo, hi) for v, lo, hi in ends]
     for col in ["spread", *rerun]:
         t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
+    if "prediction_role" in predicted:
+        t["prediction_role"] = [x if isinstance(x, str) and x else "-" for x in t["prediction_role"]]
     if divided:
         t["not_divided"] = [x if isinstance(x, str) else "" for x in t["not_divided"]]
     return to_labels(t)

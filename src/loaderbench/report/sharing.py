@@ -51,6 +51,9 @@ K_GRID = (*np.geomspace(0.25, 64.0, 257), math.inf)  # the k the fit tries (inf:
 
 LOADER = "loader"
 CORES = "loader, on its share of the host's cores"
+# the loader side binds, but the step's host work takes more of the shared cores than the loader does (the model's
+# compute on a CPU-only host): the model, not the loader, sets the rate
+MODEL_CORES = "model, its host work on the cores it shares with the loader"
 MODEL = "model"
 GPU_SHARED = "GPU shared with the loader's decoding"
 
@@ -395,7 +398,8 @@ def _parts_row(c: Config, alone: Config, ceil: Config) -> dict:
         lacks.append("the loader-alone cell's GPU telemetry (its GPU share taken as 0)")
         u = 0.0
     c_eff = ceiling_eff(ceil.rate, u, alone.rate)
-    limited = _limit(l_eff, c_eff, ceil.rate, u / alone.rate, l_eff < alone.rate * (1 - MISS))
+    step_most = alone.cores_busy is not None and step_cores / ceil.rate > alone.cores_busy / alone.rate
+    limited = _limit(l_eff, c_eff, ceil.rate, u / alone.rate, l_eff < alone.rate * (1 - MISS), step_most)
     return {
         **_describe(c),
         "measured": c.rate,
@@ -431,10 +435,20 @@ def _describe(c: Config) -> dict:
     }
 
 
-def _limit(loader_side: float, gpu_side: float, ceiling: float, device_s_per_sample: float, cores_bound: bool) -> str:
-    """Which part sets the rate: the slower side, and on the GPU side whether the loader's device work counts."""
+def _limit(
+    loader_side: float,
+    gpu_side: float,
+    ceiling: float,
+    device_s_per_sample: float,
+    cores_bound: bool,
+    step_takes_most: bool = False,
+) -> str:
+    """Which part sets the rate: the slower side; on the loader side cut by the shared cores, whose work takes more of
+    them (the step's: the model sets the rate); on the GPU side whether the loader's device work counts."""
     if loader_side <= gpu_side:
-        return CORES if cores_bound else LOADER
+        if cores_bound:
+            return MODEL_CORES if step_takes_most else CORES
+        return LOADER
     return GPU_SHARED if device_s_per_sample > DEVICE_SHARE_NOTABLE / ceiling else MODEL
 
 
@@ -597,7 +611,14 @@ def _scale_row(index: _Index, modes: dict[str, Config], mode: str, n: int, k: fl
         loader_side=loader_side,
         gpu_side=gpu_side,
         predicted=predicted,
-        limited_by=_limit(loader_side, gpu_side, step_gpu, device, loader_side < pipelines * cap * (1 - MISS)),
+        limited_by=_limit(
+            loader_side,
+            gpu_side,
+            step_gpu,
+            device,
+            loader_side < pipelines * cap * (1 - MISS),
+            loader_cores is not None and step_cores / ceil.rate > loader_cores / cap,
+        ),
         error=row["measured"] / predicted - 1 if measured else math.nan,
     )
     row.update(lacks="; ".join(lacks), note="; ".join(notes))
@@ -678,7 +699,7 @@ def _missed_scale(row: dict, mode: str, n: int, k: float) -> str:
         )
         if abs(row["measured"] / with_cm - 1) <= MISS:
             return _missed_text(row, why)
-    loader_bound = row["limited_by"] in (LOADER, CORES)
+    loader_bound = row["limited_by"] in (LOADER, CORES, MODEL_CORES)
     if err < 0 and math.isinf(row["loader_eff_1gpu"]):
         why.append(
             "the loader, not limiting at 1 GPU and so taken to keep up, limits here: its rate alone is unknown "
@@ -747,7 +768,6 @@ def render_predict(df: pd.DataFrame) -> str:
                 "predicted",
                 "error",
                 "limited_by",
-                "missed",
             ],
         ),
         f"median |error|: fit {_pct(fit_error(df))} (how well k fits, not a check)",
@@ -756,15 +776,21 @@ def render_predict(df: pd.DataFrame) -> str:
         lines[-1] += f"; check {_pct(score(df))}"
     except ValueError as e:
         lines[-1] += f"; check: none ({e})"
+    # in full, below the table: a column would cut them
+    lines += [f"  {r.configuration} ({r.role}): {r.missed}" for r in df.itertuples() if r.missed]
     return "\n".join(lines)
 
 
-def render_scale(df: pd.DataFrame) -> str:
-    """The n-GPU predictions the run measured (with their errors and median |error|)."""
+def render_scale(df: pd.DataFrame, csv: str | None = None) -> str:
+    """The n-GPU predictions the run measured (with their errors and median |error|); `csv`: where the predicted rows
+    were written, if they were."""
     measured = df[df["measured"].notna()] if not df.empty else df
     head = f"n-GPU predicted from the 1-GPU cells (k = {_k(df.attrs.get('k'))}: {df.attrs.get('k_basis', '')})"
     if measured.empty:
-        return head + f"\n  no n-GPU cell measured to compare with ({len(df)} predicted rows in the CSV)"
+        if df.empty:
+            return head + "\n  no 1-GPU training cell on a GPU to predict from"
+        where = f"in {csv}" if csv else "not shown: --out writes them"
+        return head + f"\n  no n-GPU cell measured to compare with ({len(df)} predicted rows {where})"
     lines = [
         head,
         _table(
@@ -802,11 +828,20 @@ def _pct(x) -> str:
     return "-" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
 
 
+def _rate(v: float) -> str:
+    """A rate in samples/s: whole numbers from 100, three significant digits below (a CPU host's 1.37, not 1)."""
+    if pd.isna(v):
+        return "-"
+    if np.isinf(v):
+        return "inf"
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def _table(df: pd.DataFrame, cols: list[str]) -> str:
     t = df[cols].copy()
     for c in cols:
         if c == "error":
             t[c] = [f"{100 * v:+.1f}%" if pd.notna(v) else "-" for v in t[c]]
         elif pd.api.types.is_float_dtype(t[c]):
-            t[c] = ["inf" if np.isinf(v) else f"{v:.0f}" if pd.notna(v) else "-" for v in t[c]]
-    return t.to_string(index=False, max_colwidth=70)
+            t[c] = [_rate(v) for v in t[c]]
+    return t.to_string(index=False)
