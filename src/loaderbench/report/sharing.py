@@ -546,13 +546,7 @@ def _scale_row(index: _Index, modes: dict[str, Config], mode: str, n: int, k: fl
     if mode not in modes:
         lacks.append(f"a 1-GPU {mode} cell of the loader (its {other} cell used)")
     spec = base.spec
-    ceil = index.find(
-        of=base, loader=CEILING, model=base.model, gpus=1, **_fields(base, "batch_size", "precision"), parallel=mode
-    )
-    if ceil is None:
-        ceil = index.find(of=base, loader=CEILING, model=base.model, gpus=1, **_fields(base, "batch_size", "precision"))
-        if ceil is not None:
-            lacks.append(f"a 1-GPU {mode} ceiling (the {ceil.spec.get('parallel', 'dp')} one used)")
+    ceil = _one_gpu_ceiling(index, base, mode, lacks)
     alone = index.find(
         of=base, model=LOADER_ALONE, gpus=1, **_fields(base, "loader", "tier", "batch_size", "precision", "parallel")
     )
@@ -601,10 +595,7 @@ def _scale_row(index: _Index, modes: dict[str, Config], mode: str, n: int, k: fl
         else pipelines * cap
     )
     device = u / rate_alone  # the loader's GPU seconds per sample
-    if pipelines == n:  # each GPU decodes its own share
-        gpu_side, step_gpu = n / (1 / ceil.rate + device), ceil.rate
-    else:  # one pipeline: its device work on the first GPU, beside that GPU's 1/n of the step
-        gpu_side, step_gpu = 1 / (1 / (n * ceil.rate) + device), n * ceil.rate
+    gpu_side, step_gpu = _gpu_side(pipelines, n, ceil.rate, device)
     predicted = softmin(loader_side, gpu_side, k)
     row.update(
         loader_eff_1gpu=l_eff1,
@@ -624,6 +615,27 @@ def _scale_row(index: _Index, modes: dict[str, Config], mode: str, n: int, k: fl
     row.update(lacks="; ".join(lacks), note="; ".join(notes))
     row["missed"] = _missed_scale(row, mode, n, k)
     return row
+
+
+def _one_gpu_ceiling(index: _Index, base: Config, mode: str, lacks: list) -> Config | None:
+    """The model's 1-GPU ceiling at the loader cell's batch and precision, in `mode` where measured, else the other
+    mode's (said in `lacks`)."""
+    ceil = index.find(
+        of=base, loader=CEILING, model=base.model, gpus=1, **_fields(base, "batch_size", "precision"), parallel=mode
+    )
+    if ceil is None:
+        ceil = index.find(of=base, loader=CEILING, model=base.model, gpus=1, **_fields(base, "batch_size", "precision"))
+        if ceil is not None:
+            lacks.append(f"a 1-GPU {mode} ceiling (the {ceil.spec.get('parallel', 'dp')} one used)")
+    return ceil
+
+
+def _gpu_side(pipelines: int, n: int, ceiling: float, device_s: float) -> tuple[float, float]:
+    """The n-GPU rate the GPUs allow, and the step's rate on the GPU that carries the loader's device work."""
+    if pipelines == n:  # each GPU decodes its own share
+        return n / (1 / ceiling + device_s), ceiling
+    # one pipeline: its device work on the first GPU, beside that GPU's 1/n of the step
+    return 1 / (1 / (n * ceiling) + device_s), n * ceiling
 
 
 def _loader_at_one_gpu(

@@ -48,54 +48,11 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
     real = ok[ok["loader"] != "synthetic"]
     out = []
     for (model, gpus, tier), g in real.groupby(["model", "gpus", "tier"], sort=False):
-        ref_rows = g[g["loader"] == baseline.get("loader")]
-        if len(ref_rows):
-            at = ref_rows[
-                (ref_rows["batch_size"] == baseline.get("batch_size"))
-                & (ref_rows["precision"] == baseline.get("precision"))
-            ]
-            at = at if len(at) else ref_rows
-            # the baseline's parallel mode where measured: the fix is sought in the reference's mode
-            mode = at[at["parallel"] == baseline.get("parallel", "dp")]
-            ref = (mode if len(mode) else at).iloc[0]
-        else:
-            ref = g.loc[g["samples_per_s"].astype(float).idxmin()]
+        ref = _reference(g, baseline)
         others = g[(g["parallel"] == ref["parallel"]) & (g.index != ref.name)]
         faster = others[others["samples_per_s"].astype(float) > float(ref["samples_per_s"])]
-        # the fastest of the cells that can carry a verdict against the reference (a contended or unconverged cell
-        # measured once cannot, nor an implausible one), not merely the fastest: that one is the likeliest to be a
-        # lucky window
-        usable = [(r, q) for r, q in ((r, compare(r, ref)[0]) for _, r in faster.iterrows()) if q is not None]
         _, ref_why = compare(ref, ref)
-        if ref_why is not None:
-            fix: dict = {"verdict": "left out", "text": f"left out: the reference {ref_why}"}
-        elif not len(faster):
-            fix = {"verdict": "none faster", "text": "no faster cell measured"}
-        elif not usable:
-            top = faster.loc[faster["samples_per_s"].astype(float).idxmax()]
-            fix = {"verdict": "left out", "text": f"left out: {compare(top, ref)[1]} (and every other faster cell)"}
-        else:
-            best, q = max(usable, key=lambda rq: float(rq[0]["samples_per_s"]))
-            measured = q.differs_from(1.0)
-            fix = {
-                "cell": cell_name(best),
-                "what": _describe(best),
-                "samples_per_s": float(best["samples_per_s"]),
-                "verdict": "measured" if measured else "no measurable difference",
-                "interval": q.to_dict(),
-                "text": f"{_describe(best)}: {q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
-                + ("" if measured else ", no measurable difference"),
-            }
-        # cells a second measurement may let carry a verdict: the reference, and the candidates faster than the fix
-        # (every faster one where none could carry it), each measured once and contended or not converged
-        beaten = float(fix["samples_per_s"]) if "samples_per_s" in fix else float(ref["samples_per_s"])
-        blocked = [ref] if ref_why is not None else []
-        blocked += [r for _, r in faster.iterrows() if float(r["samples_per_s"]) > beaten]
-        rerun = [cell_name(r) for r in blocked if _rerun_may_help(r)]
-        conv = [read_flag(x) for x in g.get("converged", [])]
-        judged = [c for c in conv if c is not None]
-        hw = [h for h in (_num(x) for x in g.get("halfwidth", [])) if h is not None]
-        reps = [int(x) for x in g.get("repeats_ok", []) if _num(x) is not None]
+        fix = _fix(ref, ref_why, faster)
         out.append(
             {
                 "model": str(model),
@@ -113,18 +70,80 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
                     "step_ms": _num(ref.get("step_ms")),
                 },
                 "fix": fix,
-                "rerun": rerun,
-                "trust": {
-                    "cells": len(g),
-                    "repeats": [min(reps), max(reps)] if reps else None,
-                    "halfwidth_median": float(np.median(hw)) if hw else None,
-                    "converged": [sum(judged), len(judged)],
-                    "contended": int(sum(read_flag(x) is True for x in g.get("contended", []))),
-                    "implausible": int((g["bottleneck"] == "implausible").sum()),
-                },
+                "rerun": _rerun(ref, ref_why, faster, fix),
+                "trust": _trust(g),
             }
         )
     return out
+
+
+def _reference(g: pd.DataFrame, baseline: dict) -> pd.Series:
+    """The group's reference: the baseline loader's cell at the baseline's batch, precision and parallel mode where
+    measured (else its first cell); without the baseline loader, the slowest cell."""
+    ref_rows = g[g["loader"] == baseline.get("loader")]
+    if len(ref_rows):
+        at = ref_rows[
+            (ref_rows["batch_size"] == baseline.get("batch_size"))
+            & (ref_rows["precision"] == baseline.get("precision"))
+        ]
+        at = at if len(at) else ref_rows
+        # the baseline's parallel mode where measured: the fix is sought in the reference's mode
+        mode = at[at["parallel"] == baseline.get("parallel", "dp")]
+        ref = (mode if len(mode) else at).iloc[0]
+    else:
+        ref = g.loc[g["samples_per_s"].astype(float).idxmin()]
+    return ref
+
+
+def _fix(ref: pd.Series, ref_why: str | None, faster: pd.DataFrame) -> dict:
+    """The best measured fix against the reference: the fastest of the `faster` cells that can carry a verdict (a
+    contended or unconverged cell measured once cannot, nor an implausible one), not merely the fastest: that one is
+    the likeliest to be a lucky window; or why there is none."""
+    usable = [(r, q) for r, q in ((r, compare(r, ref)[0]) for _, r in faster.iterrows()) if q is not None]
+    if ref_why is not None:
+        return {"verdict": "left out", "text": f"left out: the reference {ref_why}"}
+    if not len(faster):
+        return {"verdict": "none faster", "text": "no faster cell measured"}
+    if not usable:
+        top = faster.loc[faster["samples_per_s"].astype(float).idxmax()]
+        return {"verdict": "left out", "text": f"left out: {compare(top, ref)[1]} (and every other faster cell)"}
+    best, q = max(usable, key=lambda rq: float(rq[0]["samples_per_s"]))
+    measured = q.differs_from(1.0)
+    return {
+        "cell": cell_name(best),
+        "what": _describe(best),
+        "samples_per_s": float(best["samples_per_s"]),
+        "verdict": "measured" if measured else "no measurable difference",
+        "interval": q.to_dict(),
+        "text": f"{_describe(best)}: {q.value:.2f}x [{q.low:.2f}, {q.high:.2f}]"
+        + ("" if measured else ", no measurable difference"),
+    }
+
+
+def _rerun(ref: pd.Series, ref_why: str | None, faster: pd.DataFrame, fix: dict) -> list[str]:
+    """The cells a second measurement may let carry the verdict: the reference, and the cells faster than the fix
+    (every faster one where none could carry it), each measured once and contended or not converged."""
+    beaten = float(fix["samples_per_s"]) if "samples_per_s" in fix else float(ref["samples_per_s"])
+    blocked = [ref] if ref_why is not None else []
+    blocked += [r for _, r in faster.iterrows() if float(r["samples_per_s"]) > beaten]
+    return [cell_name(r) for r in blocked if _rerun_may_help(r)]
+
+
+def _trust(g: pd.DataFrame) -> dict:
+    """How far to trust a group: its cells, repeats, median interval, converged windows, contended and implausible
+    cells."""
+    conv = [read_flag(x) for x in g.get("converged", [])]
+    judged = [c for c in conv if c is not None]
+    hw = [h for h in (_num(x) for x in g.get("halfwidth", [])) if h is not None]
+    reps = [int(x) for x in g.get("repeats_ok", []) if _num(x) is not None]
+    return {
+        "cells": len(g),
+        "repeats": [min(reps), max(reps)] if reps else None,
+        "halfwidth_median": float(np.median(hw)) if hw else None,
+        "converged": [sum(judged), len(judged)],
+        "contended": int(sum(read_flag(x) is True for x in g.get("contended", []))),
+        "implausible": int((g["bottleneck"] == "implausible").sum()),
+    }
 
 
 def _rerun_may_help(r: pd.Series) -> bool:
