@@ -152,7 +152,8 @@ def test_a_compiled_cell_trains_under_torch_compile(staged, tmp_path):
     assert rec["status"] == "ok", rec.get("reason")
     m = rec["metrics"]
     assert m["compiled"] is True and rec["spec"]["compile"] is True and m["steps"] == 3
-    assert m["input"] == {"dtype": "bfloat16", "channels_last": True}
+    assert m["input"]["dtype"] == "bfloat16" and m["input"]["channels_last"] is True
+    assert m["input"]["delivered_dtype"] == "bfloat16"  # the synthetic batch is made in the autocast dtype
     assert m["warmup_s"] > 0 and m["setup_s"] > 0 and m["startup_s"] > 0
 
 

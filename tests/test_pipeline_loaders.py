@@ -56,7 +56,9 @@ def test_under_amp_every_loader_delivers_the_autocast_dtype_in_channels_last(eve
     """bfloat16 on the CPU, in channels_last, as the model takes it."""
     for lo in LOADERS:
         rec = cell_record(every_loader, f"{lo}_disk-a_g1_b4_amp_dp_r0")
-        assert rec["metrics"]["input"] == {"dtype": "bfloat16", "channels_last": True}, lo
+        given = rec["metrics"]["input"]
+        assert (given["dtype"], given["channels_last"]) == ("bfloat16", True), lo
+        assert isinstance(given["delivered_dtype"], str), lo  # what the loader delivered, before the cast
 
 
 def test_under_fp32_every_loader_delivers_float32(every_loader):
