@@ -24,10 +24,10 @@ def repeats_halfwidth(values: list[float]) -> float:
     return T_95.get(n - 1, Z_95) * statistics.stdev(values) / math.sqrt(n) / mean
 
 
-# The noise between processes a run that repeated no cell is taken to have: the larger of the two this project
-# measured (the median relative standard deviation of a run's repeated cells: 2.4% in the seed's 1-GPU table on an
-# H200, docs/results/2026-12-02-h200/seed-1gpu; 1.7% in docs/results/2026-12-03-h200/shards). A window's own interval
-# holds none of it, so two single windows' ratio without it reads that noise as a difference.
+# The noise between processes a run that repeated no cell is taken to have: the median relative standard deviation of
+# the repeated cells of the seed's 1-GPU table on an H200 (2.4%, docs/results/2026-12-02-h200/seed-1gpu); the shards
+# runs measured 1.7% (run a) and 3.9% (run b), docs/results/2026-12-03-h200/shards, so a run's own can be larger. A
+# window's own interval holds none of it, so two single windows' ratio without it reads that noise as a difference.
 DEFAULT_BETWEEN_NOISE = 0.024
 
 
