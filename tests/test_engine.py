@@ -123,6 +123,19 @@ def test_the_heartbeat_file_carries_steps_phase_time_and_median(tmp_path):
     assert read(tmp_path / "missing") is None
 
 
+def test_a_heartbeat_file_not_yet_written_is_no_beat_and_a_new_one_is_born_with_its_time(tmp_path):
+    """A reader between the file's creation and its first write saw steps 0 at time 0 (CLOCK_MONOTONIC's zero, the
+    boot), and a slow start read as "no step for <uptime> s": a stalled cell. Zeros are no beat; a new file holds
+    its creation time."""
+    from loaderbench.engine.watchdog import _SIZE
+
+    (tmp_path / "zeros").write_bytes(b"\0" * _SIZE)
+    assert read(tmp_path / "zeros") is None
+    Heartbeat(tmp_path / "hb")
+    beat = read(tmp_path / "hb")
+    assert beat.steps == 0 and beat.phase == "startup" and abs(time.monotonic() - beat.last) < 5
+
+
 def test_the_plan_reserves_the_highest_cores_for_launching_and_leaves_at_least_two():
     assert placement.plan({0, 1, 2, 3}, 1) == placement.Placement((3,), (0, 1, 2))
     assert placement.plan(set(range(16)), 2) == placement.Placement((15, 14), tuple(range(14)))

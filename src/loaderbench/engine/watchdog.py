@@ -46,7 +46,8 @@ class Heartbeat:
         self._stacks = None
         if path is not None:
             with open(path, "w+b") as f:
-                f.write(b"\0" * _SIZE)
+                now = time.monotonic()  # born with a time: a file of zeros would read as a beat at the boot
+                f.write(struct.pack(_FORMAT, 0, 0, now, 0.0, now).ljust(_SIZE, b"\0"))
                 f.flush()
                 self._map = mmap.mmap(f.fileno(), _SIZE)
         if stacks is not None:
@@ -88,7 +89,7 @@ def read(path: Path) -> Beat | None:
     if len(data) < _SIZE:
         return None
     steps, phase, last, median, _ = struct.unpack_from(_FORMAT, data)
-    if not 0 <= phase < len(PHASES):
+    if not 0 <= phase < len(PHASES) or last <= 0:  # not written yet: no beat, not one at the boot
         return None
     return Beat(steps, PHASES[phase], last, median or None)
 
