@@ -86,17 +86,18 @@ def cmd_run(a) -> int:
         say(line)
     started = time.time()
     run = run_id()  # set here, so every job of every pass below names this run
+    cells = cell_ids(cfg)
     rc = snakemake(command, log, Follower(root, predicted_seconds(cfg, root), started), started)
     passes = [
         (
-            lambda: {} if a.keep_other_groups else stale_cells_of(cfg, root, run),
+            lambda: {} if a.keep_other_groups else stale_cells_of(cells, root, run),
             (
                 "they were measured on another boot, code or stack than the cells this run measured, and Speed, GPU "
                 "Efficiency and AU divide only cells that compare"
             ),
         ),
         (
-            lambda: {} if a.no_retry else blocked_cells_of(cfg, root, started),
+            lambda: {} if a.no_retry else blocked_cells_of(cells, root, started),
             "a verdict needs them, and their one window was contended or did not converge",
         ),
     ]
@@ -111,7 +112,6 @@ def cmd_run(a) -> int:
             again_command = [*command[:-2], *forced, *command[-2:]]
             follower = Follower(root, {}, started)  # the plan counts these cells as done: no time left to say
             rc = snakemake(again_command, log, follower, started, append=True)
-    cells = cell_ids(cfg)
     outcomes = cell_outcomes(root, cells)
     if rc != 0:
         say_outcomes(root, outcomes, len(cells), None)
@@ -149,8 +149,8 @@ def snakemake(command: list[str], log: Path, follower: Follower, started: float,
     return rc
 
 
-def blocked_cells_of(cfg: dict, root: Path, started: float) -> dict[str, str]:
-    """The grid's cells that the verdict this run wrote needs and that were contended or did not converge
+def blocked_cells_of(cells: list[str], root: Path, started: float) -> dict[str, str]:
+    """The grid's `cells` that the verdict this run wrote needs and that were contended or did not converge
     (`verdict.json`'s `rerun`); none where this run wrote no verdict (a dry run, `--until`, nothing to do)."""
     from loaderbench.core.cells import parse_cell_id
     from loaderbench.report.diagnose import cell_name
@@ -163,20 +163,17 @@ def blocked_cells_of(cfg: dict, root: Path, started: float) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     names = {name: f"needed by the verdict on {v['tier']}" for v in verdicts for name in v.get("rerun") or []}
-    return {
-        cid: names[cell_name(parse_cell_id(cid))] for cid in cell_ids(cfg) if cell_name(parse_cell_id(cid)) in names
-    }
+    named = {cid: cell_name(parse_cell_id(cid)) for cid in cells}
+    return {cid: names[name] for cid, name in named.items() if name in names}
 
 
-def stale_cells_of(cfg: dict, root: Path, run: str) -> dict[str, str]:
-    """The grid's cells to measure again so that they compare with those run `run` measured (`plan.regroup`)."""
+def stale_cells_of(cells: list[str], root: Path, run: str) -> dict[str, str]:
+    """The grid's `cells` to measure again so that they compare with those run `run` measured (`plan.regroup`)."""
     from loaderbench.core.records import load_records
     from loaderbench.plan.regroup import stale_cells
 
-    grid = cell_ids(cfg)
-    files = [root / RESULTS.cell(c) for c in grid if (root / RESULTS.cell(c)).is_file()]
-    records, _ = load_records(files)
-    return stale_cells(records, run, grid)
+    records, _ = load_records([root / RESULTS.cell(c) for c in cells if (root / RESULTS.cell(c)).is_file()])
+    return stale_cells(records, run, cells)
 
 
 def say(line: str) -> None:

@@ -22,7 +22,8 @@ def _model(record: dict) -> str:
 def stale_cells(records: Iterable[dict], run_id: str, grid: Iterable[str]) -> dict[str, str]:
     """The cells of `grid` to measure again, each with why: the ok records of a model that run `run_id` measured,
     whose comparison group is not that of the newest record `run_id` wrote for the model."""
-    records = [r for r in records if r.get("cell_id") in set(grid)]
+    wanted = set(grid)
+    records = [r for r in records if r.get("cell_id") in wanted]
     now: dict[str, dict] = {}
     for r in records:
         if (r.get("provenance") or {}).get("run_id") == run_id and r.get("status") == "ok":

@@ -353,12 +353,13 @@ def _within_one_group(t: pd.DataFrame, baseline_groups: dict) -> None:
             "gpu_efficiency": ("GPU Efficiency: the 1-GPU cell", one.get(_one_gpu_key(r))),
             "au": ("AU: the synthetic ceiling", ceiling.get(tuple(r[k] for k in AU_BY))),
         }
+        mixed = divisible(r["compare_group"], r["compare_group"])  # its own repeats span groups: it divides nothing
         why = []
         for col, (what, group) in divisors.items():
-            reason = divisible(r["compare_group"], group)
+            reason = mixed or divisible(r["compare_group"], group)
             if pd.notna(r[col]) and reason:
                 t.loc[i, col] = np.nan
-                why.append(f"{what} is not comparable ({reason})" if not reason.startswith("its repeats") else reason)
+                why.append(mixed or f"{what} is not comparable ({reason})")
         notes.append("; ".join(dict.fromkeys(why)))
     t["not_divided"] = notes
 

@@ -301,6 +301,18 @@ def cell_name(r) -> str:
     return name if model == DEFAULT_MODEL else f"{name}/model={model}"
 
 
+def disturbed_once(r: pd.Series) -> str | None:
+    """Why a cell measured once cannot carry a recommendation on its own (its window was contended, or did not
+    converge), where it was; None for a cell with repeats or an undisturbed window. A second measurement may lift it."""
+    if pd.notna(r.get("repeats_ok")) and r.get("repeats_ok") >= 2:
+        return None
+    if read_flag(r.get("contended")) is True:
+        return f"{cell_name(r)} was contended (other processes used the host in its window); rerun it"
+    if read_flag(r.get("converged")) is False:
+        return f"{cell_name(r)}: its window did not converge and it has no repeats"
+    return None
+
+
 def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
     """a's rate over b's with its interval (`uncertainty`), or None and why the pair carries no recommendation: a
     cell measured once that was contended or did not converge never does on its own, nor a cold-tier cell whose
@@ -317,11 +329,8 @@ def compare(a: pd.Series, b: pd.Series) -> tuple[Ratio | None, str | None]:
                 f"{cell_name(r)} delivered more than its compute ceiling (AU {_fmt(r.get('au', np.nan), '', 2)}, "
                 "implausible): check its batches and the ceiling cell"
             )
-        alone = not (pd.notna(r.get("repeats_ok")) and r.get("repeats_ok") >= 2)
-        if alone and read_flag(r.get("contended")) is True:
-            return None, f"{cell_name(r)} was contended (other processes used the host in its window); rerun it"
-        if alone and read_flag(r.get("converged")) is False:
-            return None, f"{cell_name(r)}: its window did not converge and it has no repeats"
+        if why := disturbed_once(r):
+            return None, why
         if not pd.notna(r.get("halfwidth")):
             return None, f"{cell_name(r)} has no interval"
         share = r.get("device_read_share")

@@ -25,7 +25,7 @@ from loaderbench.core.cells import CONFIG_KEYS
 from loaderbench.core.util import atomic_write_text
 
 from .columns import device_text, on_gpu, read_table, trains, with_model
-from .diagnose import cell_name, compare, read_flag
+from .diagnose import cell_name, compare, disturbed_once, read_flag
 
 
 def _describe(r: pd.Series) -> str:
@@ -126,7 +126,7 @@ def _rerun(ref: pd.Series, ref_why: str | None, faster: pd.DataFrame, fix: dict)
     beaten = float(fix["samples_per_s"]) if "samples_per_s" in fix else float(ref["samples_per_s"])
     blocked = [ref] if ref_why is not None else []
     blocked += [r for _, r in faster.iterrows() if float(r["samples_per_s"]) > beaten]
-    return [cell_name(r) for r in blocked if _rerun_may_help(r)]
+    return [cell_name(r) for r in blocked if disturbed_once(r) is not None]
 
 
 def _trust(g: pd.DataFrame) -> dict:
@@ -144,12 +144,6 @@ def _trust(g: pd.DataFrame) -> dict:
         "contended": int(sum(read_flag(x) is True for x in g.get("contended", []))),
         "implausible": int((g["bottleneck"] == "implausible").sum()),
     }
-
-
-def _rerun_may_help(r: pd.Series) -> bool:
-    """A cell measured once whose window was contended or did not converge: measured again, it may carry a verdict."""
-    once = not (_num(r.get("repeats_ok")) is not None and _num(r.get("repeats_ok")) >= 2)
-    return once and (read_flag(r.get("contended")) is True or read_flag(r.get("converged")) is False)
 
 
 def write_verdict(d: pd.DataFrame, baseline: dict, out_dir: Path) -> None:

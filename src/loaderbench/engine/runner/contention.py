@@ -56,7 +56,8 @@ def other_processes_cpu_s(tree: set[int], names: dict[int, str]) -> dict[int, fl
         if p.pid in tree or p.info["cpu_times"] is None:
             continue
         out[p.pid] = p.info["cpu_times"].user + p.info["cpu_times"].system
-        names.setdefault(p.pid, _described(p))
+        if p.pid not in names:  # once a process: reading its command line every second costs the cell's sampler
+            names[p.pid] = _described(p)
     return out
 
 
