@@ -17,7 +17,7 @@ from pathlib import Path
 from loaderbench.core.cells import CellSpec
 from loaderbench.core.util import atomic_write_json
 
-TRAIN_MODULE = "loaderbench.engine.process.train"  # the measuring process: `python -m TRAIN_MODULE --order FILE`
+ENTRY_MODULE = "loaderbench.engine.process.entry"  # the measuring process: `python -m ENTRY_MODULE --order FILE`
 
 
 @dataclass(frozen=True)
