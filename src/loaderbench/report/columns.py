@@ -61,7 +61,7 @@ CELLS = {
     "tier_sequential_mb_s": "Tier sequential MB/s",  # the tier probe: one reader streaming
     "tier_files_s": "Tier files/s",  # the tier probe: random whole-file reads, the most any reader count got
     "warnings": "Warnings",
-    # the rate the sharing model predicts for the cell (report/sharing.py)
+    # the rate the sharing model predicts for the cell (whatif.onegpu)
     "predicted": "Predicted samples/s",
     "prediction_error": "Prediction error",  # measured / predicted - 1
     "prediction_role": "Prediction role",  # fit: the cell set the model's parameter; check: it tests the model
