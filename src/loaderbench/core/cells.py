@@ -13,12 +13,6 @@ from .layout import staged_root, tier_read_path
 from .pluginsource import plugin_identity
 from .registry import DEFAULT_MODEL, NO_MODEL, tierless
 
-PRECISIONS = ("fp32", "amp")
-
-
-PARALLEL = ("dp", "ddp")
-
-
 CELL_ID_RE = re.compile(
     r"^(?P<loader>[a-z0-9-]+)_(?P<tier>[a-z][a-z0-9-]*)_g(?P<gpus>[1-9]\d*)_b(?P<batch_size>[1-9]\d*)"
     r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)(?:_(?P<model>[a-z0-9](?:[a-z0-9_-]*[a-z0-9])?))?_r(?P<repeat>\d+)$"

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from loaderbench.core.cells import CellSpec
+from loaderbench.core.records import STATUSES
 from loaderbench.core.util import atomic_write_json
 
 ENTRY_MODULE = "loaderbench.engine.process.entry"  # the measuring process: `python -m ENTRY_MODULE --order FILE`
@@ -46,9 +47,6 @@ class Order:
     def read(cls, path: Path) -> Order:
         d = json.loads(Path(path).read_text())
         return cls(CellSpec.from_dict(d["spec"]), Path(d["manifest"]), Path(d["out"]), float(d["timeout_s"]))
-
-
-STATUSES = ("ok", "skipped", "failed")
 
 
 @dataclass
