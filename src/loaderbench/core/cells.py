@@ -151,7 +151,7 @@ class CellSpec:
 
 
 # Which config key sets which CellSpec field for every cell, read off the fields (`_from_config`).
-CONFIG_KEYS = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "config_key" in f.metadata}
+CONFIG_KEY_OF = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "config_key" in f.metadata}
 
 
 # Settings of some loaders only (`_from_config(loaders=...)`): field -> (its loaders, its default)
@@ -295,7 +295,7 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     if in_grid and part is None:
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     tier = cfg["storage"][d["tier"]]
-    settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
+    settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEY_OF.items()}
     ref = cfg.get("plugins", {}).get(d["loader"])
     model_ref = (cfg.get("model_plugins") or {}).get(d["model"])
     return CellSpec(
