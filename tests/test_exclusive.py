@@ -22,6 +22,7 @@ import pytest
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.provenance import RUN_ID_ENV
 from loaderbench.core.records import validate_record
+from loaderbench.engine.contract import ENTRY_MODULE
 from tests.conftest import REPO, staged_disk, tiny_config, write_config
 
 PY = sys.executable
@@ -257,7 +258,7 @@ def cell_processes(workdir: Path) -> list[psutil.Process]:
         cmd = p.info["cmdline"] or []
         if p.info["status"] == psutil.STATUS_ZOMBIE or p.info["cwd"] != str(workdir):
             continue
-        if "run-cell" in cmd or "loaderbench.engine.process.train" in cmd:
+        if "run-cell" in cmd or ENTRY_MODULE in cmd:
             out.append(p)
     return out
 

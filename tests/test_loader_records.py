@@ -13,8 +13,9 @@ from loaderbench.core.config import validate_config
 from loaderbench.core.registry import PLUGIN, LoaderRecord, loader_record, loaders_where, plugin_record
 from loaderbench.experiments import tune
 from loaderbench.experiments.tune import knobs
-from loaderbench.report import aggregate, diagnose, sharing
-from loaderbench.report.sharing import scale
+from loaderbench.report import aggregate, diagnose
+from loaderbench.whatif import measured, model, ngpu, onegpu
+from loaderbench.whatif.ngpu import scale
 from tests.conftest import cells_with_au
 from tests.test_diagnose import cell, row
 from tests.test_sharing import record
@@ -40,7 +41,7 @@ def test_the_scattered_lists_are_gone():
         registry: ("SHARD_LOADERS", "BACKLOG"),
         cells: ("TIERLESS",),
         diagnose: ("GPU_PREP_LOADERS", "HOST_LOADERS"),
-        sharing: ("DEVICE_WORK", "DP_PER_GPU", "DDP_SINGLE"),
+        **{m: ("DEVICE_WORK", "DP_PER_GPU", "DDP_SINGLE") for m in (measured, model, onegpu, ngpu)},
         tune: ("GPU_WORK",),
         aggregate: ("ONE_GPU_BASELINE",),
     }

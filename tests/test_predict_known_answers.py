@@ -1,4 +1,4 @@
-"""Known answers for the prediction of a cell's rate from its parts (report/sharing.py): each test is built so that
+"""Known answers for the prediction of a cell's rate from its parts (the `whatif` package): each test is built so that
 one plausible wrong formula gives another number, and the published predictions are recomputed from their records."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from conftest import REPO
 from test_sharing import record
 
 from loaderbench.core.records import read_record
-from loaderbench.report.sharing import CORES, K_GRID, LOADER, fit_error, fit_k, predict, scale, score, softmin
+from loaderbench.whatif.model import CORES, K_GRID, LOADER, fit_k, softmin
+from loaderbench.whatif.ngpu import scale
+from loaderbench.whatif.onegpu import fit_error, predict, score
 
 MODELS = REPO / "docs/results/2026-12-04-h200/models"
 

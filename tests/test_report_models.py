@@ -15,12 +15,12 @@ from loaderbench.report import aggregate as agg
 from loaderbench.report import figures
 from loaderbench.report.aggregate import add_predictions, aggregate, cells_table, repeats_table, seed_table_frame
 from loaderbench.report.bundle import make_bundle
-from loaderbench.report.claims import parse_cell
 from loaderbench.report.columns import read_table
 from loaderbench.report.diagnose import diagnose, recommendations
 from loaderbench.report.diagnose import run as diagnose_run
 from loaderbench.report.figure_list import REGISTRY, load_captions
 from loaderbench.report.verdict import render_html, verdicts, write_verdict
+from tests.claims import parse_cell
 
 BASELINE = {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 256, "precision": "amp", "parallel": "dp"}
 

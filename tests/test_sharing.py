@@ -1,4 +1,4 @@
-"""The prediction of a cell's rate from its parts (report/sharing.py): the arithmetic on constructed records, the fit
+"""The prediction of a cell's rate from its parts (the `whatif` package): the arithmetic on constructed records, the fit
 on one model and its check on another, the n-GPU scaling, and `loaderbench predict` on real records."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO
 
 from loaderbench.cli import main
-from loaderbench.report.sharing import (
+from loaderbench.whatif.model import (
     CORES,
     GPU_SHARED,
     LOADER,
@@ -21,12 +21,11 @@ from loaderbench.report.sharing import (
     ceiling_eff,
     fit_k,
     inverse_softmin,
-    predict,
-    render_predict,
-    score,
     softmin,
 )
-from loaderbench.report.sharing import scale as scale_of
+from loaderbench.whatif.ngpu import scale as scale_of
+from loaderbench.whatif.onegpu import predict, score
+from loaderbench.whatif.render import render_predict
 
 ENGINE = REPO / "docs/results/2026-11-30-h200x2/engine/bundle/cells"
 

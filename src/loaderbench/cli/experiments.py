@@ -375,7 +375,7 @@ def cmd_predict(a) -> int:
     from loaderbench.core.comparable import group_of
     from loaderbench.core.records import CorruptRecord, read_record
     from loaderbench.core.util import atomic_write_text
-    from loaderbench.report.sharing import predict, render_predict, render_scale, scale
+    from loaderbench.whatif import predict, render_predict, render_scale, scale
 
     records, folders, commits, seen = [], {}, {}, set()
     for d in a.records:

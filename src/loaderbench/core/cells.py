@@ -13,12 +13,6 @@ from .layout import staged_root, tier_read_path
 from .pluginsource import plugin_identity
 from .registry import DEFAULT_MODEL, NO_MODEL, tierless
 
-PRECISIONS = ("fp32", "amp")
-
-
-PARALLEL = ("dp", "ddp")
-
-
 CELL_ID_RE = re.compile(
     r"^(?P<loader>[a-z0-9-]+)_(?P<tier>[a-z][a-z0-9-]*)_g(?P<gpus>[1-9]\d*)_b(?P<batch_size>[1-9]\d*)"
     r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)(?:_(?P<model>[a-z0-9](?:[a-z0-9_-]*[a-z0-9])?))?_r(?P<repeat>\d+)$"
@@ -157,7 +151,7 @@ class CellSpec:
 
 
 # Which config key sets which CellSpec field for every cell, read off the fields (`_from_config`).
-CONFIG_KEYS = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "config_key" in f.metadata}
+CONFIG_KEY_OF = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "config_key" in f.metadata}
 
 
 # Settings of some loaders only (`_from_config(loaders=...)`): field -> (its loaders, its default)
@@ -301,7 +295,7 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     if in_grid and part is None:
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     tier = cfg["storage"][d["tier"]]
-    settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
+    settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEY_OF.items()}
     ref = cfg.get("plugins", {}).get(d["loader"])
     model_ref = (cfg.get("model_plugins") or {}).get(d["model"])
     return CellSpec(

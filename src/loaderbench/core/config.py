@@ -16,7 +16,7 @@ import yaml
 from .cells import (
     CAPTURED,
     CELL_ID_RE,
-    CONFIG_KEYS,
+    CONFIG_KEY_OF,
     STEP_SETTINGS,
     ConfigError,
     config_models,
@@ -479,7 +479,7 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path, find_plugins: bool = Fa
     if not given:
         cfg["parts"] = [_part("grid", cfg, "")]
         return
-    settable = set(AXES) | {key.split(".")[0] for key in CONFIG_KEYS.values()} | {"name", "note"}
+    settable = set(AXES) | {key.split(".")[0] for key in CONFIG_KEY_OF.values()} | {"name", "note"}
     base = {k: v for k, v in raw.items() if k not in STUDY_KEYS}
     parts, owner = [], {}
     for i, p in enumerate(given):
@@ -526,7 +526,7 @@ def _part(name: str, cfg: dict, note: str) -> dict:
         "name": name,
         "note": note,
         **{k: cfg[k] for k in AXES},
-        "settings": {f: config_value(cfg, key) for f, key in CONFIG_KEYS.items()},
+        "settings": {f: config_value(cfg, key) for f, key in CONFIG_KEY_OF.items()},
     }
 
 

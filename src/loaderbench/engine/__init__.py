@@ -3,7 +3,7 @@
 - `runner/`: the cell job's side (the Snakemake job, `run-cell`): `runcell` starts the measuring processes under the
   host lock (`hostlock`), forked by the warm-start server (`warmclient`) or fresh, prepares the tier (`tier_run`),
   watches the processes (`telemetry`, `contention`, the heartbeats) and writes the record.
-- `process/`: a measuring process: `train` takes its order, trains the cell (`measure`: the loader, the step,
+- `process/`: a measuring process: `entry` takes its order, trains the cell (`measure`: the loader, the step,
   `parallel` for dp and ddp) for a timed window (`window`, `bursts`, `batchmeans`), turns it into the cell's
   metrics (`metrics`), splits a step on the GPU (`stepprofile`), and hands back its outcome; `warmstart` is the fork
   server those processes start from.

@@ -1,5 +1,5 @@
 """The cell's training step and what its loader is built from: the device, cuDNN's settings, the dtypes, the
-model with its loss and optimizer, the cold step's batch and the LoaderContext. Shared by the cell (`train`), the
+model with its loss and optimizer, the cold step's batch and the LoaderContext. Shared by the cell (`measure`), the
 ceiling's and the crosscheck's bare loops, so that all three run the same step on the same loader."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from loaderbench.core.cells import CAPTURED, CONFIG_KEYS, STEP_SETTINGS, cell_id, cell_spec, config_models
+from loaderbench.core.cells import CAPTURED, CONFIG_KEY_OF, STEP_SETTINGS, cell_id, cell_spec, config_models
 from loaderbench.core.config import ConfigError
 from loaderbench.core.registry import DEFAULT_MODEL, NO_MODEL, LoaderRecord, loader_record, plugin_record
 from loaderbench.core.uncertainty import Ratio, ratio
@@ -365,7 +365,7 @@ def _report(t: Tuner, best: dict, space: dict, progress: dict) -> dict:
     gain = t.against(best, {}) if best else None
     snippet = {}
     for field, value in best.items():
-        *parents, leaf = CONFIG_KEYS[field].split(".")
+        *parents, leaf = CONFIG_KEY_OF[field].split(".")
         node = snippet
         for p in parents:
             node = node.setdefault(p, {})

@@ -260,7 +260,7 @@ def _io_rate(spec: CellSpec, host: Host, mean_bytes: float) -> float | None:
 
 
 def _runs_here(spec: CellSpec, host: Host) -> str | None:
-    """Why the cell is skipped on `host` (train.py: more GPUs than there are; dp with gpus > 1 on a CPU), else None."""
+    """Why the cell is skipped on `host` (`entry.run`: more GPUs than there are; dp with gpus > 1 on a CPU), else None."""
     have = len(host.gpu_models)
     if host.kind == "gpu" and spec.gpus > have:
         return f"skipped there: {spec.gpus} GPUs wanted, {have} present"

@@ -446,7 +446,7 @@ def aggregate(
     return table
 
 
-# the sharing model's columns (report/sharing.py) -> the cells table's
+# the sharing model's columns (whatif.onegpu) -> the cells table's
 PREDICTED = {
     "predicted": "predicted",
     "error": "prediction_error",
@@ -456,8 +456,8 @@ PREDICTED = {
 
 
 def predictions(records: list[dict]) -> pd.DataFrame:
-    """The sharing model's prediction of each configuration of `records` that has its parts (`sharing.predict`)."""
-    from .sharing import predict  # sharing reads records as this module tabulates them: imported where used
+    """The sharing model's prediction of each configuration of `records` that has its parts (`whatif.predict`)."""
+    from loaderbench.whatif import predict
 
     return predict(records)
 

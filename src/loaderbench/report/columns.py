@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from loaderbench.core.registry import DEFAULT_MODEL
+from loaderbench.core.registry import NO_MODEL as LOADER_ALONE
+
 # The seed's table, its exact labels in its order (../shared/seed/README.md).
 SEED = {
     "loader": "Dataloader",
@@ -22,8 +25,6 @@ SEED = {
 }
 SEED_COLUMNS = list(SEED)
 KEYS = ["loader", "model", "tier", "gpus", "batch_size", "precision", "parallel"]  # one configuration (repeats aside)
-DEFAULT_MODEL = "mobilenet_v2"  # the model of a record, or a table, that names none (made before models were an axis)
-LOADER_ALONE = "none"  # the model of a cell that runs the loader alone: a measurement of the loader, not of training
 
 # cells.csv and diagnosis.csv: every column has a label
 CELLS = {
@@ -61,7 +62,7 @@ CELLS = {
     "tier_sequential_mb_s": "Tier sequential MB/s",  # the tier probe: one reader streaming
     "tier_files_s": "Tier files/s",  # the tier probe: random whole-file reads, the most any reader count got
     "warnings": "Warnings",
-    # the rate the sharing model predicts for the cell (report/sharing.py)
+    # the rate the sharing model predicts for the cell (whatif.onegpu)
     "predicted": "Predicted samples/s",
     "prediction_error": "Prediction error",  # measured / predicted - 1
     "prediction_role": "Prediction role",  # fit: the cell set the model's parameter; check: it tests the model

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from loaderbench.core.cells import CONFIG_KEYS
+from loaderbench.core.cells import CONFIG_KEY_OF
 from loaderbench.core.util import atomic_write_text
 
 from .columns import device_text, on_gpu, read_table, trains, with_model
@@ -156,7 +156,7 @@ def setting_text(loader: str, settings: dict) -> str:
     `dali-sc with step_stream_priority: high, dali.hw_decoder_load: 1.0`."""
     if not settings:
         return loader
-    shown = [f"{CONFIG_KEYS.get(k, k)}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items()]
+    shown = [f"{CONFIG_KEY_OF.get(k, k)}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items()]
     return f"{loader} with {', '.join(shown)}"
 
 

@@ -1,5 +1,5 @@
 """One cell's measurement inside its process: build the loader and the model, place the threads, warm up, time a
-window (`window`) and summarise it (`metrics`). `train` runs it as the measuring process's entry point."""
+window (`window`) and summarise it (`metrics`). `entry` runs it as the measuring process's entry point."""
 
 from __future__ import annotations
 
@@ -214,7 +214,7 @@ def measure_in(run: CellRun, t_start: float, since_process_start: float | None, 
     ranks = parallel.gather(run.dist, run.rank_summary(win))
     rss = _process_tree_rss_mb()
     # the workers are not shut down one by one (seconds of joins): the process ends with os._exit once its record is
-    # written, and its workers are killed with it (`train.main`)
+    # written, and its workers are killed with it (`entry.main`)
     KEEP.append(run.batches)
     if not run.dist.is_main:
         return None
@@ -402,7 +402,7 @@ def _process_tree_rss_mb() -> float | None:
 
 
 def _peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM, which `train.reset_for_next_cell` resets), else getrusage's."""
+    """This process's peak resident memory (VmHWM, which `entry.reset_for_next_cell` resets), else getrusage's."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

@@ -1,6 +1,6 @@
 """Cell job: run the measurement in a fresh child process and always leave a complete record.
 
-The child (`python -m loaderbench.engine.process.train --order FILE`, `contract.Order`) reports ok/skipped/failed
+The child (`python -m loaderbench.engine.process.entry --order FILE`, `contract.Order`) reports ok/skipped/failed
 with its metrics (`contract.Outcome`); this parent covers what the child cannot (death by a signal, a stall, a hang past the cell timeout), adds what it measured around the child
 (tier, telemetry, contention, provenance, phases) and builds the record, once (`records.make_record`).
 The record reaches `out` only by an atomic rename, so an interrupted run never leaves a truncated file, and before the
@@ -48,7 +48,7 @@ from loaderbench.core.util import (
 )
 
 from .. import placement
-from ..contract import TRAIN_MODULE, Order, Outcome
+from ..contract import ENTRY_MODULE, Order, Outcome
 from ..watchdog import Beat, StallRule, describe, heartbeat_path, read, request_stacks, stacks_path
 from . import contention as _contention
 from . import hostlock, telemetry, tier_run, warmclient
@@ -427,7 +427,7 @@ def _spawn_ranks(
         procs.append(
             proc
             or subprocess.Popen(
-                [sys.executable, "-m", TRAIN_MODULE, *args],
+                [sys.executable, "-m", ENTRY_MODULE, *args],
                 preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
                 env=env,
             )
@@ -485,7 +485,7 @@ def _record(job: _Job, manifest_data: dict, result: Outcome, around: _Around) ->
 
 
 def _outcome(scratch: _Scratch, culprit: int | None, why: str | None, absent: bool) -> Outcome:
-    """What the measuring processes reported (train.outcome), or, where they could not (killed, stalled, timed out,
+    """What the measuring processes reported (entry.outcome), or, where they could not (killed, stalled, timed out,
     host busy, tier not prepared), the runner's own failed or skipped outcome with its reason."""
     rank0 = Outcome.read(scratch.outcome)
     if culprit:

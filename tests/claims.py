@@ -27,10 +27,9 @@ import pandas as pd
 
 from loaderbench.core.comparable import SEVERAL
 from loaderbench.core.records import read_record
+from loaderbench.core.registry import DEFAULT_MODEL
 from loaderbench.core.uncertainty import Ratio, quotient, ratio
-
-from .aggregate import add_tier_rates, cells_table, repeats_table
-from .columns import DEFAULT_MODEL
+from loaderbench.report.aggregate import add_tier_rates, cells_table, repeats_table
 
 MARKER = re.compile(r"<!--c:([A-Za-z0-9_.\-]+)-->")
 NUM = r"\d[\d,]*(?:\.\d+)?"
