@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from loaderbench.core.cells import cell_spec
-from loaderbench.core.config import ConfigError, measured_models
+from loaderbench.core.config import ConfigError
+from loaderbench.core.resolve import measured_models
 from loaderbench.core.layout import RESULTS, Layout
 from loaderbench.core.registry import NO_MODEL
 
@@ -262,7 +263,7 @@ def cmd_crosscheck(a) -> int:
     out = Path(a.out or Layout(a.results).crosscheck)
     if a.rounds < 1:
         raise ConfigError("--rounds: at least 1")
-    from loaderbench.core.config import resolve_loaders
+    from loaderbench.core.resolve import resolve_loaders
 
     loaders = resolve_loaders(cfg, a.loaders, "--loaders")  # built-ins, the config's plugins, or 'module:factory'
     models = measured_models(cfg, a.model)
@@ -297,7 +298,7 @@ def cmd_tune(a) -> int:
     batch = a.batch_size or cfg["batch_sizes"][-1]
     if a.budget_s <= 0:
         raise ConfigError("--budget-s: a positive number of seconds")
-    from loaderbench.core.config import resolve_loaders
+    from loaderbench.core.resolve import resolve_loaders
 
     loader = resolve_loaders(cfg, [a.loader], "--loader")[0]  # a built-in, the config's plugin, or 'module:factory'
     models = measured_models(cfg, a.model)
