@@ -9,9 +9,9 @@ from pathlib import Path
 
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import ConfigError
-from loaderbench.core.resolve import measured_models
 from loaderbench.core.layout import RESULTS, Layout
 from loaderbench.core.registry import NO_MODEL
+from loaderbench.core.resolve import measured_models
 
 from .common import batch_and_precision, config_of, host_settings, measuring_lock, side_measurement, write_json
 
