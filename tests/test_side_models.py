@@ -19,8 +19,8 @@ from loaderbench.experiments.crosscheck import crosscheck
 from loaderbench.experiments.crosscheck import render as render_crosscheck
 from loaderbench.experiments.sweep import render as render_sweep
 from loaderbench.experiments.sweep import sweep
-from loaderbench.experiments.tune import render as render_tune
 from loaderbench.experiments.tune import tune
+from loaderbench.experiments.tunereport import render as render_tune
 from loaderbench.report.bundle import _crosscheck_html
 
 RAW = {"loaders": ["torchvision"], "models": ["resnet18", "none"], "batch_sizes": [4], "crop_size": 32}

@@ -291,7 +291,8 @@ def cmd_crosscheck(a) -> int:
 
 
 def cmd_tune(a) -> int:
-    from loaderbench.experiments.tune import config_precision, render, tune
+    from loaderbench.experiments.tune import config_precision, tune
+    from loaderbench.experiments.tunereport import render
 
     cfg = config_of(a)
     tier = a.tier or cfg["tiers"][0]

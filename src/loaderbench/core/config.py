@@ -161,8 +161,6 @@ def _resolve_shards(cfg: dict) -> None:
 
 # Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).
 AXES = ("loaders", "models", "tiers", "gpus", "batch_sizes", "precisions", "parallel", "repeats")
-
-
 STUDY_KEYS = ("parts", "budget_minutes", "trim")
 
 
