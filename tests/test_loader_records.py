@@ -11,8 +11,8 @@ from loaderbench.core import cells, registry
 from loaderbench.core.cells import cell_spec, is_cell
 from loaderbench.core.config import validate_config
 from loaderbench.core.registry import PLUGIN, LoaderRecord, loader_record, loaders_where, plugin_record
-from loaderbench.experiments import tune
-from loaderbench.experiments.tune import knobs
+from loaderbench.experiments import tuneknobs
+from loaderbench.experiments.tuneknobs import knobs
 from loaderbench.report import aggregate, diagnose
 from loaderbench.whatif import measured, model, ngpu, onegpu
 from loaderbench.whatif.ngpu import scale
@@ -42,7 +42,7 @@ def test_the_scattered_lists_are_gone():
         cells: ("TIERLESS",),
         diagnose: ("GPU_PREP_LOADERS", "HOST_LOADERS"),
         **{m: ("DEVICE_WORK", "DP_PER_GPU", "DDP_SINGLE") for m in (measured, model, onegpu, ngpu)},
-        tune: ("GPU_WORK",),
+        tuneknobs: ("GPU_WORK",),
         aggregate: ("ONE_GPU_BASELINE",),
     }
     assert {m.__name__: [n for n in names if hasattr(m, n)] for m, names in gone.items()} == {

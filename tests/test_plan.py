@@ -18,15 +18,8 @@ from loaderbench.core.config import validate_config
 from loaderbench.core.records import make_record, spec_hash
 from loaderbench.core.registry import LOADERS, tierless
 from loaderbench.core.util import atomic_write_json
-from loaderbench.plan.costmodel import (
-    ASSUMED_SAMPLES_PER_S,
-    CELL_OVERHEAD_S,
-    FIRST_STEP_S,
-    JOB_S,
-    Host,
-    host_of_records,
-    this_host,
-)
+from loaderbench.plan.costmodel import ASSUMED_SAMPLES_PER_S, CELL_OVERHEAD_S, FIRST_STEP_S, JOB_S
+from loaderbench.plan.hostrecords import Host, host_of_records, this_host
 from loaderbench.plan.predict import make_plan
 from tests.conftest import REPO, snakemake, tiny_config, write_config
 

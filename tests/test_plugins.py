@@ -155,7 +155,7 @@ def test_the_installed_example_plugin_runs_through_the_pipeline_beside_built_ins
 
 
 def test_a_plugin_is_crosschecked_against_a_bare_loop_of_it(staged, on_path, tmp_path):
-    from loaderbench.core.config import resolve_loaders
+    from loaderbench.core.resolve import resolve_loaders
     from loaderbench.experiments.crosscheck import crosscheck, render
 
     folder, base = staged

@@ -1,7 +1,8 @@
 """What every part shares: the config and its cells, where files live, the record format, provenance, and how far a
 measurement can be trusted. Imports nothing heavier than PyYAML and jsonschema.
 
-Modules: `config` (loading and validation), `cells` (cell specs, ids, the grid and its parts), `registry` (the
+Modules: `config` (loading and validation), `resolve` (loader and model entries as names and plugins), `machine`
+(the config's tiers and dataset on this machine), `cells` (cell specs, ids, the grid and its parts), `registry` (the
 built-in loaders by name), `pluginsource` (a plugin's code, identified without importing it), `devices` (models of
 emulated storage devices), `layout` (the results and staging layout), `records` (the cell record), `provenance`
 (host, code and run ids), `uncertainty` (intervals and whether two cells differ), `util` (atomic writes, hashing,

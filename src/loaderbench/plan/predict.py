@@ -21,8 +21,9 @@ from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import Layout
 from loaderbench.core.records import spec_hash
 
-from .costmodel import Host, KeptProcesses, measured_of, predict, read_records, this_host
+from .costmodel import KeptProcesses, predict
 from .fixedcosts import FixedCost, dataset_size, fixed_costs
+from .hostrecords import Host, measured_of, read_records, this_host
 
 
 @dataclass
