@@ -26,14 +26,14 @@ def make_record(
     detail: str | None = None,
     **parts,
 ) -> dict:
-    """The cell record, built here only and valid against the schema (InvalidRecord where not: a fault of the code that
-    built it); the cell runner calls it once, with everything it collected: `parts` are started_at, wall_s, tier,
-    telemetry, contention, provenance, phases_s, process_start, stacks, manifest_sha256.
+    """The cell record, built here only and valid against schemas/cell.schema.yaml (InvalidRecord where not: a fault
+    of the code that built it); the cell runner calls it once, with everything it collected: `parts` are started_at,
+    wall_s, tier, telemetry, contention, provenance, phases_s, process_start, stacks, manifest_sha256.
 
-    The spec names its model always (`record_spec`). A plugin cell's
-    provenance gains `plugin`: the plugin's code as the cell ended (pluginsource.plugin_source: where it lies, whether
-    installed editable, its identity), beside the identity its spec was made with, and the facts its factory declares
-    (`facts`, from the measuring process that imported it: `plugin_facts`)."""
+    The spec names its model always (`record_spec`). A plugin cell's provenance gains `plugin`: the plugin's code as
+    the cell ended (pluginsource.plugin_source: where it lies, whether installed editable, its identity), beside the
+    identity its spec was made with, and the facts its factory declares (`facts`: `plugin_facts`, read by the
+    measuring process that imported it and handed over in its loader_info)."""
     assert status in STATUSES
     if spec.loader_ref and isinstance(parts.get("provenance"), dict):
         metrics, facts = _without_facts(metrics)
@@ -74,7 +74,7 @@ def plugin_facts(factory) -> dict:
         declared = plugin_record(factory)
     except ValueError as e:
         return {"error": str(e)}
-    return {k: v for k, v in dataclasses.asdict(declared).items() if k != "module"}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(declared).items() if k != "module"}
 
 
 def _without_facts(metrics: dict | None) -> tuple[dict | None, dict | None]:
@@ -222,8 +222,8 @@ def _name_kind(record: dict) -> None:
     record.setdefault("kind", KIND)
 
 
-UPGRADES = {1: (_name_model_and_parallel, _name_tier_kind, _code_warnings, _name_kind)}  # version -> its steps to +1
-assert sorted(UPGRADES) == list(range(1, SCHEMA_VERSION)), "one entry of upgrade steps per version before the current"
+# each version before SCHEMA_VERSION -> its steps to the next; a change to the record adds its steps here and bumps it
+UPGRADES = {1: (_name_model_and_parallel, _name_tier_kind, _code_warnings, _name_kind)}
 
 
 def upgrade(record: dict) -> dict:

@@ -46,6 +46,8 @@ class Repeats:
 
 @dataclass(frozen=True)
 class Column:
+    """One column of the tables; one derived from the table itself (no `read`, no `combine`) is named for its label."""
+
     name: str
     label: str | None = None  # where people read it (None: its name)
     read: Callable[[dict], object] | None = None  # its value in a record's row (repeats.csv); None: no record's
@@ -310,7 +312,6 @@ COLUMNS = (
 BY_NAME = {c.name: c for c in COLUMNS}
 RECORD_COLUMNS = [c for c in COLUMNS if c.read is not None]  # repeats.csv, in this order
 COMBINED = [c for c in COLUMNS if c.combine is not None]  # cells.csv after the configuration's keys, in this order
-INTERVAL_OF = ("au", "speed", "gpu_efficiency")  # ratios the table gives with their 95% interval (`<name>_low/_high`)
 
 # cells.csv and diagnosis.csv: every column labelled; repeats.csv: the configuration and the seed's measures, the
 # per-repeat details keep their names
