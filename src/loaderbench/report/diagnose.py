@@ -41,11 +41,13 @@ WAIT_SHARE = 0.1  # data wait under 10% of the step: batches were ready
 SEEK_SHARE = 0.5  # an I/O-bound cell taking its images at under half the tier's sequential rate is seek-bound
 DEVICE_SHARE = 0.5  # a waiting cell that takes half of what its tier's probe read is limited by the tier
 # the diagnosis table: its columns in their order
-DIAGNOSIS = ["loader", "model", "tier", *SETUP, "device", "tier_kind", "loader_facts", "samples_per_s", "au", "step_ms"]
-DIAGNOSIS += ["compute_only_ms", "ram_step_ms", "fetch_reference", "prep_stall_ms", "fetch_stall_ms", "data_wait_ms"]
-DIAGNOSIS += ["cpu_pct", "gpu_util_pct", "bottleneck", "evidence", "halfwidth", "halfwidth_basis", "repeats_ok"]
-DIAGNOSIS += ["contended", "converged", "cache", "device_read_share", "image_mb_s", "tier_sequential_mb_s"]
-DIAGNOSIS += ["tier_files_s"]
+DIAGNOSIS = [
+    *("loader", "model", "tier", *SETUP, "device", "tier_kind", "loader_facts", "samples_per_s", "au"),
+    *("step_ms", "compute_only_ms", "ram_step_ms", "fetch_reference", "prep_stall_ms", "fetch_stall_ms"),
+    *("data_wait_ms", "cpu_pct", "gpu_util_pct", "bottleneck", "evidence", "halfwidth", "halfwidth_basis"),
+    *("repeats_ok", "contended", "converged", "cache", "device_read_share", "image_mb_s", "tier_sequential_mb_s"),
+    "tier_files_s",
+]
 
 
 def step_ms(t: pd.DataFrame) -> pd.Series:
