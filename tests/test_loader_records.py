@@ -10,10 +10,13 @@ import pytest
 from loaderbench.core import cells, registry
 from loaderbench.core.cells import cell_spec, is_cell
 from loaderbench.core.config import validate_config
+from loaderbench.core.records import plugin_facts, upgrade
 from loaderbench.core.registry import PLUGIN, LoaderRecord, loader_record, loaders_where, plugin_record
 from loaderbench.experiments import tuneknobs
 from loaderbench.experiments.tuneknobs import knobs
 from loaderbench.report import aggregate, diagnose
+from loaderbench.report.aggregate import cells_table, repeats_table
+from loaderbench.report.columns import SETUP
 from loaderbench.whatif import measured, model, ngpu, onegpu
 from loaderbench.whatif.ngpu import scale
 from tests.conftest import cells_with_au
@@ -127,3 +130,59 @@ def test_a_plugin_declares_its_facts_as_attributes_of_its_factory():
     build.loaderbench_reads = "tar"
     with pytest.raises(ValueError, match="loaderbench_reads 'tar': one of 'files', 'shards', 'nothing'"):
         plugin_record(build)
+
+
+def _plugin_record(loader, step_ms, wait_ms, tier="hdd", repeat=0, facts=None):
+    """A made-up ok record of a 1-GPU cell whose step took `step_ms`, read as `records.read_record` reads it; a plugin
+    cell's keeps its factory's `facts` (`records.plugin_facts`)."""
+    plugin = {"plugin": {"reference": "fast_io:build", "facts": facts}} if facts is not None else {}
+    return upgrade(
+        {
+            "cell_id": f"{loader}_{tier}_g1_b128_fp32_dp_r{repeat}",
+            "status": "ok",
+            "spec": {
+                "loader": loader,
+                "tier": tier,
+                "gpus": 1,
+                "batch_size": 128,
+                "precision": "fp32",
+                "repeat": repeat,
+            },
+            "metrics": {
+                "time_s": step_ms / 10,
+                "steps": 100,
+                "samples_per_s": 128_000 / step_ms * (1 + repeat / 1000),
+                "data_wait_ms": {"mean": wait_ms},
+                "device": {"type": "cuda"},
+                "window": {"ci95_rel_halfwidth": 0.01, "converged": True},
+            },
+            "tier": {"kind": "ram" if tier == "ram" else "path"},
+            "provenance": {"run_id": "run-1", "host": {"hostname": "box"}, **plugin},
+        }
+    )
+
+
+def test_a_plugin_cells_recorded_facts_name_its_bottleneck_where_the_report_cannot_import_it():
+    """The same prep-bound plugin cell (a prep stall of 30 ms from RAM, fetching adds 10): GPU-prep-bound where its
+    record says its factory decodes on the GPU, CPU-prep-bound where it says the CPU, as a record without facts is."""
+
+    def build(ctx):
+        return iter(())
+
+    def label(declared: str | None):
+        build.loaderbench_decodes = declared
+        facts = plugin_facts(build) if declared else None
+        records = [_plugin_record("synthetic", 100.0, 0.0, repeat=r) for r in range(2)]
+        for r in range(2):
+            records += [_plugin_record("fast-io", 130.0, 30.0, "ram", r, facts)]
+            records += [_plugin_record("fast-io", 140.0, 40.0, "hdd", r, facts)]
+        t = cells_table(repeats_table(records), {"loader": "fast-io", "tier": "hdd", **dict.fromkeys(SETUP)})
+        d = diagnose.diagnose(t)
+        return row(d, "fast-io", "hdd")["bottleneck"]
+
+    assert plugin_facts(build)["decodes"] == "cpu"
+    assert label("gpu") == "GPU-prep-bound"
+    assert label("cpu") == "CPU-prep-bound"
+    assert label(None) == "CPU-prep-bound"  # no facts kept: the plugin defaults (registry.PLUGIN)
+    build.loaderbench_decodes = "tpu"
+    assert plugin_facts(build) == {"error": "loaderbench_decodes 'tpu': one of 'cpu', 'gpu', None"}

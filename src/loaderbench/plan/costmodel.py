@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from loaderbench.core.cells import CellSpec, configuration
+from loaderbench.core.records import record_spec
 from loaderbench.core.registry import DEFAULT_MODEL, loader_record, tierless
 from loaderbench.engine.process.batchmeans import MIN_BATCHES
 from loaderbench.models import relative_cost
@@ -193,7 +194,7 @@ def predict(
     """(seconds, basis, detail) of one cell still to run on `host`, whose ok records are `mine`. `kept`: the cell
     will be measured by a process kept from the cell before it (True: one that ran its shapes; False: new shapes);
     None: by a process of its own. Records of the other kind count only for what they share (rate, window)."""
-    d = spec.to_dict()
+    d = record_spec(spec)  # as the records in `mine` keep theirs
     fresh = [m for m in mine if not m.kept]
     reused = [m for m in mine if m.kept]
     same = [m for m in mine if same_configuration(m.spec, d)]

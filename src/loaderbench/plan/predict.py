@@ -19,7 +19,7 @@ from pathlib import Path
 from loaderbench.core.cells import cell_parts, cell_spec, parse_cell_id
 from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import Layout
-from loaderbench.core.records import spec_hash
+from loaderbench.core.records import STATUSES, spec_hash
 
 from .costmodel import KeptProcesses, predict
 from .fixedcosts import FixedCost, dataset_size, fixed_costs
@@ -231,7 +231,7 @@ def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), r
         d for d in host_dirs if Path(d).resolve() not in {Path(r).resolve() for r in records_dirs}
     )
     mine = [m for r in records + extra if host.matches(r) and (m := measured_of(r))]
-    done = {r["cell_id"]: r for r in records if r.get("status") in ("ok", "skipped", "failed")}
+    done = {r["cell_id"]: r for r in records if r.get("status") in STATUSES}
     owner = cell_parts(cfg)
     images_bytes = dataset_size(cfg, layout)[1]
     cells = []

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from loaderbench.core.records import read_record
 from loaderbench.core.util import writing
 
 from .bundlepage import crosscheck_html, index_html
@@ -79,7 +80,7 @@ def make_bundle(
     records = []
     for f in cell_files:
         _copy(f, out_dir / "cells" / Path(f).name)
-        records.append(json.loads(Path(f).read_text()))
+        records.append(read_record(f))
     config = json.loads(Path(config_json).read_text())
     check = json.loads(Path(check_json).read_text())
     _copy(check_report, out_dir / "dataset_check.txt")

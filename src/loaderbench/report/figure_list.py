@@ -2,7 +2,7 @@
 draw from which inputs, in order) and the bundle (what to copy and show) read. Light on purpose: no plotting library
 is imported here, so the bundle and the Snakefile read the list without matplotlib.
 
-Each figure is drawn by the function of its name in `figures.py`, called with the inputs it names (keyword
+Each figure is drawn by the function of its name in `figures` (`DRAW`), called with the inputs it names (keyword
 arguments) and `out_dir`; it writes `<name>.png` and `<name>.svg` there, plus its `extra` files, where its inputs hold
 what it shows, and otherwise writes nothing and returns why (no empty figure): the figures folder's index
 (`figures.json`) names the figures drawn and the reason for each other one. Its caption is
