@@ -11,6 +11,7 @@ from conftest import REPO
 from test_sharing import record, row
 
 from loaderbench.core.records import read_record
+from loaderbench.core.uncertainty import repeats_halfwidth
 from loaderbench.whatif.intervals import WIDEN_PERCENTILE
 from loaderbench.whatif.predictions import matrix
 from loaderbench.whatif.ratios import ceiling_ratios, kept_ceiling_ratios
@@ -80,6 +81,12 @@ def test_a_checks_widening_is_the_percentile_of_the_other_checks_errors():
         assert r["predicted_lo"] == pytest.approx(r["parts_lo"] / (1 + r["widening"]))
     never = df[df["status"] == "predicted"].iloc[0]  # an unmeasured pair: widened by every check
     assert never["widening"] == pytest.approx(np.percentile(checks["error"].abs(), WIDEN_PERCENTILE))
+    # at 2 GPUs: by the 2-GPU checks alone; the one 2-GPU check, with no other at its count, by the 1-GPU ones
+    df = matrix(_run(), gpus=(1, 2), ratios=kept_ceiling_ratios())
+    one, two = (df[(df["status"] == "measured") & (df["gpus"] == g)] for g in (1, 2))
+    assert len(two) == 1 and two["widening"].item() == pytest.approx(np.percentile(one["error"].abs(), 80))
+    unmeasured = df[(df["status"] != "measured") & (df["gpus"] == 2)]
+    assert list(unmeasured["widening"]) == pytest.approx([abs(two["error"].item())] * len(unmeasured))
 
 
 def test_the_class_is_the_term_that_binds_in_the_parts_whatever_was_measured():
@@ -187,7 +194,9 @@ def test_the_interval_holds_the_measured_where_the_parts_interval_does():
     ]
     df = matrix(recs, gpus=(1,))
     tv, cv = row(df, "torchvision"), row(df, "opencv")
-    assert tv["parts_lo"] < tv["measured"] < tv["parts_hi"]  # inside the loader's two repeats' interval
+    hw = repeats_halfwidth([1000.0, 1100.0])  # the loader alone binds: its two repeats' interval is the parts'
+    assert (tv["parts_lo"], tv["parts_hi"]) == pytest.approx((1050 / (1 + hw), 1050 * (1 + hw)))
+    assert tv["parts_lo"] < tv["measured"] < tv["parts_hi"]
     assert tv["predicted_lo"] <= tv["measured"] <= tv["predicted_hi"]
     assert cv["widening"] == pytest.approx(abs(1120 / 1050 - 1))
     assert not cv["predicted_lo"] <= cv["measured"] <= cv["predicted_hi"]

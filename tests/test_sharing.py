@@ -177,11 +177,12 @@ def test_a_beside_part_gives_the_consuming_term_and_can_bind():
         record("torchvision", 3300.0, model="none", util=0.0, cores=15.0),
         record("torchvision", 2660.0, cores=16.0),
         record("torchvision", 2650.0, model="resnet50", cores=16.0),
-        record("torchvision", 2600.0, beside=True, host_ms=20.0, main_cpu_ms=95.0),  # a part, never a check
+        record("torchvision", 2700.0, beside=True, host_ms=20.0, main_cpu_ms=95.0),  # a part, never a check
     ]
     df = matrix(recs, gpus=(1,))
     assert len(df) == 2 and set(df["status"]) == {"measured"}  # the beside part is no row's training cell
     mine = row(df, "torchvision")
+    assert mine["measured"] == 2660.0 and mine["configuration"] == "torchvision_ram_g1_b256_amp_dp"
     t_ms = 20.0 + (95.0 - 15.0)  # its step call, and the main thread's CPU outside it
     assert mine["consuming_side"] == pytest.approx(256 / (t_ms / 1000))
     assert mine["class"] == CONSUMING and mine["predicted"] == pytest.approx(2560.0)

@@ -76,19 +76,6 @@ class Configuration:
         """The spec's fields `names`, as configurations are matched on them (`Index.find`)."""
         return dict(zip(names, self.key(*names)))
 
-    def describe(self) -> dict:
-        """The configuration's columns of a prediction's row."""
-        return {
-            "configuration": self.name,
-            "model": self.model,
-            "loader": self.loader,
-            "tier": self.spec["tier"],
-            "gpus": self.spec["gpus"],
-            "batch_size": self.spec["batch_size"],
-            "precision": self.spec["precision"],
-            "parallel": self.spec.get("parallel", "dp"),
-        }
-
 
 def model_of(spec: dict) -> str:
     """A spec's model (records made before models were an axis trained MobileNetV2)."""

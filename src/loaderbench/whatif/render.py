@@ -47,9 +47,8 @@ def _scores(df: pd.DataFrame) -> list[str]:
     unknown = df.attrs.get("consuming_unknown", 0)
     if unknown:
         lines.append(
-            f"the consuming process's term is unknown in {unknown} of {len(df)} rows (no beside part with "
-            "metrics.host_step_ms and metrics.main_cpu_ms, or no ceiling's host_step_ms): their class is the slower of "
-            "the loader and GPU sides, and `consuming process` is never assigned there"
+            f"the consuming process's term is unknown in {unknown} of {len(df)} rows (no beside part, or no host times "
+            "in the records): `consuming process` is never their class"
         )
     per_model = df.attrs.get("model_spread") or {}
     if per_model:
