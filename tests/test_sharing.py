@@ -250,6 +250,28 @@ def test_the_cells_table_gets_each_checks_prediction_and_class():
     assert rows["error"].iloc[0] == pytest.approx(9 / 1000 - 1)
 
 
+def test_the_package_serves_the_matrix_its_scores_and_its_table():
+    from loaderbench import whatif
+
+    recs = [
+        record("synthetic", 4000.0),
+        record("synthetic", 3000.0, model="vit_b_16"),
+        record("torchvision", 1000.0, model="none", util=0.0),
+        record("torchvision", 900.0),
+    ]
+    df = whatif.matrix(recs, gpus=(1,))
+    table = whatif.scores(df)  # the per-class table, as df.attrs holds it
+    assert list(table["class"]) == [LOADER, "all"] and table.to_dict("records") == df.attrs["scores"]
+    assert table.loc[0, "checks"] == 1 and table.loc[0, "median_abs_error"] == pytest.approx(0.1)
+    shown = whatif.grid(df, gpus=1)
+    assert shown.loc[("ram", 256, "amp", "torchvision"), "vit_b_16"] == 1000.0
+    assert whatif.grid(df, gpus=1, value="status").loc[("ram", 256, "amp", "torchvision")].to_dict() == {
+        "mobilenet_v2": "measured",
+        "vit_b_16": "predicted",
+    }
+    assert whatif.render_matrix(df).startswith("scores of the 1 checks")
+
+
 # ---- more GPUs
 
 RATIOS = {(mode,): CeilingRatio(mode, Ratio(value, 0.05, 2), ["a", "b"]) for mode, value in (("dp", 1.5), ("ddp", 1.8))}

@@ -1,7 +1,7 @@
 """The matrix: every loader x model x GPU count at each tier, batch and precision its parts cover, one row each,
 predicted from its parts (`parts`, `terms`), with its interval (`intervals`); a row whose training cell the records
 hold is `measured` (its error beside), the others `predicted`, and at a GPU count with no check `predicted,
-unchecked`. df.attrs holds the scores (`scores`), the model spread, the coverage and the width."""
+unchecked`. df.attrs holds the scores (`scoring`), the model spread, the coverage and the width."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .intervals import MEASURED, coverage, widen
 from .measured import CEILING, Configuration, Index, by_run, configurations
 from .parts import AT, Found, n_gpu, one_gpu
 from .ratios import kept_ceiling_ratios
-from .scores import model_spread, scores, spread_of
+from .scoring import model_spread, scores, spread_of
 
 PREDICTED = "predicted"  # no training cell of the row in the records
 UNCHECKED = "predicted, unchecked"  # n > 1 GPUs where the records hold no check at that GPU count and mode

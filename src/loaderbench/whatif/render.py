@@ -1,5 +1,6 @@
 """The matrix as text: the scores per class first, then the model spread, the coverage and the width of the intervals,
-then the measured rows and the predicted rows apart, and what their sides were taken from."""
+then the measured rows and the predicted rows apart, and what their sides were taken from; and one GPU count's matrix
+as a loader x model table (`grid`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import MEASURED
-from .scores import checks
+from .scoring import checks
 
 
 def render_matrix(df: pd.DataFrame) -> str:
@@ -21,6 +22,14 @@ def render_matrix(df: pd.DataFrame) -> str:
         )
     lines = _scores(df) + [""] + _rows(df) + [""] + _bases(df)
     return "\n".join(lines)
+
+
+def grid(df: pd.DataFrame, gpus: int = 1, parallel: str | None = None, value: str = "predicted") -> pd.DataFrame:
+    """The matrix at `gpus` (and `parallel`, where given) as a table: a row per tier, batch, precision and loader, a
+    column per model, each cell the row's `value` (predicted, predicted_lo, class, status, measured, error, ...)."""
+    rows = df[(df["gpus"] == gpus) & ((df["parallel"] == parallel) if parallel else True)]
+    keys = ["tier", "batch_size", "precision", "loader"]
+    return rows.pivot_table(index=keys, columns="model", values=value, aggfunc="first", sort=False)
 
 
 def _scores(df: pd.DataFrame) -> list[str]:
