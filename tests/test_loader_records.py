@@ -17,8 +17,8 @@ from loaderbench.experiments.tuneknobs import knobs
 from loaderbench.report import aggregate, diagnose
 from loaderbench.report.aggregate import cells_table, repeats_table
 from loaderbench.report.columns import SETUP
-from loaderbench.whatif import measured, model, ngpu, onegpu
-from loaderbench.whatif.ngpu import scale
+from loaderbench.whatif import measured, parts, predictions, terms
+from loaderbench.whatif.predictions import matrix
 from tests.conftest import cells_with_au
 from tests.test_diagnose import cell, row
 from tests.test_sharing import record
@@ -44,7 +44,7 @@ def test_the_scattered_lists_are_gone():
         registry: ("SHARD_LOADERS", "BACKLOG"),
         cells: ("TIERLESS",),
         diagnose: ("GPU_PREP_LOADERS", "HOST_LOADERS"),
-        **{m: ("DEVICE_WORK", "DP_PER_GPU", "DDP_SINGLE") for m in (measured, model, onegpu, ngpu)},
+        **{m: ("DEVICE_WORK", "DP_PER_GPU", "DDP_SINGLE") for m in (measured, parts, predictions, terms)},
         tuneknobs: ("GPU_WORK",),
         aggregate: ("ONE_GPU_BASELINE",),
     }
@@ -79,7 +79,7 @@ def _prep_bound(loader: str):
 def _scaled(loader: str):
     """The 2-GPU dp prediction for `loader` from its 1-GPU cell, with no loader-alone cell."""
     recs = [record("synthetic", 8000.0, cores=1.0), record(loader, 2000.0, cores=27.0)]
-    rows = scale(recs, gpus=(2,))
+    rows = matrix(recs, gpus=(2,))
     return rows[(rows["loader"] == loader) & (rows["gpus"] == 2) & (rows["parallel"] == "dp")].iloc[0]
 
 
@@ -92,14 +92,14 @@ def _tune_knobs(loader: str) -> list[str]:
 def test_a_loader_added_as_one_record_is_diagnosed_predicted_and_tuned_from_it(toy):
     assert _prep_bound("toy") == "CPU-prep-bound"
     on_cpu = _scaled("toy")
-    assert "loader-alone cells" in on_cpu["lacks"] and "its own GPU work" not in on_cpu["lacks"]
+    assert "a loader-alone cell" in on_cpu["lacks"] and "its own device work" not in on_cpu["lacks"]
     assert _tune_knobs("toy") == ["workers", "prefetch_factor", "compile"]
 
     toy(decodes="gpu")  # the one fact changed: it decodes on the GPU
     assert loader_record("toy").device_work
     assert _prep_bound("toy") == "GPU-prep-bound"
     on_gpu = _scaled("toy")
-    assert "its own GPU work unknown, taken as none" in on_gpu["lacks"]  # the device-work term is on
+    assert "its own device work unknown, taken as none" in on_gpu["lacks"]  # the device-work term is on
     assert _tune_knobs("toy") == ["workers", "prefetch_factor", "step_stream_priority", "compile"]
 
 

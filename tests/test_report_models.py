@@ -245,7 +245,7 @@ def test_the_sharing_models_predictions_reach_cells_csv_and_its_figure(tmp_path)
     assert has["prediction_error"].to_numpy() == pytest.approx(
         has["samples_per_s"] / has["predicted"] - 1, abs=1e-3
     )  # 4 digits written
-    assert set(has["prediction_role"]) == {"fit", "check"}
+    assert set(has["prediction_role"]) == {"check"}  # nothing is fitted: every measured cell checks the model
     assert figures.predicted(t, tmp_path) is None  # drawn
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -70,8 +71,8 @@ def add_searches(add) -> None:
 
     s = add(
         "predict",
-        help="each cell's samples/s predicted from its parts (the loader alone, the model's ceiling, the host's "
-        "cores), and at more GPUs from one GPU's cells, against the measured",
+        help="every loader x model x GPU count's samples/s predicted from its parts (the loader alone or its rank "
+        "parts, the model's ceiling, the loader's beside part, the host's cores), scored per class on the measured",
     )
     s.add_argument(
         "--records",
@@ -80,10 +81,10 @@ def add_searches(add) -> None:
         metavar="DIR",
         help="a folder holding cell records: every cells/*.json beneath it (repeatable)",
     )
-    s.add_argument("--fit-model", help="the model whose cells k is fitted on (default: the most measured)")
-    s.add_argument("--gpus", type=int, nargs="+", default=[2, 4], help="GPU counts to predict (default 2 4)")
-    s.add_argument("--k", type=float, help="use this k instead of fitting it (inf: the hard minimum)")
-    s.add_argument("--out", help="write the 1-GPU table to this CSV, and the n-GPU table beside it (<stem>.scale.csv)")
+    s.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4], help="GPU counts of the matrix (default 1 2 4)")
+    s.add_argument("--out", help="write the matrix to this CSV")
+    for gone in ("--fit-model", "--k"):  # refused with what replaced them (cmd_predict)
+        s.add_argument(gone, help=argparse.SUPPRESS)
     s.set_defaults(func=cmd_predict)
 
     s = add("engine-report", help="the engine's cost and trust: per-cell overhead, convergence, dp/ddp, spread")
@@ -180,8 +181,17 @@ def cmd_predict(a) -> int:
     from loaderbench.core.comparable import group_of
     from loaderbench.core.records import CorruptRecord, read_record
     from loaderbench.core.util import atomic_write_text
-    from loaderbench.whatif import predict, render_predict, render_scale, scale
+    from loaderbench.whatif import matrix, render_matrix
+    from loaderbench.whatif.measured import measurement
 
+    if a.fit_model is not None or a.k is not None:
+        raise ConfigError(
+            f"{'--fit-model' if a.fit_model is not None else '--k'}: removed - nothing is fitted now: the slowest of "
+            "three terms (the loader side, the GPU side, the consuming process) sets the rate, every measured cell "
+            "is a check, scored per class and per model (docs/method.md, 'Predicted samples/s')"
+        )
+    if any(g < 1 for g in a.gpus):
+        raise ConfigError("--gpus: GPU counts of 1 or more")
     records, folders, commits, seen = [], {}, {}, set()
     for d in a.records:
         if not Path(d).is_dir():
@@ -195,22 +205,14 @@ def cmd_predict(a) -> int:
             except CorruptRecord as e:
                 print(f"loaderbench predict: {e}; left out", file=sys.stderr)
                 continue
-            # the same record in two places (results/cells and the bundle's copy): one measurement
-            key = (r.get("cell_id"), r.get("spec_hash"), r.get("started_at"), r.get("finished_at"))
-            if key in seen:
+            if measurement(r) in seen:  # the same record in two places (results/cells and the bundle's copy)
                 continue
-            seen.add(key)
+            seen.add(measurement(r))
             records.append(r)
             folders.setdefault(group_of(r), set()).add(d)
             commit = ((r.get("provenance") or {}).get("git") or {}).get("commit")
             commits.setdefault(group_of(r), set()).add(str(commit)[:7] if commit else "unknown")
-    if any(g < 2 for g in a.gpus):
-        raise ConfigError("--gpus: GPU counts of 2 or more (1 GPU is the table of parts)")
-    try:
-        cells = predict(records, a.fit_model)
-    except ValueError as e:
-        raise ConfigError(f"--fit-model: {e}") from None
-    more = scale(records, tuple(a.gpus), k=a.k, fit_model=a.fit_model)
+    df = matrix(records, tuple(a.gpus))
     print(f"{len(records)} cell records from {', '.join(a.records)}")
     for group, dirs in sorted(folders.items()):
         if len(dirs) > 1:
@@ -223,13 +225,8 @@ def cmd_predict(a) -> int:
                 f"({', '.join(sorted(commits[group]))}): taken as one group (records that name no boot or code cannot "
                 "be told apart)"
             )
-    out = Path(a.out) if a.out else None
-    beside = out.with_name(f"{out.stem}.scale.csv") if out else None
-    print(render_predict(cells))
-    print()
-    print(render_scale(more, str(beside) if beside else None))
-    if out:
-        atomic_write_text(out, cells.to_csv(index=False, float_format="%.6g"))
-        atomic_write_text(beside, more.to_csv(index=False, float_format="%.6g"))
-        print(f"wrote {out} and {beside}")
+    print(render_matrix(df))
+    if a.out:
+        atomic_write_text(Path(a.out), df.to_csv(index=False, float_format="%.6g"))
+        print(f"wrote the matrix ({len(df)} rows) to {a.out}")
     return 0

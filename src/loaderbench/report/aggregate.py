@@ -89,7 +89,7 @@ def aggregate(
     return table
 
 
-# the sharing model's columns (whatif.onegpu) -> the cells table's
+# the sharing model's columns (whatif.predictions) -> the cells table's
 PREDICTED = {
     "predicted": "predicted",
     "error": "prediction_error",

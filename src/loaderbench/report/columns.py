@@ -294,10 +294,10 @@ COLUMNS = (
     Column("image_mb_s", "Image MB/s"),  # the images the cell consumed: Samples/s x the tier's mean image size
     Column("tier_sequential_mb_s", "Tier sequential MB/s"),  # the tier probe: one reader streaming
     Column("tier_files_s", "Tier files/s"),  # the tier probe: random whole-file reads, the most any reader count got
-    # the rate the sharing model predicts for the cell (whatif.onegpu)
+    # the rate the sharing model predicts for the cell (whatif.predictions)
     Column("predicted", "Predicted samples/s"),
     Column("prediction_error", "Prediction error"),  # measured / predicted - 1
-    Column("prediction_role", "Prediction role"),  # fit: the cell set the model's parameter; check: it tests the model
+    Column("prediction_role", "Prediction role"),  # check: the cell tests the model (nothing is fitted now)
     Column("limited_by", "Predicted limit"),
     # the diagnosis (stall attribution after DS-Analyzer)
     Column("step_ms", "Step (ms)"),

@@ -1,5 +1,6 @@
 """The parts a prediction is made of, read from cell records: each configuration's median rate over its ok
-repeats with its interval, its GPU share, cores busy and host, and the configurations of one run found by field."""
+repeats with its interval, its GPU share, cores busy, host times and host, and the configurations of one run found by
+field."""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ class Configuration:
         return model_of(self.spec)
 
     @property
+    def host_step_ms(self) -> float | None:
+        """The step call's wall time on the host (`metrics.host_step_ms`, its mean), median over the repeats; None
+        where the records do not hold it (never 0)."""
+        return _median([_mean_of((r.get("metrics") or {}).get("host_step_ms")) for r in self.records])
+
+    @property
+    def main_cpu_ms(self) -> float | None:
+        """The main thread's CPU time per step (`metrics.main_cpu_ms`), median over the repeats; None where unknown."""
+        return _median([_mean_of((r.get("metrics") or {}).get("main_cpu_ms")) for r in self.records])
+
+    @property
     def loader(self) -> str:
         return self.spec["loader"]
 
@@ -64,30 +76,28 @@ class Configuration:
         """The spec's fields `names`, as configurations are matched on them (`Index.find`)."""
         return dict(zip(names, self.key(*names)))
 
-    def describe(self) -> dict:
-        """The configuration's columns of a prediction's row."""
-        return {
-            "configuration": self.name,
-            "model": self.model,
-            "loader": self.loader,
-            "tier": self.spec["tier"],
-            "gpus": self.spec["gpus"],
-            "batch_size": self.spec["batch_size"],
-            "precision": self.spec["precision"],
-            "parallel": self.spec.get("parallel", "dp"),
-        }
-
 
 def model_of(spec: dict) -> str:
     """A spec's model (records made before models were an axis trained MobileNetV2)."""
     return spec.get("model") or DEFAULT_MODEL
 
 
+# the fields of parts added after records were first kept, and the value a record without them has
+PART_DEFAULTS = {"parallel": "dp", "beside": False, "ranks": 1}
+
+
 def field_of(spec: dict, name: str):
     """A spec's field as configurations are matched on it (a record made before a field existed: its default)."""
     if name == "model":
         return model_of(spec)
-    return spec.get("parallel", "dp") if name == "parallel" else spec.get(name)
+    return spec.get(name, PART_DEFAULTS.get(name))
+
+
+def _mean_of(value) -> float | None:
+    """A metric's mean: the number itself, or a summary's `mean`."""
+    if isinstance(value, dict):
+        value = value.get("mean")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def host_cores(record: dict) -> int | None:
@@ -120,6 +130,11 @@ def _gpu_share(record: dict) -> float | None:
 def _median(values: list) -> float | None:
     vals = [v for v in values if v is not None]
     return float(statistics.median(vals)) if vals else None
+
+
+def measurement(record: dict) -> tuple:
+    """What names one measurement: the same record kept in two places (a run's cells and its bundle's copy) is one."""
+    return (record.get("cell_id"), record.get("spec_hash"), record.get("started_at"), record.get("finished_at"))
 
 
 def configurations(records: list[dict]) -> list[Configuration]:
@@ -189,6 +204,9 @@ class Index:
         self.configs = configs
 
     def find(self, of: Configuration | None = None, **want) -> Configuration | None:
+        """The configuration with the fields `want` (neither a beside nor a rank part unless asked for), the variant
+        of `of`'s settings where several match, else the fastest."""
+        want = {"beside": False, "ranks": 1, **want}
         hits = [c for c in self.configs if all(field_of(c.spec, k) == v for k, v in want.items())]
         if of is not None and len(hits) > 1:
             same = [c for c in hits if all(of.spec.get(f) == v for f, v in c.settings.items())]
