@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from time import thread_time  # the main thread's CPU time: a clock of its own, beside the window's
 
 from .batchmeans import MIN_BATCHES, relative_halfwidth
 from .bursts import BURST_WAIT_SHARE, at_burst_start, drained, rebased, whole_bursts_cut
@@ -205,7 +206,7 @@ class _Window:
             self.start.record()  # the device's clock starts where the window's first step is queued
         self.t0 = time.perf_counter()
         self.t0_epoch = time.time()
-        self.cpu0 = time.thread_time()
+        self.cpu0 = thread_time()
 
     def step(self, step, batches) -> None:
         """One step: its wait for the batch, its compute (CUDA events on a GPU), its host time (the step function's
@@ -227,7 +228,7 @@ class _Window:
             self.host_steps.append(time.perf_counter() - tc)
             self.computes.append(self.host_steps[-1])
         self.step_end.append(time.perf_counter() - self.t0)
-        self.cpu_end.append(time.thread_time())
+        self.cpu_end.append(thread_time())
         self.starts.append(tw)  # after the clocks are read: outside the step's wait and compute
         self.waited += self.waits[-1]
 
