@@ -1,6 +1,7 @@
 """Cell records -> tables: every repeat (repeats.csv), and the seed's table (cells.csv: median over repeats) with
 Speed, GPU Efficiency and AU (`ratios`). What each column is, how a record gives it and how repeats combine into it:
-`columns.COLUMNS`."""
+`columns.COLUMNS`. The what-if's part cells (`cells.part_kind`) are measurements of parts, not of training: they are
+kept out of those tables (and so of every table, figure and verdict made from them) and go to parts.csv."""
 
 from __future__ import annotations
 
@@ -70,7 +71,10 @@ def aggregate(
     probe = pd.DataFrame(rows, columns=PROBE_COLUMNS)
     atomic_write_text(Path(out_dir) / "tier_probe.csv", probe.to_csv(index=False, float_format="%.4g"))
     records, _ = load_records(cell_files)  # an unreadable record is moved aside, named, and measured next run
-    from loaderbench.core.cells import configuration
+    from loaderbench.core.cells import configuration, part_kind
+
+    measured = records  # the sharing model reads the parts too
+    records = [r for r in records if not part_kind(r["spec"])]
     from loaderbench.plan.respread import load_ledger
 
     ledger = load_ledger(Path(ledger)) if ledger else {}
@@ -79,14 +83,39 @@ def aggregate(
     add_tier_rates(table, tier_rates(results))
     ids = repeats.groupby(KEYS, sort=False, dropna=False)["cell_id"].first().map(configuration)
     configurations = pd.Series([ids.get(tuple(r[k] for k in KEYS)) for _, r in table.iterrows()], index=table.index)
-    add_predictions(table, configurations, predictions(records))
+    add_predictions(table, configurations, predictions(measured))
     if ledger:  # rerun once for their spread: the spread those repeats had before
         before = {key: entry["spread"] for key, entry in ledger.items()}
         table["spread_before_rerun"] = configurations.map(lambda c: before.get(c))
     out_dir = Path(out_dir)
     atomic_write_text(out_dir / "repeats.csv", table_csv(repeats, "repeats"))
     atomic_write_text(out_dir / "cells.csv", table_csv(table, "cells", float_format="%.4g"))
+    parts = parts_table([r for r in measured if part_kind(r["spec"])], baseline, spread_warn)
+    add_tier_rates(parts, tier_rates(results))
+    add_predictions(parts, pd.Series(None, index=parts.index, dtype=object), None)  # a part is predicted by none
+    atomic_write_text(out_dir / "parts.csv", table_csv(parts, "cells", float_format="%.4g"))
     return table
+
+
+# the ratios a part has none of: it is measured against nothing
+RATIOS = [f"{c}{end}" for c in ("speed", "gpu_efficiency", "au") for end in ("", "_low", "_high")]
+
+
+def parts_table(records: list[dict], baseline: dict, spread_warn: float) -> pd.DataFrame:
+    """parts.csv: a row per part configuration (the median over its repeats, as cells.csv's rows), `part` first
+    ("beside", "ranks2", ...), its ratios blank."""
+    from loaderbench.core.cells import part_kind
+
+    def part(r: dict) -> str:
+        kind = part_kind(r["spec"])
+        return f"ranks{r['spec']['ranks']}" if kind == "ranks" else kind
+
+    tables = []
+    for name in dict.fromkeys(map(part, records)):
+        t = cells_table(repeats_table([r for r in records if part(r) == name]), baseline, spread_warn)
+        t.insert(0, "part", name)
+        tables.append(t.assign(**{c: np.nan for c in RATIOS if c in t}))
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["part", *KEYS])
 
 
 # the sharing model's columns (whatif.predictions) -> the cells table's

@@ -45,7 +45,7 @@ def measure(
     heartbeat = heartbeat or Heartbeat(None)
     heartbeat.phase("setup")
     kind, count = available_devices()
-    dist = parallel.start(spec.parallel, spec.gpus, timeout_s)
+    dist = parallel.start(spec.parallel, spec.processes, timeout_s, one_device=spec.ranks > 1)
     try:
         # the step's threads as a plain script on this host gets them, not the job's OMP_NUM_THREADS
         placement.set_intra_op_threads(spec.parallel, dist.world)

@@ -17,7 +17,7 @@ from .. import placement
 from ..step import cold_batch, configure_cudnn, dtypes, loader_context, training_step
 from ..watchdog import Heartbeat
 from . import metrics as summary
-from . import parallel, stepprofile
+from . import parallel, parts, stepprofile
 from .runmetrics import (
     parallel_record,
     peak_rss_mb,
@@ -56,22 +56,33 @@ class CellRun:
         torch.manual_seed(spec.seed)
         if kind == "cuda":
             configure_cudnn(spec)
-        self.place = placement.for_cell(spec.placement, spec.gpus, kind)
+        self.place = placement.for_cell(spec.placement, spec.launchers, kind)
         self.ddp = spec.parallel == "ddp"
         # the GPUs this process drives - dp: 0..n-1, ddp: its rank's own
         self.gpu_ids = ([self.device.index] if self.ddp else list(range(spec.gpus))) if kind == "cuda" else []
-        self.ctx = loader_context(
-            spec, data_root, allowed, self.device, self.place, dist.rank, dist.world if self.ddp else 1
-        )
+        facts = parts.loader_facts(spec)
+        parts.check_ranks(spec, facts)
+        build = get_loader(spec.loader, spec.loader_ref).build
+
+        def context(rank: int, world: int):
+            return loader_context(spec, data_root, allowed, self.device, self.place, rank, world)
+
+        if spec.ranks > 1 and not self.ddp:  # a ranks part under dp: n GPUs' worth of batches from this process
+            self.ctx, batches = parts.dp_rank_batches(spec, facts, build, context)
+        else:
+            self.ctx = context(dist.rank, dist.world if self.ddp else 1)
+            batches = build(self.ctx)
         who = f"plugin loader {spec.loader_ref!r}" if spec.loader_ref else f"loader {spec.loader!r}"
         # every batch the cell takes (warm-up, window, profile) keeps the first one's shape, dtype and device
-        self.batches = SameForm(get_loader(spec.loader, spec.loader_ref).build(self.ctx), who)
-        self.global_batch = spec.batch_size * spec.gpus
+        self.batches = SameForm(batches, who)
+        self.global_batch = spec.batch_size * spec.gpus * spec.ranks
         self.classes = len(class_names(allowed))  # from the manifest, as the loaders' labels
         prescattered = bool(self.ctx.info.get("prescattered"))
         self.model, self.step = training_step(
             spec, self.classes, self.device, wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered)
         )
+        if spec.beside:  # the model steps on a synthetic batch; the loader's are fetched and dropped
+            self.step = parts.beside_step(self.step, self.ctx)
         self.backlog = self.ctx.info["prefetch_batches"]
         self.placed: dict = {}
         self.step_times: dict = {}  # the warm-up's and the window's steps, for the cell's trace (`step_times`)
@@ -201,9 +212,15 @@ class CellRun:
         return {
             "rank": self.dist.rank,
             "device": str(self.device),
+            "pid": os.getpid(),
+            "workers": self.ctx.info.get("workers"),
+            "intra_op_threads": torch.get_num_threads(),
+            "launch_core": self.place.launch[self.dist.rank if self.ddp else 0] if self.place else None,
             "time_s": win.elapsed_s,
             "waits": win.waits,
             "computes": win.computes,
+            "host_steps": win.host_steps,
+            "main_cpu_s": win.main_cpu_s,
             "peak_gpu_mem_mb": peak_gpu,
             "process_rss_mb": peak_rss_mb(),
             "loader_info": self.ctx.info,

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 def rate_metrics(run: CellRun, ranks: list[dict], elapsed: float, steps: int) -> dict:
-    """The seed's Time(s), Steps and Samples/s, and the step's waits and compute."""
+    """The seed's Time(s), Steps and Samples/s, the step's waits and compute, its host time and the main thread's
+    CPU time a step (`host_metrics`)."""
     return {
         "time_s": elapsed,
         "steps": steps,
@@ -27,6 +28,19 @@ def rate_metrics(run: CellRun, ranks: list[dict], elapsed: float, steps: int) ->
         "data_wait_ms": summary.summarize_ms([w for r in ranks for w in r["waits"]]),
         "compute_ms": summary.summarize_ms([c for r in ranks for c in r["computes"]]),
         "data_wait_fraction": float(sum(ranks[0]["waits"]) / ranks[0]["time_s"]),
+        **host_metrics(ranks),
+    }
+
+
+def host_metrics(ranks: list[dict]) -> dict:
+    """host_step_ms: the step function's call on the host (from the batch in hand to its return, no synchronisation
+    added; on the CPU, its compute), over every rank's steps; main_cpu_ms: the main thread's CPU time a step over the
+    window (time.thread_time), the ranks' mean."""
+    host = summary.summarize_ms([h for r in ranks for h in r["host_steps"]])
+    cpu = [r["main_cpu_s"] for r in ranks if r["main_cpu_s"] is not None]
+    return {
+        "host_step_ms": {"mean": host["mean"], "p50": host["p50"]},
+        "main_cpu_ms": 1000.0 * sum(cpu) / len(cpu) if cpu else None,
     }
 
 
@@ -99,26 +113,41 @@ def settings_record(run: CellRun, images) -> dict:
 
 
 def parallel_record(run: CellRun, ranks: list[dict]) -> dict:
-    """dp or ddp: the processes, the backend, the wrapper and each rank's own figures."""
+    """dp or ddp: the processes, the backend, the wrapper and each rank's own figures (its process, loader workers,
+    intra-op threads and launch core: its share of the host); a ranks part adds the one device its batches went to
+    and its loader pipelines."""
     spec = run.spec
-    return {
-        "mode": spec.parallel,
-        "processes": run.dist.world,
-        "backend": ("nccl" if run.kind == "cuda" else "gloo") if run.ddp else None,
-        "wrapper": _wrapper(run.model, spec.compile),
-        "per_rank": [
+    per_rank = []
+    for r in ranks:
+        own = {k: r[k] for k in ("rank", "device", "pid", "workers", "intra_op_threads", "launch_core", "time_s")}
+        per_rank.append(
             {
-                "rank": r["rank"],
-                "device": r["device"],
-                "time_s": r["time_s"],
+                **own,
                 "data_wait_ms": summary.summarize_ms(r["waits"])["mean"],
                 "compute_ms": summary.summarize_ms(r["computes"])["mean"],
+                **_host_of(host_metrics([r])),
                 "peak_gpu_mem_mb": r["peak_gpu_mem_mb"],
                 "process_rss_mb": r["process_rss_mb"],
             }
-            for r in ranks
-        ],
+        )
+    delivered = {}
+    if spec.ranks > 1:
+        pipelines = spec.ranks if run.ddp else run.ctx.info.get("pipelines", 1)
+        delivered = {"delivered_to": str(run.device), "pipelines": pipelines}
+    return {
+        "mode": spec.parallel,
+        "processes": run.dist.world,
+        "backend": run.dist.backend,
+        "wrapper": _wrapper(run.model, spec.compile),
+        "per_rank": per_rank,
+        **delivered,
     }
+
+
+def _host_of(host: dict) -> dict:
+    """A rank's host figures as its per_rank entry keeps them: the step's host time (its mean) and its main thread's
+    CPU time a step."""
+    return {"host_step_ms": host["host_step_ms"]["mean"], "main_cpu_ms": host["main_cpu_ms"]}
 
 
 def _wrapper(model, compiled: bool) -> str | None:

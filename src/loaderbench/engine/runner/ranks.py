@@ -20,9 +20,9 @@ from . import warmclient
 def spawn_ranks(
     spec: CellSpec, args: list[str], rendezvous: Path, contention, procs: list, process_start: list
 ) -> None:
-    """Start the cell's measuring processes - ddp: one per GPU (rank), as torchrun would - forked warm where the
-    server can, else plainly; each appended to `procs` as it starts."""
-    ranks = spec.gpus if spec.parallel == "ddp" else 1
+    """Start the cell's measuring processes - ddp: one per GPU (rank), as torchrun would; a ranks part's n on its one
+    device - forked warm where the server can, else plainly; each appended to `procs` as it starts."""
+    ranks = spec.processes
     for rank in range(ranks):
         env = dict(os.environ)
         if spec.parallel == "ddp":

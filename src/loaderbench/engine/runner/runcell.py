@@ -105,7 +105,7 @@ def _run_cell(job: CellJob, busy: str | None) -> dict:
     except WriteError as e:
         raise SystemExit(f"cell {spec.cell_id}: {e}; not measured") from None
     check_room(spec, job.out, job.timeline, job.trace)
-    scratch = Scratch.beside(job.out, spec.gpus if spec.parallel == "ddp" else 1)
+    scratch = Scratch.beside(job.out, spec.processes)
     try:
         return _measure(job, busy, scratch)
     finally:
@@ -214,7 +214,7 @@ def spec_timeout(spec: CellSpec) -> float:
 def _keep_off_launch_cores(spec: CellSpec, mount) -> dict[int, set[int]]:
     """The runner's own threads (the sampler, this wait loop) and an emulated tier's server off the cores the
     measuring processes launch from (they place their own threads). Returns the runner's threads' CPUs before."""
-    place = placement.for_cell(spec.placement, spec.gpus, "cuda" if _has_gpu() else "cpu")
+    place = placement.for_cell(spec.placement, spec.launchers, "cuda" if _has_gpu() else "cpu")
     if place is None:
         return {}
     before = {}
