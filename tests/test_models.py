@@ -140,6 +140,8 @@ def test_a_cell_id_round_trips_with_its_model(model):
         "parallel": "ddp",
         "repeat": 3,
         "model": model,
+        "beside": False,
+        "ranks": 1,
     }
     assert configuration(cid) == f"torchvision_ram-disk_g2_b256_amp_ddp_{model}"
 

@@ -1,6 +1,6 @@
 """Cells: a cell's spec (`CellSpec`), its id (`<loader>_<tier>_g<gpus>_b<batch>_<precision>_<parallel>[_<model>]
-_r<repeat>`, the model left out for MobileNetV2), the grid of a validated config and its parts, and the configuration a
-repeat belongs to."""
+[_beside][_ranks<n>]_r<repeat>`, the model left out for MobileNetV2), the grid of a validated config and its parts,
+and the configuration a repeat belongs to."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from .registry import DEFAULT_MODEL, NO_MODEL, tierless
 
 CELL_ID_RE = re.compile(
     r"^(?P<loader>[a-z0-9-]+)_(?P<tier>[a-z][a-z0-9-]*)_g(?P<gpus>[1-9]\d*)_b(?P<batch_size>[1-9]\d*)"
-    r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)(?:_(?P<model>[a-z0-9](?:[a-z0-9_-]*[a-z0-9])?))?_r(?P<repeat>\d+)$"
+    r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)(?:_(?!beside_r\d+$|ranks\d+_r\d+$)"
+    r"(?P<model>[a-z0-9](?:[a-z0-9_-]*?[a-z0-9])?))?"
+    r"(?P<beside>_beside)?(?:_ranks(?P<ranks>[2-9]|[1-9]\d+))?_r(?P<repeat>\d+)$"
 )
 
 
@@ -122,6 +124,10 @@ class CellSpec:
     # high (a stream of the highest priority, so that a loader's own GPU work - DALI's decoding and resizing - yields
     # to the step)
     step_stream_priority: str = _from_config("step_stream_priority", since_records=True, default="default")
+    # a part of the what-if: the loader's batches fetched on the main thread and discarded while the model trains on
+    # a device-resident batch (beside), or the loader alone at `ranks` ranks (ids `_beside`, `_ranks<n>`)
+    beside: bool = field(default=False, metadata={"since_records": True, "fixed": True})
+    ranks: int = field(default=1, metadata={"since_records": True, "fixed": True})
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
@@ -135,7 +141,16 @@ class CellSpec:
     @property
     def cell_id(self) -> str:
         return cell_id(
-            self.loader, self.tier, self.gpus, self.batch_size, self.precision, self.parallel, self.repeat, self.model
+            self.loader,
+            self.tier,
+            self.gpus,
+            self.batch_size,
+            self.precision,
+            self.parallel,
+            self.repeat,
+            self.model,
+            beside=self.beside,
+            ranks=self.ranks,
         )
 
     def to_dict(self) -> dict:
@@ -185,17 +200,22 @@ def cell_id(
     parallel: str,
     repeat: int,
     model: str = DEFAULT_MODEL,
+    *,
+    beside: bool = False,
+    ranks: int = 1,
 ) -> str:
-    """The id of a cell; the model part is left out for the default model (MobileNetV2), as ids were before."""
+    """The id of a cell; the model part is left out for the default model (MobileNetV2), as ids were before, and the
+    part tokens (`_beside`, `_ranks<n>`) where they hold their defaults."""
     trained = "" if model == DEFAULT_MODEL else f"_{model}"
-    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_{parallel}{trained}_r{repeat}"
+    part = ("_beside" if beside else "") + (f"_ranks{ranks}" if ranks > 1 else "")
+    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_{parallel}{trained}{part}_r{repeat}"
 
 
 def parse_cell_id(cid: str) -> dict:
     """A cell id's fields, "model" always (the default model where the id leaves it out)."""
     m = CELL_ID_RE.match(cid)
     if not m:
-        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp[_model]_rN)")
+        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp[_model][_beside][_ranksN]_rN)")
     d = m.groupdict()
     if d["model"] == DEFAULT_MODEL:
         raise ConfigError(f"'{cid}' is not a cell id: the default model {DEFAULT_MODEL} is left out of its cells' ids")
@@ -205,6 +225,8 @@ def parse_cell_id(cid: str) -> dict:
         "batch_size": int(d["batch_size"]),
         "repeat": int(d["repeat"]),
         "model": d["model"] or DEFAULT_MODEL,
+        "beside": bool(d["beside"]),
+        "ranks": int(d["ranks"] or 1),
     }
 
 
@@ -223,6 +245,11 @@ def part_models(part: dict) -> list[str]:
     return part.get("models") or [DEFAULT_MODEL]
 
 
+def part_kind(part: dict) -> tuple[bool, int]:
+    """What a part's cells measure beyond their axes: (beside, ranks) of the what-if's parts, (False, 1) for any other."""
+    return bool(part.get("beside", False)), int(part.get("ranks", 1))
+
+
 def config_models(cfg: dict) -> list[str]:
     """The models a config's grid trains, in the order its parts name them (each once)."""
     return list(dict.fromkeys(m for part in cfg["parts"] for m in part_models(part)))
@@ -232,8 +259,9 @@ def part_cells(part: dict) -> list[str]:
     """A part's cells in a stable order: repeats outermost, then the parallel mode, the GPUs and the model, so that the
     dp cells follow one another and a kept process (host.reuse_processes) serves all but the first of them (a ddp cell
     in between would end it), those of one GPU count and one model, and so of the same shapes, together."""
+    beside, ranks = part_kind(part)
     return [
-        cell_id(lo, t, g, b, p, par, r, m)
+        cell_id(lo, t, g, b, p, par, r, m, beside=beside, ranks=ranks)
         for r, par, g, m, lo, t, b, p in itertools.product(
             range(part["repeats"]),
             part["parallel"],
@@ -262,6 +290,7 @@ def cell_part(cfg: dict, cid: str) -> dict | None:
             and d["parallel"] in part["parallel"]
             and d["repeat"] < part["repeats"]
             and d["model"] in part_models(part)
+            and (d["beside"], d["ranks"]) == part_kind(part)
             and _on_tier(part, d["loader"], d["tier"])
             and is_cell(d["loader"], d["model"])
         ):
