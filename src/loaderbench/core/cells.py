@@ -215,7 +215,9 @@ def parse_cell_id(cid: str) -> dict:
     """A cell id's fields, "model" always (the default model where the id leaves it out)."""
     m = CELL_ID_RE.match(cid)
     if not m:
-        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp[_model][_beside][_ranksN]_rN)")
+        raise ConfigError(
+            f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp[_model][_beside][_ranksN]_rN)"
+        )
     d = m.groupdict()
     if d["model"] == DEFAULT_MODEL:
         raise ConfigError(f"'{cid}' is not a cell id: the default model {DEFAULT_MODEL} is left out of its cells' ids")

@@ -44,6 +44,8 @@ TABLES = (
     "recommendations.json",
     "verdict.json",
     "tier_probe.csv",
+    "whatif.csv",
+    "whatif_scores.json",
 )
 
 

@@ -56,7 +56,8 @@ def index_html(
             "<p>Downloads: <a href='tables/cells.csv'>cells.csv</a> (median over repeats, all columns), "
             "<a href='tables/repeats.csv'>repeats.csv</a> (every repeat), "
             + ("<a href='tables/seed_table.html'>seed_table.html</a>, " if "seed_table" in drawn else "")
-            + "<a href='config.json'>config.json</a>, "
+            + "<a href='tables/whatif.csv'>whatif.csv</a> (every loader x model predicted from its parts), "
+            "<a href='config.json'>config.json</a>, "
             "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>"
         ),
         "<h2>Diagnosis: the bottleneck of each cell</h2>",
