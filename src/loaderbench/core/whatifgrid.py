@@ -12,7 +12,7 @@ import copy
 import itertools
 import re
 
-from .cells import ConfigError, cell_parts, config_models, parse_cell_id, part_models
+from .cells import ConfigError, cell_parts, config_models, parse_cell_id, part_kind, part_models
 from .registry import NO_MODEL, tierless
 
 STEP_AXES = ("gpus", "batch_sizes", "precisions", "parallel")  # what a loader's part shares with a ceiling's
@@ -96,7 +96,7 @@ def saving(cfg: dict) -> dict | None:
     kinds = dict.fromkeys(("alone", "ceiling", "beside", "ranks", "training"), 0)
     for cid in cell_parts(cfg):
         d = parse_cell_id(cid)
-        kind = "beside" if d["beside"] else "ranks" if d["ranks"] > 1 else "alone" if d["model"] == NO_MODEL else None
+        kind = part_kind(cid) or ("alone" if d["model"] == NO_MODEL else None)
         kinds[kind or ("ceiling" if tierless(d["loader"]) else "training")] += 1
     matrix = matrix_size(cfg)
     measured = sum(kinds.values())

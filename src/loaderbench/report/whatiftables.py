@@ -1,6 +1,7 @@
 """The what-if's tables from a run's cell records: every loader x model predicted from its parts (`whatif.matrix`:
 whatif.csv, a row per loader x model x configuration x GPU count) and how the prediction scores on the checks
-(`whatif.scores`: whatif_scores.json)."""
+(`whatif.scores`, per class, with what the matrix's attrs say of all of them - the spread over models, the coverage
+and width of the intervals: whatif_scores.json)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,7 @@ def write_whatif(cell_files: list[Path], gpus: list[int], out_dir: Path) -> pd.D
     df = matrix(records, gpus=list(gpus))
     out_dir = Path(out_dir)
     atomic_write_text(out_dir / MATRIX, df.to_csv(index=False, float_format="%.4g"))
-    checked = int((df["status"] == "measured").sum()) if "status" in df else 0
-    try:
-        scored = scores(df) if checked else {"none": "no pair checked (config key whatif.checks measures some)"}
-    except ValueError as e:  # nothing it can score: said in the file instead
-        scored = {"none": str(e)}
+    scored = {"classes": scores(df), **{k: v for k, v in df.attrs.items() if k != "scores"}}
     atomic_write_text(out_dir / SCORES, json.dumps(_plain(scored), indent=2, allow_nan=False) + "\n")
     return df
 
@@ -38,9 +35,7 @@ def write_whatif(cell_files: list[Path], gpus: list[int], out_dir: Path) -> pd.D
 def _plain(x):
     """`x` as JSON holds it: a table as its rows (and what its attrs say), numbers as numbers, NaN as null."""
     if isinstance(x, pd.DataFrame):
-        return {"rows": _plain(x.to_dict("records")), **_plain(dict(x.attrs))}
-    if isinstance(x, pd.Series):
-        return _plain(x.to_dict())
+        return _plain(x.to_dict("records"))
     if isinstance(x, dict):
         return {str(k): _plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
