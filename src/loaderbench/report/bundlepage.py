@@ -32,6 +32,7 @@ def index_html(
     verdict: str = "",
     figures: dict | None = None,
     traces: str = "",
+    whatif: str = "",
 ) -> str:
     """The bundle's index.html: summary, verdict, tables, diagnosis, recommendations, figures, tiers, provenance."""
     e = html.escape
@@ -56,8 +57,7 @@ def index_html(
             "<p>Downloads: <a href='tables/cells.csv'>cells.csv</a> (median over repeats, all columns), "
             "<a href='tables/repeats.csv'>repeats.csv</a> (every repeat), "
             + ("<a href='tables/seed_table.html'>seed_table.html</a>, " if "seed_table" in drawn else "")
-            + "<a href='tables/whatif.csv'>whatif.csv</a> (every loader x model predicted from its parts), "
-            "<a href='config.json'>config.json</a>, "
+            + "<a href='config.json'>config.json</a>, "
             "<a href='provenance.json'>provenance.json</a>, <a href='dataset_check.txt'>dataset_check.txt</a>.</p>"
         ),
         "<h2>Diagnosis: the bottleneck of each cell</h2>",
@@ -73,6 +73,7 @@ def index_html(
             "(with the stall attribution) and <a href='tables/recommendations.json'>recommendations.json</a>.</p>"
         ),
         crosscheck,
+        whatif,
         "<h2>Figures</h2>",
         *_figure_parts(captions, figures or {"drawn": [], "not_drawn": {}}),
         "<h2>Dataset and storage tiers</h2>",

@@ -5,6 +5,7 @@ and width of the intervals: whatif_scores.json)."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -45,6 +46,33 @@ def _plain(x):
     if isinstance(x, (float, np.floating)):
         return float(x) if np.isfinite(x) else None
     return x
+
+
+def whatif_html(matrix_csv: Path | None, scores_json: Path | None) -> str:
+    """The bundle's what-if section: the matrix's rows by status, the checks' coverage and each class's scores, with
+    links to both tables ("" where the run wrote no matrix)."""
+    if matrix_csv is None:
+        return ""
+    try:
+        df = pd.read_csv(matrix_csv)
+    except pd.errors.EmptyDataError:
+        df = pd.DataFrame()
+    scored = json.loads(Path(scores_json).read_text()) if scores_json else {}
+    cover = scored.get("coverage") or {}
+    inside = (
+        f" {cover['inside']} of the {cover['checks']} checks lie inside their interval."
+        if cover.get("checks")
+        else " No pair was checked (config key whatif.checks measures some)."
+    )
+    classes = pd.DataFrame(scored.get("classes") or [])
+    links = f"<a href='tables/{MATRIX}'>{MATRIX}</a>" + (
+        f", <a href='tables/{SCORES}'>{SCORES}</a>" if scores_json else ""
+    )
+    return (
+        "<h2>What if: every loader x model predicted from its parts</h2>"
+        f"<p>{html.escape(summary(df))}.{html.escape(inside)} Tables: {links}; the figure <i>whatif matrix</i> below.</p>"
+        + (classes.to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}") if len(classes) else "")
+    )
 
 
 def summary(df: pd.DataFrame) -> str:
