@@ -22,8 +22,7 @@ SCORES = "whatif_scores.json"
 def write_whatif(cell_files: list[Path], gpus: list[int], out_dir: Path) -> pd.DataFrame:
     """MATRIX and SCORES in `out_dir` from the records `cell_files` (an unreadable one moved aside, as `aggregate`
     does), predicted at `gpus` GPUs; the matrix returned."""
-    from loaderbench.whatif import matrix
-    from loaderbench.whatif.scores import scores  # the module's function: once imported, the module shadows it
+    from loaderbench.whatif import matrix, scores
 
     records, _ = load_records(cell_files)
     df = matrix(records, gpus=list(gpus))
