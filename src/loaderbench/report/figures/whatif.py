@@ -51,20 +51,22 @@ def whatif_matrix(whatif: pd.DataFrame, out_dir: Path) -> str | None:
     for ax, (key, rows) in zip(axes[:, 0], panels):
         image = _panel(ax, rows, loaders, models, norm)
         tier, gpus, batch, precision, parallel = key
-        ax.set_title(f"{tier}, {gpus} GPU{'s' if gpus > 1 else ''}, batch {batch}, {precision}, {parallel}", fontsize=9)
+        # the matrix names GPU counts, not devices: g1 is the one device of a CPU host too, as in a cell's id
+        ax.set_title(f"{tier}, g{gpus}, batch {batch}, {precision}, {parallel}", fontsize=9)
     if image is not None and norm is not None:
         bar = fig.colorbar(image, ax=axes[:, 0].tolist(), label="predicted samples/s (log)", shrink=0.8)
         bar.ax.yaxis.set_major_formatter(ScalarFormatter())
         bar.ax.yaxis.set_minor_formatter(ScalarFormatter())
     checked = t[t["status"] == MEASURED]
-    told = (
+    said = [
         f"{len(checked)} checked pair(s) framed: measured samples/s and its error against the prediction"
         if len(checked)
-        else "no pair checked (whatif.checks measures some)"
-    )
+        else "No pair checked (whatif.checks measures some)"
+    ]
+    if (t["status"] == UNCHECKED).any():
+        said.append("hatched: predicted, unchecked (no such GPU count measured on this host)")
     title = (
-        f"What if: every loader x model predicted from its parts [interval] and the part that binds. {told}; "
-        "hatched: predicted, unchecked (no such GPU count measured on this host)"
+        f"What if: every loader x model predicted from its parts [interval] and the part that binds. {'; '.join(said)}"
     )
     fig.suptitle(textwrap.fill(title, int(width * 15)), fontsize=9)
     save(fig, out_dir, NAME)
