@@ -283,7 +283,7 @@ def test_the_model_figures_are_drawn_only_where_the_records_hold_them(tmp_path):
 
 def test_the_model_figures_have_captions():
     captions = load_captions(REPO / "workflow/report", tuple(f for f in REGISTRY if f.category == "Models"))
-    assert set(captions) == {"loader_alone", "predicted"} and all(captions.values())
+    assert set(captions) == {"loader_alone", "predicted", "whatif_matrix"} and all(captions.values())
 
 
 def bundle(tmp_path: Path, records: list[dict]) -> str:

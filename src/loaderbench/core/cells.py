@@ -289,6 +289,12 @@ def part_models(part: dict) -> list[str]:
     return part.get("models") or [DEFAULT_MODEL]
 
 
+def _part_fields(part: dict) -> tuple[bool, int]:
+    """The part fields (beside, ranks) of a grid part's cells: those of a part the config key `whatif` adds, (False, 1)
+    for any other."""
+    return bool(part.get("beside", False)), int(part.get("ranks", 1))
+
+
 def config_models(cfg: dict) -> list[str]:
     """The models a config's grid trains, in the order its parts name them (each once)."""
     return list(dict.fromkeys(m for part in cfg["parts"] for m in part_models(part)))
@@ -298,8 +304,9 @@ def part_cells(part: dict) -> list[str]:
     """A part's cells in a stable order: repeats outermost, then the parallel mode, the GPUs and the model, so that the
     dp cells follow one another and a kept process (host.reuse_processes) serves all but the first of them (a ddp cell
     in between would end it), those of one GPU count and one model, and so of the same shapes, together."""
+    beside, ranks = _part_fields(part)
     return [
-        cell_id(lo, t, g, b, p, par, r, m)
+        cell_id(lo, t, g, b, p, par, r, m, beside=beside, ranks=ranks)
         for r, par, g, m, lo, t, b, p in itertools.product(
             range(part["repeats"]),
             part["parallel"],
@@ -328,6 +335,7 @@ def cell_part(cfg: dict, cid: str) -> dict | None:
             and d["parallel"] in part["parallel"]
             and d["repeat"] < part["repeats"]
             and d["model"] in part_models(part)
+            and (d["beside"], d["ranks"]) == _part_fields(part)
             and _on_tier(part, d["loader"], d["tier"])
             and is_cell(d["loader"], d["model"])
         ):

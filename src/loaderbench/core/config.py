@@ -28,6 +28,7 @@ from .cells import (
 from .registry import loader_record, loaders_where, tierless, torchvision_input_size
 from .resolve import resolve_plugins
 from .util import stable_hash
+from .whatifgrid import resolve_whatif
 
 
 def load_schema() -> dict:
@@ -123,6 +124,7 @@ def validate_config(
             f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)"
         )
     _resolve_parts(raw or {}, cfg, base_dir, find_plugins)
+    resolve_whatif(cfg)
     _check_input_sizes(cfg, raw or {})
     _check_captured_step(cfg, raw or {})
     _check_ceiling_steps(cfg)
@@ -161,7 +163,7 @@ def _resolve_shards(cfg: dict) -> None:
 
 # Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).
 AXES = ("loaders", "models", "tiers", "gpus", "batch_sizes", "precisions", "parallel", "repeats")
-STUDY_KEYS = ("parts", "budget_minutes", "trim")
+STUDY_KEYS = ("parts", "budget_minutes", "trim", "whatif")
 
 
 def _check_input_sizes(cfg: dict, raw: dict) -> None:

@@ -20,6 +20,7 @@ from .bundlepage import crosscheck_html, index_html
 from .columns import read_table
 from .figure_list import EXTRA_FILES, FORMATS, INDEX, load_captions, read_index
 from .verdict import render_html
+from .whatiftables import MATRIX, SCORES, whatif_html
 
 
 def _summarize_provenance(records: list[dict]) -> dict:
@@ -45,6 +46,7 @@ TABLES = (
     "verdict.json",
     "tier_probe.csv",
 )
+WHATIF_TABLES = (MATRIX, SCORES)  # copied and shown where given (the workflow's rule whatif writes them)
 
 
 def _by_name(files: list[Path], wanted: tuple[str, ...], what: str) -> dict[str, Path]:
@@ -75,6 +77,7 @@ def make_bundle(
     `zip_path`."""
     out_dir, zip_path = Path(out_dir), Path(zip_path)
     tables = _by_name(table_files, TABLES, "tables")
+    whatif = {n: f for n, f in _by_name(table_files, (), "tables").items() if n in WHATIF_TABLES}
     figures = read_index(figures_dir)
     _copy_tables_and_figures(out_dir, tables, Path(figures_dir), timeline_files, tuple(figures["drawn"]))
     records = []
@@ -102,6 +105,8 @@ def make_bundle(
     crosscheck = [json.loads(Path(f).read_text()) for f in crosscheck_files]
     for i, f in enumerate(crosscheck_files):
         _copy(f, out_dir / "tables" / (f"crosscheck{i or ''}.json"))
+    for name, f in whatif.items():
+        _copy(f, out_dir / "tables" / name)
     _write_text(
         out_dir / "index.html",
         index_html(
@@ -119,6 +124,7 @@ def make_bundle(
             verdict,
             figures,
             traces=_traces(records, out_dir),
+            whatif=whatif_html(whatif.get(MATRIX), whatif.get(SCORES)),
         ),
     )
     _zip(out_dir, zip_path)

@@ -32,6 +32,7 @@ def index_html(
     verdict: str = "",
     figures: dict | None = None,
     traces: str = "",
+    whatif: str = "",
 ) -> str:
     """The bundle's index.html: summary, verdict, tables, diagnosis, recommendations, figures, tiers, provenance."""
     e = html.escape
@@ -72,6 +73,7 @@ def index_html(
             "(with the stall attribution) and <a href='tables/recommendations.json'>recommendations.json</a>.</p>"
         ),
         crosscheck,
+        whatif,
         "<h2>Figures</h2>",
         *_figure_parts(captions, figures or {"drawn": [], "not_drawn": {}}),
         "<h2>Dataset and storage tiers</h2>",

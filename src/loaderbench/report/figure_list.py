@@ -14,9 +14,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-# what a figure may draw from (make_figures loads each once): the tables, every cell's telemetry timeline and
-# the cells chosen for the timelines figure
-INPUTS = ("table", "repeats", "diagnosis", "probe", "timelines", "timeline_cells")
+# what a figure may draw from (make_figures loads each once): the tables (the what-if's matrix among them), every
+# cell's telemetry timeline and the cells chosen for the timelines figure
+INPUTS = ("table", "repeats", "diagnosis", "probe", "whatif", "timelines", "timeline_cells")
 FORMATS = ("png", "svg")
 
 
@@ -49,6 +49,7 @@ REGISTRY = (
     Figure("tier_probe", "Storage", ("probe",)),
     Figure("loader_alone", "Models", ("table",)),  # each loader's rate alone against each model's compute ceiling
     Figure("predicted", "Models", ("table",)),  # each cell's measured rate against the sharing model's prediction
+    Figure("whatif_matrix", "Models", ("whatif",)),  # every loader x model predicted from its parts, checks marked
 )
 FIGURES = tuple(f.name for f in REGISTRY)  # the names, in the order they are drawn and shown
 EXTRA_FILES = tuple(x for f in REGISTRY for x in f.extra)

@@ -25,12 +25,13 @@ from .limits import au_bars, stall_bars
 from .models import loader_alone, predicted
 from .rates import batch_effect, scaling, seed_table, speed_heatmap, throughput
 from .resources import memory, tier_probe, timelines
+from .whatif import whatif_matrix
 
 # each figure of the registry by its name: the function that draws it
 DRAW = {
     f.__name__: f
     for f in (throughput, speed_heatmap, seed_table, stall_bars, au_bars, memory, batch_effect, scaling, timelines)
-    + (tier_probe, loader_alone, predicted)
+    + (tier_probe, loader_alone, predicted, whatif_matrix)
 }
 
 
@@ -42,10 +43,11 @@ def make_figures(
     probe_csv: Path | None = None,
     timeline_csvs: list[Path] = (),
     timeline_cells: list[str] | None = None,
+    whatif_csv: Path | None = None,
 ) -> dict:
     """Every figure of the registry the tables can draw, in its order, into `out_dir`, and its index (`INDEX`: those
     drawn and why each other one was not; returned). Without `diagnosis_csv` the diagnosis is computed from the table;
-    without `probe_csv` there is no tier-probe figure."""
+    without `probe_csv` there is no tier-probe figure, without `whatif_csv` (the what-if's matrix) no matrix."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="notebook")
@@ -61,6 +63,7 @@ def make_figures(
         "repeats": read_table(repeats_csv, "repeats"),
         "diagnosis": diagnosis,
         "probe": pd.read_csv(probe_csv) if probe_csv else pd.DataFrame(),
+        "whatif": _read_matrix(whatif_csv),
         "timelines": {Path(p).stem: Path(p) for p in timeline_csvs},
         "timeline_cells": timeline_cells,
     }
@@ -79,6 +82,14 @@ def make_figures(
     }
     atomic_write_text(out_dir / INDEX, json.dumps(index, indent=2) + "\n")
     return index
+
+
+def _read_matrix(path: Path | None) -> pd.DataFrame:
+    """The what-if's matrix table; no rows where none was given or it holds none (a file of no columns)."""
+    try:
+        return pd.read_csv(path) if path else pd.DataFrame()
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
 
 
 def _draw(name: str, kwargs: dict, out_dir: Path) -> str | None:
