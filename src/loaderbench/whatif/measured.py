@@ -62,7 +62,7 @@ class Configuration:
 
     def fields(self, *names: str) -> dict:
         """The spec's fields `names`, as configurations are matched on them (`Index.find`)."""
-        return dict(zip(names, self.key(*names)))
+        return dict(zip(names, self.key(*names), strict=True))
 
     def describe(self) -> dict:
         """The configuration's columns of a prediction's row."""

@@ -77,7 +77,7 @@ def predict(records: list[dict], fit_model: str | None = None) -> pd.DataFrame:
     fit = df["model"] == fit_model
     k = fit_k([(r.measured, r.loader_eff, r.ceiling_eff) for r in df[fit].itertuples()])
     df["role"] = np.where(fit, "fit", "check")
-    df["predicted"] = [softmin(le, ce, k) for le, ce in zip(df["loader_eff"], df["ceiling_eff"])]
+    df["predicted"] = [softmin(le, ce, k) for le, ce in zip(df["loader_eff"], df["ceiling_eff"], strict=True)]
     df["error"] = df["measured"] / df["predicted"] - 1
     df["missed"] = [_missed_parts(r) for r in df.itertuples()]
     df.attrs.update(k=k, fit_model=fit_model)
