@@ -171,7 +171,7 @@ def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(stag
     ]
     assert r["placement"] == {"off": "placement off on cpu"}
     assert all(x > 0 for x in r["synthetic_samples_per_s"] + r["bare_samples_per_s"])
-    ratios = sorted(s / b for s, b in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"]))
+    ratios = sorted(s / b for s, b in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"], strict=True))
     assert r["synthetic_over_bare"] == pytest.approx(sum(ratios) / 2)
     assert set(r["input_variants_ms_per_step"]) == {
         "float32 NCHW-contiguous",

@@ -390,7 +390,7 @@ def test_two_pipelines_at_once_never_overlap_their_windows(tmp_path, own_lock_di
         procs.append(
             start_run(w, cfg, *(f"results/cells/torchvision_disk-a_g1_b4_{p}_dp_r0.json" for p in ("fp32", "amp")))
         )
-    for w, p in zip(runs, procs):
+    for w, p in zip(runs, procs, strict=True):
         assert p.wait(timeout=600) == 0, (w / "snakemake.out").read_text()
     windows = []
     for w in runs:

@@ -30,7 +30,7 @@ def test_the_parts_only_config_predicts_every_pair_in_the_bundle(tmp_path):
     matrix = pd.read_csv(bundle / "tables/whatif.csv")
     loaders = raw["parts"][0]["loaders"]
     models = raw["parts"][1]["models"]
-    assert set(zip(matrix["loader"], matrix["model"])) == set(itertools.product(loaders, models))
+    assert set(zip(matrix["loader"], matrix["model"], strict=True)) == set(itertools.product(loaders, models))
     assert (matrix["status"] == "predicted").all() and (matrix["gpus"] == 1).all()  # no pair measured, 1 device
     assert (matrix["predicted"] > 0).all(), matrix[["loader", "model", "predicted", "lacks"]]
     assert (matrix["predicted_lo"] <= matrix["predicted"]).all() and (

@@ -354,7 +354,7 @@ def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
         host=host,
         host_dirs=[h200_records],
     )
-    seconds = {c.cell: (f.seconds, c.seconds, c.detail) for f, c in zip(fresh.cells, kept.cells)}
+    seconds = {c.cell: (f.seconds, c.seconds, c.detail) for f, c in zip(fresh.cells, kept.cells, strict=True)}
     for cell, (was, now, detail) in seconds.items():
         rec = _record(h200_records / f"{configuration(cell)}_r0.json")
         first = cell.startswith("synthetic_ram_g1_") and "_dp_" in cell  # the first dp cell of each repeat

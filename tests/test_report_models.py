@@ -236,7 +236,7 @@ def test_the_sharing_models_predictions_reach_cells_csv_and_its_figure(tmp_path)
     t = read_table(tmp_path / "cells.csv")
     has = t[t["predicted"].notna()]
     # every training cell of a loader measured alone and a model with its ceiling, and no other
-    assert sorted(zip(has["loader"], has["model"], has["gpus"])) == [
+    assert sorted(zip(has["loader"], has["model"], has["gpus"], strict=True)) == [
         ("dali-sc", "mobilenet_v2", 1),
         ("dali-sc", "resnet50", 1),
         ("torchvision", "mobilenet_v2", 1),

@@ -161,7 +161,9 @@ def render_ceiling(r: dict, spec, rounds: int) -> str:
         ),
         f"  placement (both loops): {json.dumps(r['placement'])}",
     ]
-    for s_, b_, n, ph in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"], r["steps"], r["synthetic_phases"]):
+    for s_, b_, n, ph in zip(
+        r["synthetic_samples_per_s"], r["bare_samples_per_s"], r["steps"], r["synthetic_phases"], strict=True
+    ):
         lines.append(
             f"  synthetic cell {s_:9.1f} Samples/s   bare loop {b_:9.1f} Samples/s   ({n} steps each)  ratio "
             f"{s_ / b_:.4f}   (cell setup {ph['setup_s']:.1f} s, first step {ph['first_step_s']:.1f} s, warm-up "

@@ -225,7 +225,7 @@ def _row(
         return row
     pairs = [
         (m["samples_per_s"], b["samples_per_s"], m["window"]["ci95_rel_halfwidth"], b["halfwidth"])
-        for m, b in zip(ok, bares)
+        for m, b in zip(ok, bares, strict=True)
     ]
     row.update(status="ok", cell_over_bare=ratio(pairs).to_dict())
     return row

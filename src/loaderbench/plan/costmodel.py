@@ -48,7 +48,7 @@ def _kept_overhead(
     if own:
         return median(m.overhead_s for m in own), f"{len(own)} kept-process record(s)"
     skipped = [(m.startup_s or 0.0) + ((m.cold_step_s or 0.0) if shapes_seen else 0.0) for m in fresh]
-    over = median(max(0.0, m.overhead_s - s) for m, s in zip(fresh, skipped) if m.overhead_s is not None)
+    over = median(max(0.0, m.overhead_s - s) for m, s in zip(fresh, skipped, strict=True) if m.overhead_s is not None)
     what = "start-up and cold step" if shapes_seen else "start-up (new shapes: cuDNN plans again)"
     return over, f"fresh overhead less its {what}"
 
@@ -247,7 +247,7 @@ def predict(
             io_bound,
             compute,
         )
-        relaxed = [f for f, differs in zip(NEIGHBOUR_FIELDS, nearest) if differs and f != "feed"]
+        relaxed = [f for f, differs in zip(NEIGHBOUR_FIELDS, nearest, strict=True) if differs and f != "feed"]
         like = (
             f"{len(near)} record(s) of this configuration (other settings)"
             if not relaxed

@@ -208,7 +208,9 @@ def _table(rows) -> list[str]:
     right = [all(isinstance(r[i], (int, float)) or _numberish(r[i]) for r in rows[1:]) for i in range(len(widths))]
     out = []
     for r in rows:
-        cells = [str(v).rjust(w) if right[i] else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths))]
+        cells = [
+            str(v).rjust(w) if right[i] else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))
+        ]
         out.append("  ".join(cells).rstrip())
     return out
 

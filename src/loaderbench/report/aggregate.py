@@ -31,7 +31,7 @@ def cells_table(repeats: pd.DataFrame, baseline: dict, spread_warn: float = 0.05
     rows = []
     for key, g in repeats.groupby(KEYS, sort=False, dropna=False):
         reps = Repeats(g, g[g["status"] == "ok"], spread_warn)
-        rows.append({**dict(zip(KEYS, key)), **{c.name: c.combine(reps, c.name) for c in COMBINED}})
+        rows.append({**dict(zip(KEYS, key, strict=True)), **{c.name: c.combine(reps, c.name) for c in COMBINED}})
     t = pd.DataFrame(rows)
     widen_single_windows(t, repeats)
     divide(t, baseline)
@@ -194,12 +194,12 @@ def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
         t[col] = [f.format(float(v)) if pd.notna(v) else "-" for v in t[col]]
     unknown = pd.Series(np.nan, index=table.index)
     if "device" in table:  # the seed's GPU column says where a cell trained on the CPU instead
-        t["gpus"] = [f"{g} (CPU)" if not on_gpu(d) else g for g, d in zip(table["gpus"], table["device"])]
+        t["gpus"] = [f"{g} (CPU)" if not on_gpu(d) else g for g, d in zip(table["gpus"], table["device"], strict=True)]
     t["samples_per_s"] = [
-        _with_halfwidth(v, h) for v, h in zip(table["samples_per_s"], table.get("halfwidth", unknown))
+        _with_halfwidth(v, h) for v, h in zip(table["samples_per_s"], table.get("halfwidth", unknown), strict=True)
     ]
     for col in ("speed", "gpu_efficiency"):
-        ends = zip(table[col], table.get(f"{col}_low", unknown), table.get(f"{col}_high", unknown))
+        ends = zip(table[col], table.get(f"{col}_low", unknown), table.get(f"{col}_high", unknown), strict=True)
         t[col] = [_with_ends(v, lo, hi) for v, lo, hi in ends]
     for col in ["spread", *rerun]:
         t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]

@@ -118,7 +118,7 @@ def _repeats_and_dp(ok: list[dict]) -> dict:
     """The repeats of each configuration with their spread and steal, the foreign CPU, and dp over ddp by config."""
     by_config: dict[tuple, list[float]] = defaultdict(list)
     steal_of: dict[tuple, list[float | None]] = defaultdict(list)
-    for r, k in zip(ok, _config_keys(ok)):
+    for r, k in zip(ok, _config_keys(ok), strict=True):
         by_config[k].append(r["metrics"]["samples_per_s"])
         steal_of[k].append(_foreign(r).get("steal"))
     median = {k: statistics.median(v) for k, v in by_config.items()}

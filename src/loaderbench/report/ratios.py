@@ -37,10 +37,12 @@ def divide(t: pd.DataFrame, baseline: dict) -> None:
     by_itself = pd.Series([one_gpu_loader(r) == r["loader"] for _, r in t.iterrows()], index=t.index, dtype=bool)
     own = (t["gpus"] == 1) & trains(t) & by_itself  # the 1-GPU cells, divided by themselves
     bounds(t, "gpu_efficiency", divided_interval(t, one_gpu_hw, t.index[own]))
-    implausible = pd.Series([au_implausible(au, q) for au, q in zip(t["au"], aus)], index=t.index, dtype=bool)
+    implausible = pd.Series(
+        [au_implausible(au, q) for au, q in zip(t["au"], aus, strict=True)], index=t.index, dtype=bool
+    )
     t.loc[implausible, "warnings"] = [
         "; ".join(filter(None, [str(w) if isinstance(w, str) else "", f"implausible: {au_implausible_text(au, q)}"]))
-        for w, au, q in zip(t.loc[implausible, "warnings"], t.loc[implausible, "au"], aus[implausible])
+        for w, au, q in zip(t.loc[implausible, "warnings"], t.loc[implausible, "au"], aus[implausible], strict=True)
     ]
 
 
@@ -54,7 +56,9 @@ def divided_interval(t: pd.DataFrame, divisor_hw: pd.Series, divisors: pd.Index)
             return Ratio(1.0, 0.0, 1)
         return quotient(1.0, float(hw), 1.0, float(base_hw)) if pd.notna(hw) and pd.notna(base_hw) else None
 
-    return pd.Series([one(i, hw, b) for i, hw, b in zip(t.index, t["halfwidth"], divisor_hw)], index=t.index)
+    return pd.Series(
+        [one(i, hw, b) for i, hw, b in zip(t.index, t["halfwidth"], divisor_hw, strict=True)], index=t.index
+    )
 
 
 def bounds(t: pd.DataFrame, col: str, intervals: pd.Series) -> None:

@@ -29,7 +29,7 @@ def device_text(gpus, device) -> str:
 def device_texts(t: pd.DataFrame) -> pd.Series:
     """`device_text` of each row of `t`."""
     device = t["device"] if "device" in t else pd.Series(None, index=t.index, dtype=object)
-    return pd.Series([device_text(g, d) for g, d in zip(t["gpus"], device)], index=t.index, dtype=object)
+    return pd.Series([device_text(g, d) for g, d in zip(t["gpus"], device, strict=True)], index=t.index, dtype=object)
 
 
 def trains(df: pd.DataFrame) -> pd.Series:

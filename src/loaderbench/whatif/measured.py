@@ -74,7 +74,7 @@ class Configuration:
 
     def fields(self, *names: str) -> dict:
         """The spec's fields `names`, as configurations are matched on them (`Index.find`)."""
-        return dict(zip(names, self.key(*names)))
+        return dict(zip(names, self.key(*names), strict=True))
 
 
 def model_of(spec: dict) -> str:

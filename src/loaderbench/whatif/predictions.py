@@ -78,7 +78,7 @@ def matrix(records: list[dict], gpus=(1, 2, 4), ratios: dict | None = None) -> p
         if more:
             rows += _n_gpu_rows(index, more, ratios or {})
     df = pd.DataFrame(rows, columns=MATRIX_COLUMNS)
-    checked = {(g, p) for g, p, s in zip(df["gpus"], df["parallel"], df["status"]) if s == MEASURED}
+    checked = {(g, p) for g, p, s in zip(df["gpus"], df["parallel"], df["status"], strict=True) if s == MEASURED}
     df.loc[[s != MEASURED and g > 1 and (g, p) not in checked for g, p, s in _keys(df)], "status"] = UNCHECKED
     widen(df)
     order = df["status"].map({MEASURED: 0, PREDICTED: 1, UNCHECKED: 2})
@@ -96,7 +96,7 @@ def matrix(records: list[dict], gpus=(1, 2, 4), ratios: dict | None = None) -> p
 
 
 def _keys(df: pd.DataFrame):
-    return zip(df["gpus"], df["parallel"], df["status"])
+    return zip(df["gpus"], df["parallel"], df["status"], strict=True)
 
 
 def _one_gpu_rows(index: Index) -> list[dict]:

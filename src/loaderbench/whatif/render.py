@@ -97,7 +97,9 @@ def _table(df: pd.DataFrame, measured: bool) -> str:
     if measured:
         t["measured"] = [_rate(v) for v in df["measured"]]
     t["predicted"] = [_rate(v) for v in df["predicted"]]
-    t["interval"] = [f"[{_rate(lo)}, {_rate(hi)}]" for lo, hi in zip(df["predicted_lo"], df["predicted_hi"])]
+    t["interval"] = [
+        f"[{_rate(lo)}, {_rate(hi)}]" for lo, hi in zip(df["predicted_lo"], df["predicted_hi"], strict=True)
+    ]
     if measured:
         t["error"] = [_signed(v) for v in df["error"]]
     t["naive"] = [_rate(v) for v in df["naive"]]

@@ -291,7 +291,7 @@ def step_times(warm: dict, window: dict, kind: str) -> dict:
         "warmup": {
             "start": r(start),
             "wait": r(warm["waits"]),
-            "end": r([s + d for s, d in zip(start, warm["durations"])]),
+            "end": r([s + d for s, d in zip(start, warm["durations"], strict=True)]),
         },
         "window": {k: (v if k == "kept" else r(v)) for k, v in window.items() if k not in ("t0", "t0_epoch")},
     }

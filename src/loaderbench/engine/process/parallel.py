@@ -238,7 +238,7 @@ class ReplicaThreads:
 
         futures = [
             pool.submit(run, m, a, k, d)
-            for pool, m, a, k, d in zip(self.pools, modules[1:], inputs[1:], kwargs[1:], devices[1:])
+            for pool, m, a, k, d in zip(self.pools, modules[1:], inputs[1:], kwargs[1:], devices[1:], strict=False)
         ]
         first = run(modules[0], inputs[0], kwargs[0], devices[0])
         return [first, *(f.result() for f in futures)]

@@ -332,7 +332,7 @@ class _Window:
             "kept": [first, last],
         }
         if device_end is not None:
-            out["device_start"] = [e - c for e, c in zip(device_end, computes)]
+            out["device_start"] = [e - c for e, c in zip(device_end, computes, strict=True)]
             out["device_end"] = list(device_end)
         return out
 

@@ -77,8 +77,8 @@ def make_figures(
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             reasons = [future.result() for future in [pool.submit(_draw, *job) for job in jobs]]
     index = {
-        "drawn": [fig.name for fig, why in zip(REGISTRY, reasons) if why is None],
-        "not_drawn": {fig.name: why for fig, why in zip(REGISTRY, reasons) if why is not None},
+        "drawn": [fig.name for fig, why in zip(REGISTRY, reasons, strict=True) if why is None],
+        "not_drawn": {fig.name: why for fig, why in zip(REGISTRY, reasons, strict=True) if why is not None},
     }
     atomic_write_text(out_dir / INDEX, json.dumps(index, indent=2) + "\n")
     return index

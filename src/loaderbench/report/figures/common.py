@@ -94,7 +94,7 @@ def with_ends(t: pd.DataFrame, col: str) -> pd.DataFrame:
 
 def of_config(t: pd.DataFrame, key: tuple) -> pd.DataFrame:
     """The rows of `t` at the GPUs, batch, precision and parallel mode `key` (SETUP's order)."""
-    return t[np.logical_and.reduce([t[k] == v for k, v in zip(SETUP, key)])]
+    return t[np.logical_and.reduce([t[k] == v for k, v in zip(SETUP, key, strict=True)])]
 
 
 def not_drawn(out_dir: Path, name: str, reason: str) -> str:

@@ -30,7 +30,7 @@ def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> str | None:
         len(configs), 1, figsize=(max(6, 0.7 * d.groupby("config").size().max() + 2), 3.2 * len(configs)), squeeze=False
     )
     colors = {"compute_only_ms": "#4c72b0", "prep_stall_ms": "#dd8452", "fetch_stall_ms": "#c44e52"}
-    for ax, cfg in zip(axes[:, 0], configs):
+    for ax, cfg in zip(axes[:, 0], configs, strict=True):
         g = d[d["config"] == cfg]
         names = (g["loader"] + "\n" + g["tier"]).tolist()
         step = pd.to_numeric(g["step_ms"], errors="coerce").to_numpy()
@@ -43,7 +43,7 @@ def stall_bars(diagnosis: pd.DataFrame, out_dir: Path) -> str | None:
             bottom += parts[col]
         ax.scatter(names, step, marker="_", s=400, color="k", zorder=3, label="measured step")
         crowded = len(g) > 8  # upright labels would overlap: stand them on end
-        for i, (lab, top) in enumerate(zip(g["bottleneck"], np.fmax(bottom, np.nan_to_num(step)))):
+        for i, (lab, top) in enumerate(zip(g["bottleneck"], np.fmax(bottom, np.nan_to_num(step)), strict=True)):
             ax.text(i, top * 1.02, lab, ha="center", va="bottom", fontsize=7, rotation=90 if crowded else 0)
         ax.set_ylim(0, (1.45 if crowded else 1.2) * np.nanmax(np.fmax(bottom, np.nan_to_num(step))) or 1)
         ax.set_ylabel("ms per step")

@@ -50,15 +50,15 @@ def loader_alone(table: pd.DataFrame, out_dir: Path) -> str | None:
         )
         return not_drawn(out_dir, "loader_alone", why)
     models = list(dict.fromkeys(ceilings["model"]))
-    model_colors = dict(zip(models, sns.color_palette("dark", len(models))))
+    model_colors = dict(zip(models, sns.color_palette("dark", len(models)), strict=True))
     n_bars = max(len(of_config(alone, c)) for c in configs)
     fig, axes = plt.subplots(len(configs), 1, figsize=(max(7.5, 0.7 * n_bars + 4.5), 4.6 * len(configs)), squeeze=False)
-    for ax, key in zip(axes[:, 0], configs):
+    for ax, key in zip(axes[:, 0], configs, strict=True):
         bars, lines = of_config(alone, key), of_config(ceilings, key)
         tiers = list(dict.fromkeys(bars["tier"]))
         loaders = list(dict.fromkeys(bars["loader"]))
         width = 0.8 / len(tiers)
-        tier_colors = dict(zip(tiers, sns.color_palette("pastel", len(tiers))))
+        tier_colors = dict(zip(tiers, sns.color_palette("pastel", len(tiers)), strict=True))
         for j, tier in enumerate(tiers):
             b = bars[bars["tier"] == tier]
             v, lo, hi = interval(b)
@@ -69,7 +69,7 @@ def loader_alone(table: pd.DataFrame, out_dir: Path) -> str | None:
         lines = lines.loc[lines.groupby("model")["samples_per_s"].idxmax()]
         lines = lines.sort_values("samples_per_s")
         v, lo, hi = interval(lines)
-        for model, y, y_lo, y_hi in zip(lines["model"], v, lo, hi):
+        for model, y, y_lo, y_hi in zip(lines["model"], v, lo, hi, strict=True):
             ax.axhspan(y_lo, y_hi, color=model_colors[model], alpha=0.12, lw=0)
             ax.axhline(y, color=model_colors[model], lw=1.4, ls="--")
         ax.set_yscale("log")
@@ -78,7 +78,7 @@ def loader_alone(table: pd.DataFrame, out_dir: Path) -> str | None:
         ax.set_xlim(-0.6, len(loaders) - 0.4)
         ax.set_xticks(range(len(loaders)), loaders, rotation=20 if len(loaders) > 4 else 0)
         low, high = np.log10(ax.get_ylim())
-        for model, y, at in zip(lines["model"], v, spread_labels(list(np.log10(v)), low, high)):
+        for model, y, at in zip(lines["model"], v, spread_labels(list(np.log10(v)), low, high), strict=True):
             ax.annotate(
                 f"{model} ({y:.0f}/s)",
                 xy=(1.0, y),
@@ -128,7 +128,7 @@ def predicted(table: pd.DataFrame, out_dir: Path) -> str | None:
     role = t.get("prediction_role", pd.Series("check", index=t.index)).fillna("check").astype(str)
     loaders = list(dict.fromkeys(t["loader"]))
     models = list(dict.fromkeys(t["model"]))
-    colors = dict(zip(loaders, sns.color_palette("tab10", len(loaders))))
+    colors = dict(zip(loaders, sns.color_palette("tab10", len(loaders)), strict=True))
     markers = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(models)}
     fig, ax = plt.subplots(figsize=(7.5, 6))
     _, lo, hi = interval(t)

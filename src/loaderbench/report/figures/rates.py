@@ -58,7 +58,7 @@ def speed_heatmap(table: pd.DataFrame, out_dir: Path) -> str | None:
     t["text"] = [
         "" if pd.isna(v) else f"{v:.2f}" + (f"\n[{lo:.2f}, {hi:.2f}]" if pd.notna(lo) and pd.notna(hi) else "")
         for v, lo, hi in zip(
-            t["speed"], t.get("speed_low", t["speed"] * np.nan), t.get("speed_high", t["speed"] * np.nan)
+            t["speed"], t.get("speed_low", t["speed"] * np.nan), t.get("speed_high", t["speed"] * np.nan), strict=True
         )
     ]
     pivot = t.pivot_table(index="row", columns="col", values="speed", aggfunc="first")
@@ -129,7 +129,7 @@ def scaling(table: pd.DataFrame, out_dir: Path) -> str | None:
         model_part(t) + t["tier"] + ", b" + t["batch_size"].astype(str) + ", " + t["precision"] + ", " + t["parallel"]
     )
     loaders = sorted(t["loader"].unique())
-    palette = dict(zip(loaders, sns.color_palette(n_colors=len(loaders))))
+    palette = dict(zip(loaders, sns.color_palette(n_colors=len(loaders)), strict=True))
     g = sns.relplot(
         data=t,
         kind="line",

@@ -89,7 +89,7 @@ def timelines(
         why = "telemetry_hz is 0" if (repeats["status"] == "ok").any() else no_cell_ok(repeats)
         return not_drawn(out_dir, "timelines", f"no telemetry timeline: {why}")
     fig, axes = plt.subplots(len(cells), 1, figsize=(11, 2.4 * len(cells)), squeeze=False)
-    for ax, cell in zip(axes[:, 0], cells):
+    for ax, cell in zip(axes[:, 0], cells, strict=True):
         tl = pd.read_csv(timelines[cell])
         win = tl[tl["phase"] == "window"]
         if len(win):

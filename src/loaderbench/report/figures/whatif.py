@@ -48,7 +48,7 @@ def whatif_matrix(whatif: pd.DataFrame, out_dir: Path) -> str | None:
         len(panels), 1, figsize=(width, height * len(panels) + 0.6), squeeze=False, layout="constrained"
     )
     image = None
-    for ax, (key, rows) in zip(axes[:, 0], panels):
+    for ax, (key, rows) in zip(axes[:, 0], panels, strict=True):
         image = _panel(ax, rows, loaders, models, norm)
         tier, gpus, batch, precision, parallel = key
         # the matrix names GPU counts, not devices: g1 is the one device of a CPU host too, as in a cell's id
