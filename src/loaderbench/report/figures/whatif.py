@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from .common import not_drawn, save
 
@@ -56,7 +56,7 @@ def whatif_matrix(whatif: pd.DataFrame, out_dir: Path) -> str | None:
     if image is not None and norm is not None:
         bar = fig.colorbar(image, ax=axes[:, 0].tolist(), label="predicted samples/s (log)", shrink=0.8)
         bar.ax.yaxis.set_major_formatter(ScalarFormatter())
-        bar.ax.yaxis.set_minor_formatter(ScalarFormatter())
+        bar.ax.yaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks of a log axis overlap
     checked = t[t["status"] == MEASURED]
     said = [
         f"{len(checked)} checked pair(s) framed: measured samples/s and its error against the prediction"
