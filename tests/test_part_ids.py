@@ -176,3 +176,16 @@ def test_part_cells_go_to_parts_csv_and_never_among_the_real_cells(tmp_path):
     assert parts["model"].tolist() == ["mobilenet_v2", "none"]
     assert parts[["speed", "gpu_efficiency", "au"]].isna().all().all()  # a part is divided by nothing
     assert set(table.columns) <= set(parts.columns)  # the columns of cells.csv
+
+
+def test_the_verdicts_retry_measures_a_matrix_cell_again_never_its_parts(tmp_path):
+    """A part shares its matrix cell's report name (beside MobileNetV2 is `torchvision/ram/.../dp`): the retry the
+    verdict asks for takes the cell it names, not the parts of that name."""
+    from loaderbench.cli.run import blocked_cells_of
+
+    plain = "torchvision_ram_g1_b256_amp_dp_r0"
+    parts = ["torchvision_ram_g1_b256_amp_dp_beside_r0", "torchvision_ram_g1_b256_amp_dp_none_ranks2_r0"]
+    verdict = tmp_path / "results/tables/verdict.json"
+    verdict.parent.mkdir(parents=True)
+    verdict.write_text(json.dumps([{"tier": "ram", "rerun": ["torchvision/ram/g1/b256/amp/dp"]}]))
+    assert blocked_cells_of([plain, *parts], tmp_path, started=0) == {plain: "needed by the verdict on ram"}

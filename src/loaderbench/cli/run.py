@@ -151,8 +151,9 @@ def snakemake(command: list[str], log: Path, follower: Follower, started: float,
 
 def blocked_cells_of(cells: list[str], root: Path, started: float) -> dict[str, str]:
     """The grid's `cells` that the verdict this run wrote needs and that were contended or did not converge
-    (`verdict.json`'s `rerun`); none where this run wrote no verdict (a dry run, `--until`, nothing to do)."""
-    from loaderbench.core.cells import parse_cell_id
+    (`verdict.json`'s `rerun`); none where this run wrote no verdict (a dry run, `--until`, nothing to do). A part
+    cell (beside, ranks) is never one: the verdict's tables hold none, though its name is its matrix cell's."""
+    from loaderbench.core.cells import parse_cell_id, part_kind
     from loaderbench.report.rows import cell_name
 
     path = root / RESULTS.table("verdict.json")
@@ -163,7 +164,7 @@ def blocked_cells_of(cells: list[str], root: Path, started: float) -> dict[str, 
     except (OSError, ValueError):
         return {}
     names = {name: f"needed by the verdict on {v['tier']}" for v in verdicts for name in v.get("rerun") or []}
-    named = {cid: cell_name(parse_cell_id(cid)) for cid in cells}
+    named = {cid: cell_name(parse_cell_id(cid)) for cid in cells if part_kind(cid) is None}
     return {cid: names[name] for cid, name in named.items() if name in names}
 
 
