@@ -21,6 +21,16 @@ def test_every_figure_has_a_caption_and_names_are_unique():
     captions = load_captions(REPO / "workflow/report")
     assert list(captions) == list(FIGURES) and len(set(FIGURES)) == len(FIGURES)
     assert all(text.strip() for text in captions.values())
+    # the bundle shows a caption as text: the reStructuredText literal Snakemake's report renders is plain there
+    assert "(model none:" in captions["loader_alone"] and not any("``" in text for text in captions.values())
+
+
+def test_a_log_colour_bar_is_labelled_at_its_1_2_5_values():
+    from loaderbench.report.figures.whatif import _round_ticks
+
+    assert _round_ticks(1859, 20440) == [2000, 5000, 10000, 20000]
+    assert _round_ticks(3.0, 9.0) == [5]  # one label: the colour bar keeps its own
+    assert _round_ticks(1.0, 1e6) == [1, 10, 100, 1000, 10000, 100000, 1000000]  # many decades: the powers of ten
 
 
 def test_an_unknown_input_is_refused():

@@ -11,6 +11,7 @@ what it shows, and otherwise writes nothing and returns why (no empty figure): t
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,5 +63,5 @@ def read_index(folder: Path | str) -> dict:
 
 
 def load_captions(captions_dir: Path | str, figures: tuple[Figure, ...] = REGISTRY) -> dict[str, str]:
-    """Each figure's caption as one line of text (from its .rst file)."""
-    return {f.name: " ".join(f.caption(captions_dir).read_text().split()) for f in figures}
+    """Each figure's caption as one line of text (from its .rst file, its inline literals ``x`` shown as x)."""
+    return {f.name: re.sub(r"``(.+?)``", r"\1", " ".join(f.caption(captions_dir).read_text().split())) for f in figures}

@@ -3,6 +3,7 @@ measured rate and error."""
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -57,6 +58,9 @@ def whatif_matrix(whatif: pd.DataFrame, out_dir: Path) -> str | None:
         bar = fig.colorbar(image, ax=axes[:, 0].tolist(), label="predicted samples/s (log)", shrink=0.8)
         bar.ax.yaxis.set_major_formatter(ScalarFormatter())
         bar.ax.yaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks of a log axis overlap
+        ticks = _round_ticks(norm.vmin, norm.vmax)
+        if len(ticks) > 1:  # a decade or less apart: the 1-2-5 values in it, labelled
+            bar.set_ticks(ticks)
     checked = t[t["status"] == MEASURED]
     said = [
         f"{len(checked)} checked pair(s) framed: measured samples/s and its error against the prediction"
@@ -114,3 +118,13 @@ def _rate(v) -> str:
     if pd.isna(v):
         return "-"
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _round_ticks(low: float, high: float) -> list[float]:
+    """The 1-2-5 values between `low` and `high` (a log colour bar spanning less than a few decades labels only its
+    powers of ten, often one or none)."""
+    out, decade = [], 10 ** math.floor(math.log10(low))
+    while decade <= high:
+        out += [v for v in (decade, 2 * decade, 5 * decade) if low <= v <= high]
+        decade *= 10
+    return out if len(out) <= 9 else [v for v in out if math.log10(v).is_integer()]
