@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
 
@@ -36,6 +37,26 @@ MODELS = {
                 torch.nn.Flatten(),
                 torch.nn.Linear(8, num_classes),
             )
+    """,
+    # a model whose forward raises at its fourth call: a failure after the first step
+    "late_raising_net": """
+        import torch
+
+
+        class Late(torch.nn.Module):
+            def __init__(self, num_classes):
+                super().__init__()
+                self.fc, self.calls = torch.nn.Linear(3, num_classes), 0
+
+            def forward(self, x):
+                self.calls += 1
+                if self.calls == 4:
+                    raise RuntimeError(f"boom at call {self.calls}")
+                return self.fc(x.mean(dim=(2, 3)))
+
+
+        def build(num_classes):
+            return Late(num_classes)
     """,
     "raising_net": """
         def build(num_classes):
@@ -237,6 +258,28 @@ def test_a_broken_model_fails_its_cell_with_a_reason_naming_it(staged, on_path, 
     record = run_cell(cell_spec(cfg, f"torchvision_disk_g1_b4_fp32_dp_{name}_r0"), folder / "disk.json", tmp_path / "c")
     validate_record(record)
     assert record["status"] == "failed" and reason in record["reason"], record["reason"]
+
+
+def test_a_model_failing_mid_cell_names_the_phase_step_model_loader_and_its_own_line(staged, on_path, tmp_path):
+    """The reason says where: the phase, the step, the model and loader, the user's line that raised; the detail keeps
+    the whole traceback (the user's frames too) and the trace the phases so far, the last one ending failed."""
+    folder, base = staged
+    cfg = validate_config({**base, "loaders": ["torchvision"], "models": ["late_raising_net:build"]})
+    spec = cell_spec(cfg, f"torchvision_disk_g1_b4_fp32_dp_{cfg['models'][0]}_r0")
+    trace = tmp_path / "c.trace.json"
+    record = run_cell(spec, folder / "disk.json", tmp_path / "c.json", trace=trace)
+    validate_record(record)
+    source = on_path / "late_raising_net.py"
+    line = next(i for i, text in enumerate(source.read_text().splitlines(), 1) if "raise RuntimeError" in text)
+    assert record["status"] == "failed", record["reason"]
+    assert re.fullmatch(
+        r"RuntimeError: boom at call 4 \(in the (warm-up|window), at the cell's step 4; model 'late_raising_net:build', "
+        rf"loader 'torchvision'; raised at {re.escape(str(source))}:{line} in forward\)",
+        record["reason"],
+    ), record["reason"]
+    assert f'File "{source}", line {line}, in forward' in record["detail"]  # the user's frame, whole
+    phases = [e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "phase"]
+    assert phases[0] == "setup" and phases[-1].endswith("(failed)") and len(phases) >= 2, phases
 
 
 def test_the_loader_alone_delivers_batches_and_runs_no_model(staged, tmp_path):

@@ -53,7 +53,8 @@ class Order:
 class Outcome:
     """What a measuring process reports (or the runner concludes when it could not): the status, its reason, the
     metrics, a traceback, CUDA/cuDNN as the process loaded them, and the times of its steps for the cell's trace
-    (`measure.step_times`; not part of the record)."""
+    (`measure.step_times`; not part of the record); a failed process's phase marks so far (`marks`: an ok one's are in
+    its metrics)."""
 
     status: str
     reason: str | None = None
@@ -61,6 +62,7 @@ class Outcome:
     detail: str | None = None
     runtime: dict | None = None
     steps: dict | None = None
+    marks: dict | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:

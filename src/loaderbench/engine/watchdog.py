@@ -59,6 +59,14 @@ class Heartbeat:
         self._phase = PHASES.index(name)
         self._write()
 
+    def where(self) -> str:
+        """Where this process stands, for a failure's reason: its phase and, in the warm-up or the window, the step
+        it was running (the one after the last beat)."""
+        phase = PHASES[self._phase]
+        if phase in ("warmup", "window"):
+            return f"in the {'warm-up' if phase == 'warmup' else phase}, at the cell's step {self.steps + 1}"
+        return f"in its {phase}"
+
     def beat(self, step_s: float) -> None:
         self.steps += 1
         self._durations.append(step_s)

@@ -36,11 +36,14 @@ def measure(
     heartbeat: Heartbeat | None = None,
     timeout_s: float = 600.0,
     step_times: dict | None = None,
+    marks: dict | None = None,
 ) -> dict | None:
     """Run the cell; returns the metrics dict (None on ddp ranks other than 0). Raises on failure. `step_times`, a
-    dict, gets the times of the steps this process ran, for the cell's trace (`measure.step_times`)."""
+    dict, gets the times of the steps this process ran, for the cell's trace (`measure.step_times`); `marks`, a dict,
+    the epoch seconds each phase started, as far as the cell got."""
     t_start = time.perf_counter()
-    marks = {"setup_start": time.time()}  # epoch seconds, for the telemetry timeline's phases
+    marks = {} if marks is None else marks
+    marks["setup_start"] = time.time()  # epoch seconds, for the telemetry timeline's phases
     since_process_start = _seconds_since_process_start()
     heartbeat = heartbeat or Heartbeat(None)
     heartbeat.phase("setup")
@@ -82,6 +85,7 @@ def outcome(
     metrics: dict | None = None,
     detail: str | None = None,
     steps: dict | None = None,
+    marks: dict | None = None,
 ) -> Outcome:
     """What the measuring process hands its runner (`runcell`, which builds the record from it with
     `records.make_record`, and the trace): the status, its reason, the metrics, CUDA/cuDNN as this process loaded
@@ -93,7 +97,7 @@ def outcome(
         runtime = loaded()
     except Exception:  # a broken torch still gets its failure outcome
         pass
-    return Outcome(status, reason, metrics, detail, runtime, steps)
+    return Outcome(status, reason, metrics, detail, runtime, steps, marks)
 
 
 def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
@@ -103,6 +107,9 @@ def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
     manifest = json.loads(order.manifest.read_text())
     allowed = Staged.from_manifest(manifest).allowed
     rank = env_rank()
+    heartbeat = heartbeat or Heartbeat(None)
+    steps: dict = {}
+    marks: dict = {}
     try:
         kind, count = available_devices()
         have = count if kind == "cuda" else 0
@@ -115,8 +122,7 @@ def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
         else:
             # where this project's staging put the tier's copy (its manifest), read through the spec's tier or mount
             data_root = read_root(manifest, spec.read_path or spec.tier_path)
-            steps: dict = {}
-            metrics = measure(spec, data_root, allowed, heartbeat, order.timeout_s, steps)
+            metrics = measure(spec, data_root, allowed, heartbeat, order.timeout_s, steps, marks)
             if rank != 0:  # a ddp rank other than 0 that finished: rank 0 reports the cell
                 return Outcome("ok")
             result = outcome("ok", metrics=metrics, steps=steps or None)
@@ -126,14 +132,42 @@ def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
         reason = f"{type(e).__name__}: {e}".strip()
         if "out of memory" in reason.lower():
             reason = "out of memory: " + reason
+        reason += f" ({failed_where(spec, heartbeat, e)})"
+        marks["failed_at"] = time.time()
         result = outcome(
-            "failed", reason if rank == 0 else f"rank {rank}: {reason}", detail=traceback.format_exc(limit=8)
+            "failed", reason if rank == 0 else f"rank {rank}: {reason}", detail=traceback.format_exc(), marks=marks
         )
     try:
         result.write(order.out if rank == 0 else order.out.with_name(f"{order.out.name}.rank{rank}"))
     except WriteError as e:  # a full disk: one line; the runner's record says this process wrote none
         print(f"cell {spec.cell_id}: {e}", file=sys.stderr, flush=True)
     return result
+
+
+def failed_where(spec: CellSpec, heartbeat: Heartbeat, error: BaseException) -> str:
+    """Where a cell failed, for its reason: the phase and step, the model and loader it ran, and the innermost frame
+    of the code outside this package, torch and Python's own library (a plugin's, a model's: the user's line)."""
+    model = spec.model_ref or spec.model
+    loader = spec.loader_ref or spec.loader
+    where = f"{heartbeat.where()}; model {model!r}, loader {loader!r}"
+    frame = _own_frame(error)
+    return where + (f"; raised at {frame}" if frame else "")
+
+
+def _own_frame(error: BaseException) -> str | None:
+    """The innermost traceback frame outside this package, the standard library and the installed packages."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    skip = [
+        str(Path(p).resolve()) for p in (paths["stdlib"], paths["purelib"], paths["platlib"], Path(__file__).parents[2])
+    ]
+    own = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = str(Path(frame.filename).resolve())
+        if not any(path.startswith(s) for s in skip) and not frame.filename.startswith("<"):
+            own = f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return own
 
 
 def main(argv: list[str] | None = None) -> int:

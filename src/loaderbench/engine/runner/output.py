@@ -36,7 +36,7 @@ def write_outputs(job: CellJob, record: dict, samples, result: Outcome) -> None:
     its steps drawn. A record that cannot be written is kept elsewhere (`records.keep_record`, restored by the next
     run: `restore_kept`) and ends the job with one line naming the file (WriteError) and where it is kept; a
     timeline or a trace that cannot be written costs only itself (`_keep_without_timeline`)."""
-    spec, out, marks = job.spec, job.out, (result.metrics or {}).get("marks")
+    spec, out, marks = job.spec, job.out, (result.metrics or {}).get("marks") or result.marks
     try:
         atomic_write_json(out, record)
     except WriteError as e:

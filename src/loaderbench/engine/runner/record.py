@@ -22,7 +22,7 @@ def build_record(job: CellJob, manifest_data: dict, result: Outcome, around: Aro
     metrics = result.metrics or {}
     if not tierless(spec.loader):
         tier_run.check_rereads(manifest_data, tier, metrics)
-    marks = metrics.get("marks")
+    marks = metrics.get("marks") or result.marks  # a failed process's: its phases so far
     samples = around.samples
     telemetry_summary = telemetry.summarize(samples, marks) if samples is not None else {"off": "telemetry_hz is 0"}
     if result.metrics is not None and not tierless(spec.loader):

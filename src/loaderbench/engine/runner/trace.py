@@ -97,11 +97,16 @@ def _span(name: str, cat: str, ts: float, end: float, tid: int, args: dict | Non
 
 
 def _phases(marks: dict, us) -> list[dict]:
-    return [
-        _span(name, "phase", us(marks[a]), us(marks[b]), PHASES_TID)
-        for name, a, b in PHASES
-        if marks.get(a) is not None and marks.get(b) is not None
-    ]
+    """Each phase between its marks; a failed process's last phase ends where it failed (`failed_at`)."""
+    out = []
+    for name, a, b in PHASES:
+        if marks.get(a) is None:
+            break
+        end, label = (marks[b], name) if marks.get(b) is not None else (marks.get("failed_at"), f"{name} (failed)")
+        if end is None:
+            break
+        out.append(_span(label, "phase", us(marks[a]), us(end), PHASES_TID))
+    return out
 
 
 def _host_steps(steps: dict, us) -> list[dict]:
