@@ -141,6 +141,11 @@ def test_where_trace_prints_the_cells_trace_path(tmp_path):
     assert out.stdout.strip() == RESULTS.trace(cid) == f"results/traces/{cid}.trace.json"
     out = subprocess.run([*where, "--results", "elsewhere"], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout.strip() == f"elsewhere/traces/{cid}.trace.json"
+    # an id of no cell is refused, naming what is wrong; the names it knows are listed in its help
+    out = subprocess.run([*where[:-1], "nosuchcell"], capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert out.returncode == 2 and not out.stdout and "nosuchcell" in out.stderr, out
+    usage = subprocess.run([*where[:-2], "--help"], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert "one of: check, check_report" in " ".join(usage.split()) and "layout.Layout" not in usage
 
 
 @pytest.mark.e2e

@@ -70,6 +70,9 @@ def test_the_text_stays_within_its_lines_and_says_what_it_left_out():
     lines = render_text(vs)
     assert len(lines) <= 12 and lines[-1] == "  ... 3 more (device, tier) in the bundle"
     assert len(render_text(vs[:5])) == 11 and render_text([])[0].startswith("verdict: no real loader")
+    # the fewest lines still hold one group's verdict
+    assert render_text(vs, 4)[1].startswith("  1 GPU, t") and render_text(vs, 4)[-1].startswith("  ... 7 more")
+    assert len(render_text(vs, 4)) == 4 and len(render_text(vs, 5)) == 4
 
 
 def test_the_fix_is_the_fastest_cell_that_can_carry_a_verdict_and_an_unusable_reference_says_so():
@@ -156,3 +159,19 @@ def test_the_verdict_names_the_cells_a_second_measurement_may_let_carry_it():
     ram, hdd = verdicts(d, BASELINE)
     assert ram["fix"]["verdict"] == "left out" and ram["rerun"] == ["torchvision/ram/g1/b128/fp32/dp"]
     assert hdd["fix"]["what"] == "dali-mc b128 fp32" and hdd["rerun"] == ["dali-sc/hdd/g1/b128/fp32/dp"]
+
+
+def test_every_subcommand_says_what_its_config_option_is():
+    import argparse
+
+    from loaderbench.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bare = [
+        name
+        for name, sub in commands.items()
+        for action in sub._actions
+        if "--config" in action.option_strings and not action.help
+    ]
+    assert not bare, bare

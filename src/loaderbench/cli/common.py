@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
@@ -66,10 +67,30 @@ def batch_and_precision(s) -> None:
     s.add_argument("--precision", choices=["fp32", "amp"], default="amp")
 
 
+CONFIG_HELP = "the study's config file (YAML; every key: config/README.md)"
+
+
+def config_option(s, help: str = CONFIG_HELP) -> None:
+    """`--config`, required, with what it is."""
+    s.add_argument("--config", required=True, help=help)
+
+
 def add_required(s, *names: str) -> None:
     """Options the subcommand cannot run without."""
     for name in names:
-        s.add_argument(name, required=True)
+        s.add_argument(name, required=True, help=CONFIG_HELP if name == "--config" else None)
+
+
+def at_least(low: int):
+    """An argparse type: an integer no smaller than `low`."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+
+    return parse
 
 
 def write_json(a, obj) -> None:

@@ -16,6 +16,7 @@ from loaderbench.core.resolve import measured_models
 from .common import (
     batch_and_precision,
     config_of,
+    config_option,
     host_settings,
     measuring_lock,
     model_option,
@@ -37,7 +38,7 @@ def register(add) -> None:
 def _add_harness_checks(add) -> None:
     """bench, ceiling and crosscheck: a loader, the step and the harness measured apart."""
     s = add("bench", help="loader-only throughput (images/s, model: none) on a staged tier")
-    s.add_argument("--config", required=True)
+    config_option(s)
     s.add_argument("--tier", help="tier to read (default: the config's first)")
     s.add_argument("--loaders", nargs="+")
     s.add_argument("--batch-size", type=int, default=32)

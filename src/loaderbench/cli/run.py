@@ -25,7 +25,7 @@ from loaderbench.core.layout import LOGS, RESULTS, Layout
 from loaderbench.plan.predict import duration as human_duration
 
 from . import forcerun
-from .common import config_of
+from .common import config_of, config_option
 
 # What a finished stage says, by rule; a rule not named here is said by its name. `all` and `resolved_config` say
 # nothing: the first is the end, the second a copy of the config.
@@ -51,7 +51,7 @@ def register(add) -> None:
         epilog=f"exit status: 0 when every cell of the grid is ok or skipped, {CELLS_FAILED} when one failed, "
         "Snakemake's own when the pipeline failed, 2 for a config error",
     )
-    s.add_argument("--config", required=True)
+    config_option(s)
     s.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     s.add_argument("--directory", default=".", help="the run's working directory, as Snakemake's (default: here)")
     s.add_argument("--snakefile", help="the workflow (default: Snakemake's own choice, ./Snakefile)")

@@ -14,6 +14,7 @@ from loaderbench.core.resolve import measured_models
 from .common import (
     batch_and_precision,
     config_of,
+    config_option,
     host_settings,
     measuring_lock,
     model_option,
@@ -26,7 +27,7 @@ from .common import (
 def add_searches(add) -> None:
     """sweep, tune, predict and engine-report: settings searched, rates predicted, the engine's cost read."""
     s = add("sweep", help="the same cells under variants of settings (a tuning experiment outside the grid)")
-    s.add_argument("--config", required=True)
+    config_option(s)
     s.add_argument(
         "--variant",
         action="append",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from loaderbench.core.cells import cell_ids, cell_parts, cell_spec, parse_cell_id
 from loaderbench.core.config import ConfigError, load_config
-from loaderbench.core.layout import LOGS, RESULTS, Layout
+from loaderbench.core.layout import LOGS, PATHS, RESULTS, Layout
 
 from . import run
-from .common import config_of, write_json
+from .common import at_least, config_of, config_option, write_json
 
 TITLE = "Run and read a study"
 
@@ -27,7 +27,7 @@ def register(add) -> None:
 def _add_config_commands(add) -> None:
     """validate-config, fuse-check, cells and plan: a config checked, its cells listed and planned."""
     s = add("validate-config", help="validate a config file and print the cell count")
-    s.add_argument("--config", required=True)
+    config_option(s)
     s.add_argument("--show", action="store_true", help="print the config with defaults filled in")
     s.add_argument(
         "--skip-paths",
@@ -38,7 +38,7 @@ def _add_config_commands(add) -> None:
     s.set_defaults(func=cmd_validate)
 
     s = add("fuse-check", help="say whether the config's emulated tiers can be mounted here (FUSE)")
-    s.add_argument("--config", required=True)
+    config_option(s)
     s.add_argument(
         "--install",
         action="store_true",
@@ -47,7 +47,7 @@ def _add_config_commands(add) -> None:
     s.set_defaults(func=cmd_fuse_check)
 
     s = add("cells", help="list the cell ids of a config")
-    s.add_argument("--config", required=True)
+    config_option(s)
     s.add_argument("--status", action="store_true", help="also show each cell's status in --results")
     s.add_argument("--part", help="only the cells of this part of the config (its `parts`)")
     s.add_argument("--paths", action="store_true", help="print each cell's record path (Snakemake targets) instead")
@@ -59,7 +59,7 @@ def _add_config_commands(add) -> None:
         help="the study's cells, predicted run time per part, fixed costs, total and "
         "budget verdict (exit 2 when over budget_minutes without trim)",
     )
-    s.add_argument("--config", required=True)
+    config_option(s)
     s.add_argument(
         "--results",
         default=RESULTS.root,
@@ -85,11 +85,16 @@ def _add_results_commands(add) -> None:
     """verdict, where, respread and adopt: a run's results read, requeued and carried to another host."""
     s = add("verdict", help="print the run's verdict: per GPU count and tier, what limits it and the best fix")
     s.add_argument("--results", default=RESULTS.root)
-    s.add_argument("--lines", type=int, default=12, help="at most this many lines (default 12)")
+    s.add_argument(
+        "--lines",
+        type=at_least(4),
+        default=12,
+        help="at most this many lines, at least 4: the header, one group's two and what is left out (default 12)",
+    )
     s.set_defaults(func=cmd_verdict)
 
     s = add("where", help="print where a run keeps a file (the results layout), e.g. `where cell ID`")
-    s.add_argument("name", help="bundle, bundle_zip, table, cell, manifest, report, cells, ... (layout.Layout)")
+    s.add_argument("name", metavar="NAME", choices=list(PATHS), help="one of: " + ", ".join(PATHS))
     s.add_argument("arg", nargs="?", help="the cell id, tier or table file name, for those that take one")
     s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=cmd_where)
@@ -98,7 +103,7 @@ def _add_results_commands(add) -> None:
         "respread",
         help="requeue (once) configurations whose repeats spread over spread_warn or that have a contended cell",
     )
-    s.add_argument("--config", required=True)
+    config_option(s)
     s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=cmd_respread)
 
@@ -107,7 +112,7 @@ def _add_results_commands(add) -> None:
         help="after staging on a fresh host: mark carried cell records that measured the "
         "current spec on the same data as up to date, so Snakemake measures only the missing cells",
     )
-    s.add_argument("--config", required=True)
+    config_option(s)
     s.add_argument("--results", default=RESULTS.root)
     s.add_argument(
         "--snakefile",

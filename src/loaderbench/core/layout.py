@@ -71,6 +71,9 @@ class Layout:
 RESULTS = Layout()
 
 
+CELL_PATHS = ("cell", "timeline", "trace")  # the paths whose argument is a cell id
+
+
 def where(name: str, arg: str | None = None, root: str = "results") -> str:
     """The path `name` (a key of PATHS; `arg` for those that take one) names: `loaderbench where cell ID`."""
     if name not in PATHS:
@@ -79,6 +82,10 @@ def where(name: str, arg: str | None = None, root: str = "results") -> str:
     if callable(value):
         if arg is None:
             raise ValueError(f"path {name!r} needs an argument (loaderbench where {name} ARG)")
+        if name in CELL_PATHS:
+            from .cells import parse_cell_id
+
+            parse_cell_id(arg)  # a ConfigError naming what is wrong with the id
         return value(arg)
     return value
 

@@ -242,7 +242,8 @@ def render_text(vs: list[dict], limit: int = 12, table: pd.DataFrame | None = No
         return [f"verdict: {head}", *(f"  {line}" for line in lines)]
     lines = ["verdict (95% intervals; fix = the fastest cell that can carry a verdict, against the reference):"]
     fits = (limit - 1) // 2
-    shown = vs if len(vs) <= fits else vs[: (limit - 2) // 2]  # else one line says what is left out
+    # else one line says what is left out; one group at the least (its two lines, the header and that line: 4)
+    shown = vs if len(vs) <= fits else vs[: max(1, (limit - 2) // 2)]
     several = _several_models(vs)
     for v in shown:
         head = f"{v['model']}, " * several + f"{_device(v)}, {v['tier']}"
