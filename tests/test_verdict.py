@@ -159,19 +159,3 @@ def test_the_verdict_names_the_cells_a_second_measurement_may_let_carry_it():
     ram, hdd = verdicts(d, BASELINE)
     assert ram["fix"]["verdict"] == "left out" and ram["rerun"] == ["torchvision/ram/g1/b128/fp32/dp"]
     assert hdd["fix"]["what"] == "dali-mc b128 fp32" and hdd["rerun"] == ["dali-sc/hdd/g1/b128/fp32/dp"]
-
-
-def test_every_subcommand_says_what_its_config_option_is():
-    import argparse
-
-    from loaderbench.cli import build_parser
-
-    parser = build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    bare = [
-        name
-        for name, sub in commands.items()
-        for action in sub._actions
-        if "--config" in action.option_strings and not action.help
-    ]
-    assert not bare, bare

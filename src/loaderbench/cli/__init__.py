@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DatasetError, StagingError, HostBusy, WriteError) as e:
         print(f"loaderbench {a.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; the shell's status for SIGINT
+        print(f"\nloaderbench {a.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

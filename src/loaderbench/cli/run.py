@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -146,7 +147,42 @@ def snakemake(command: list[str], log: Path, follower: Follower, started: float,
         say(f"pipeline FAILED (Snakemake exit {rc}) after {human_duration(time.time() - started)}; its log: {log}")
         if not follower.errors:
             say_tail(log)
+        if "Directory cannot be locked" in _read(log):
+            say(lock_advice(follower.root))
     return rc
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def lock_advice(root: Path) -> str:
+    """What to do about Snakemake's lock on `root`: wait for the Snakemake that holds it, or, where none runs there
+    (a run that was killed left it), unlock - never both at once (two runs would write the same files)."""
+    live = snakemakes_in(root)
+    if live:
+        pids = ", ".join(map(str, live))
+        return f"another Snakemake (pid {pids}) is running in {root}: let it finish or stop it; do not --unlock while it runs"
+    return (
+        f"no Snakemake runs in {root}: a run that was killed left its lock; remove it with "
+        f"`snakemake --unlock --directory {shlex.quote(str(root))}`, then run again"
+    )
+
+
+def snakemakes_in(root: Path) -> list[int]:
+    """The pids of the Snakemake processes whose working directory is `root` (this user's that /proc shows)."""
+    out = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "snakemake" in cmd and Path(os.readlink(proc / "cwd")) == Path(root).resolve():
+                out.append(int(proc.name))
+        except OSError:
+            continue
+    return sorted(out)
 
 
 def blocked_cells_of(cells: list[str], root: Path, started: float) -> dict[str, str]:

@@ -1,0 +1,69 @@
+"""What the command line says when a user errs or stops it: each option explained, Ctrl-C in one line, a locked
+run directory explained."""
+
+from __future__ import annotations
+
+
+def test_every_subcommand_says_what_its_config_option_is():
+    import argparse
+
+    from loaderbench.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bare = [
+        name
+        for name, sub in commands.items()
+        for action in sub._actions
+        if "--config" in action.option_strings and not action.help
+    ]
+    assert not bare, bare
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_the_sigint_status(tmp_path, monkeypatch, capsys):
+    """A real SIGINT to this process while the command runs: Python's KeyboardInterrupt, said in one line, no
+    traceback, exit 130 as the shell gives a command ended by SIGINT."""
+    import os
+    import signal
+    import time
+
+    import loaderbench.report.verdict as verdict_module
+    from loaderbench.cli import main
+
+    def interrupted(*_):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the signal lands first
+
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables/verdict.json").write_text("[]")
+    monkeypatch.setattr(verdict_module, "run_text", interrupted)
+    assert main(["verdict", "--results", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "\nloaderbench verdict: interrupted\n"
+
+
+def test_a_locked_directory_is_explained_by_whether_a_snakemake_runs_there(tmp_path):
+    """A real process whose command line names snakemake, working in the run's directory, holds it: wait; none: the
+    lock is stale and the advice is the unlock command, its path quoted."""
+    import subprocess
+    import sys
+
+    from loaderbench.cli.run import lock_advice
+
+    root = tmp_path / "my run"
+    root.mkdir()
+    assert lock_advice(root) == (
+        f"no Snakemake runs in {root}: a run that was killed left its lock; remove it with "
+        f"`snakemake --unlock --directory '{root}'`, then run again"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "snakemake"], cwd=root)
+    try:
+        for _ in range(50):  # until /proc shows its command line
+            if "do not --unlock" in (advice := lock_advice(root)):
+                break
+        assert advice == (
+            f"another Snakemake (pid {proc.pid}) is running in {root}: let it finish or stop it; do not --unlock "
+            "while it runs"
+        )
+    finally:
+        proc.kill()
+        proc.wait()
