@@ -123,7 +123,20 @@ def tiny_config(tmp: Path, **overrides) -> dict:
     for tier in cfg["storage"].values():
         Path(tier).mkdir(parents=True, exist_ok=True)
     cfg.update(overrides)
+    if "baseline" not in overrides:  # the baseline a grid of other axes measures: its first value of each
+        _baseline_in_grid(cfg)
     return cfg
+
+
+def _baseline_in_grid(cfg: dict) -> None:
+    grid = cfg.get("parts") or [cfg]
+    axes = {"loader": "loaders", "tier": "tiers", "batch_size": "batch_sizes", "precision": "precisions"}
+    for key, axis in axes.items():
+        values = [
+            v for part in grid for v in (part.get(axis) or cfg.get(axis) or list(cfg["storage"]) * (key == "tier"))
+        ]
+        if values and cfg["baseline"][key] not in values:
+            cfg["baseline"][key] = values[0]
 
 
 def write_config(tmp: Path, cfg: dict) -> Path:

@@ -103,6 +103,13 @@ def test_a_fixed_window_replaces_the_adaptive_default():
         ({"storage": {"e": {"kind": "emulated", "path": "/x", "mount": "/x/m"}}}, "'storage.e.mount'", "outside"),
         ({"storage": {"e": {"kind": "tape", "path": "/x"}}}, "'storage.e'", "is not valid under any"),
         ({"device_models": {"d": {"access_ms": 1}}}, "'device_models.d'", "'bandwidth_mb_s' is a required property"),
+        ({"baseline": {"tier": "nvme"}}, "'baseline.tier'", "'nvme' is not in the grid's tiers (hdd, ssd)"),
+        ({"batch_sizes": [64], "baseline": {"batch_size": 128}}, "'baseline.batch_size'", "not in the grid's"),
+        (
+            {"parts": [{"name": "a", "loaders": ["opencv"]}], "baseline": {"loader": "dali-sc"}},
+            "'baseline.loader'",
+            "'dali-sc' is not in the grid's loaders (opencv)",
+        ),
     ],
 )
 def test_bad_config_names_the_key(raw, key, words):

@@ -153,6 +153,7 @@ def test_records_in_the_results_measured_the_cells_and_cost_nothing_more(project
 def test_the_nearest_measured_configuration_gives_rate_first_step_and_window(project, h200_records):
     raw = engine_raw()
     raw["batch_sizes"] = [128]
+    raw["baseline"] = {**raw["baseline"], "batch_size": 128}
     cfg = validate_config(raw, base_dir=REPO)
     plan = make_plan(cfg, [], host=host_of_records(h200_records), host_dirs=[h200_records])
     cell = next(c for c in plan.cells if c.cell == "synthetic_ram_g1_b128_amp_dp_r0")
@@ -204,6 +205,7 @@ def test_another_hosts_records_are_ignored_unless_planning_for_that_host(project
     config = project / "engine-b128.yaml"
     raw = engine_raw()
     raw["batch_sizes"] = [128]
+    raw["baseline"] = {**raw["baseline"], "batch_size": 128}
     config.write_text(yaml.safe_dump(raw))
     here = this_host()
     if here.matches(_record(next(h200_records.glob("*.json")))):

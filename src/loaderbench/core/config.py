@@ -124,6 +124,7 @@ def validate_config(
             f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)"
         )
     _resolve_parts(raw or {}, cfg, base_dir, find_plugins)
+    _check_baseline(cfg, raw or {})
     resolve_whatif(cfg)
     _check_input_sizes(cfg, raw or {})
     _check_captured_step(cfg, raw or {})
@@ -164,6 +165,25 @@ def _resolve_shards(cfg: dict) -> None:
 # Keys a part may set: the grid's axes and the settings that reach a cell's spec (window, workers, ...).
 AXES = ("loaders", "models", "tiers", "gpus", "batch_sizes", "precisions", "parallel", "repeats")
 STUDY_KEYS = ("parts", "budget_minutes", "trim", "whatif")
+
+
+BASELINE_AXES = {"loader": "loaders", "tier": "tiers", "gpus": "gpus", "batch_size": "batch_sizes"}
+BASELINE_AXES |= {"precision": "precisions", "parallel": "parallel"}
+
+
+def _check_baseline(cfg: dict, raw: dict) -> None:
+    """Each baseline key the config sets names a value of the grid (some part's): a baseline outside it leaves every
+    Speed without a divisor. (A validated config validated again has every default filled in: it was checked.)"""
+    if any("settings" in p for p in raw.get("parts") or []):
+        return
+    for key, value in (raw.get("baseline") or {}).items():
+        axis = BASELINE_AXES.get(key)
+        grid = list(dict.fromkeys(v for part in cfg["parts"] for v in part[axis])) if axis else []
+        if axis and value not in grid:
+            raise ConfigError(
+                f"config key 'baseline.{key}': {value!r} is not in the grid's {axis} ({', '.join(map(str, grid))}); "
+                "Speed divides by the baseline's cell, so it must be measured"
+            )
 
 
 def _check_input_sizes(cfg: dict, raw: dict) -> None:
@@ -252,7 +272,7 @@ def _resolve_parts(raw: dict, cfg: dict, base_dir: Path, find_plugins: bool = Fa
         cfg["parts"] = [_part("grid", cfg, "")]
         return
     settable = set(AXES) | {key.split(".")[0] for key in CONFIG_KEY_OF.values()} | {"name", "note"}
-    base = {k: v for k, v in raw.items() if k not in STUDY_KEYS}
+    base = {k: v for k, v in raw.items() if k not in (*STUDY_KEYS, "baseline")}  # the study's baseline: checked whole
     parts, owner = [], {}
     for i, p in enumerate(given):
         where = f"config key 'parts[{i}]' ({p['name']})"
