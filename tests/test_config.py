@@ -104,7 +104,7 @@ def test_a_fixed_window_replaces_the_adaptive_default():
         ({"storage": {"e": {"kind": "tape", "path": "/x"}}}, "'storage.e'", "is not valid under any"),
         ({"device_models": {"d": {"access_ms": 1}}}, "'device_models.d'", "'bandwidth_mb_s' is a required property"),
         ({"baseline": {"tier": "nvme"}}, "'baseline.tier'", "'nvme' is not in the grid's tiers (hdd, ssd)"),
-        ({"batch_sizes": [64], "baseline": {"batch_size": 128}}, "'baseline.batch_size'", "not in the grid's"),
+        ({"batch_sizes": [64], "baseline": {"batch_size": 32}}, "'baseline.batch_size'", "not in the grid's"),
         (
             {"parts": [{"name": "a", "loaders": ["opencv"]}], "baseline": {"loader": "dali-sc"}},
             "'baseline.loader'",

@@ -208,6 +208,36 @@ def test_plugin_models_are_named_like_plugin_loaders(on_path):
         validate_config({"model_plugins": {"mine": "nope"}})
     with pytest.raises(ConfigError, match=r"module 'no_such_models' cannot be found"):
         validate_config({"models": ["no_such_models:build"]}, find_plugins=True)
+    # a factory the module does not define, read from its source without running it
+    with pytest.raises(
+        ConfigError, match=r"plugin 'tiny_net:bulid'.*module 'tiny_net' \(.*tiny_net.py\) defines no 'bulid'"
+    ):
+        validate_config({"models": ["tiny_net:bulid"]}, find_plugins=True)
+    assert validate_config({"models": ["late_raising_net:Late"]}, find_plugins=True)  # a class counts
+
+
+def test_a_factory_is_found_in_the_source_where_it_is_defined_and_unknown_where_the_source_cannot_tell(tmp_path):
+    import importlib.util
+
+    from loaderbench.core.pluginsource import defines
+
+    def spec_of(text: str):
+        path = tmp_path / "m.py"
+        path.write_text(textwrap.dedent(text))
+        return importlib.util.spec_from_file_location("m", path)
+
+    conditional = """
+        try:
+            import fast as build
+        except ImportError:
+            def build(num_classes): ...
+        if True:
+            other = 1
+    """
+    assert defines(spec_of(conditional), "build") and defines(spec_of(conditional), "other")
+    assert defines(spec_of("def build(n): ...\n"), "bulid") is False
+    assert defines(spec_of("from torchvision.models import *\n"), "resnet50") is None  # a star import may supply it
+    assert defines(spec_of("def __getattr__(name): ...\n"), "build") is None
 
 
 @pytest.fixture(scope="module")

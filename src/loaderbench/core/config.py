@@ -173,11 +173,13 @@ BASELINE_AXES |= {"precision": "precisions", "parallel": "parallel"}
 
 def _check_baseline(cfg: dict, raw: dict) -> None:
     """Each baseline key the config sets names a value of the grid (some part's): a baseline outside it leaves every
-    Speed without a divisor. (A validated config validated again has every default filled in: it was checked.)"""
-    if any("settings" in p for p in raw.get("parts") or []):
+    Speed without a divisor. A value equal to the key's default is not held to it: a validated config's keys carry
+    every default, and validate again as they did."""
+    if any("settings" in p for p in raw.get("parts") or []):  # a validated config validated again: it was checked
         return
+    defaults = {k: v.get("default") for k, v in load_schema()["properties"]["baseline"]["properties"].items()}
     for key, value in (raw.get("baseline") or {}).items():
-        axis = BASELINE_AXES.get(key)
+        axis = BASELINE_AXES.get(key) if value != defaults.get(key) else None
         grid = list(dict.fromkeys(v for part in cfg["parts"] for v in part[axis])) if axis else []
         if axis and value not in grid:
             raise ConfigError(

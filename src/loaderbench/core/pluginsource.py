@@ -6,6 +6,7 @@ edited plugin is measured again (docs/plugins.md). Nothing here imports torch or
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 
 def find_module(name: str):
@@ -53,7 +54,6 @@ def _spec_chain(name: str) -> list | None:
 
 def _may_extend_path(spec) -> bool:
     """Whether package `spec`'s `__init__` may add folders to its `__path__` when it runs."""
-    from pathlib import Path
 
     try:
         text = Path(spec.origin).read_text(errors="replace")
@@ -113,7 +113,6 @@ def _source_files(chain: list):
     """(root, files): the folder of the outermost regular package of `chain` and its Python sources, or the module's
     file and itself; (None, []) for a module without a file (built-in, frozen)."""
     from importlib.machinery import SOURCE_SUFFIXES
-    from pathlib import Path
 
     for spec in chain:
         if not spec.has_location or not spec.origin:
@@ -205,7 +204,6 @@ def _editable_folders(path: tuple) -> dict:
 def _editable_folder(dist):
     """The project folder of an editable install (PEP 610's direct_url.json), else None."""
     import json
-    from pathlib import Path
     from urllib.parse import unquote, urlparse
 
     try:
@@ -216,3 +214,45 @@ def _editable_folder(dist):
     if not direct.get("dir_info", {}).get("editable") or url.scheme != "file":
         return None
     return Path(unquote(url.path)).resolve()
+
+
+def defines(spec, name: str) -> bool | None:
+    """Whether the module of `spec` defines `name` at its top level, read from its source without running it: a
+    function, class, assignment or import of that name; None where its source cannot tell (no .py source, a
+    star import or a module `__getattr__` that may supply any name)."""
+    import ast
+
+    origin = getattr(spec, "origin", None)
+    if not origin or not str(origin).endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(Path(origin).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found = set()
+    for node in _top_level(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in node.names):
+                return None
+            found |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    if name in found:
+        return True
+    return None if "__getattr__" in found else False
+
+
+def _top_level(body: list):
+    """The module's statements, those inside its top-level if, try and with blocks too (not inside a def or class)."""
+    import ast
+
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            for block in ("body", "orelse", "finalbody"):
+                yield from _top_level(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                yield from _top_level(handler.body)

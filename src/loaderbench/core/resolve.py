@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from .cells import ConfigError, config_models
-from .pluginsource import find_module
+from .pluginsource import defines, find_module
 from .registry import (
     DEFAULT_MODEL,
     LOADERS,
@@ -114,11 +114,18 @@ def _resolve_loaders(cfg: dict, key: str = "config key 'loaders'", find: bool = 
 def _require_module(ref: str, where: str) -> None:
     """Refuse plugin `ref` ('module:factory', named in the config at `where`) whose module cannot be found here,
     without importing it (pluginsource.find_module): otherwise each of its cells would fail on the import."""
-    if find_module(module := ref.partition(":")[0]) is None:
+    module, _, factory = ref.partition(":")
+    spec = find_module(module)
+    if spec is None:
         raise ConfigError(
             f"{where}: module {module!r} cannot be found here (not installed, not on PYTHONPATH, "
             "or a package above it fails to import); install its package, or put the folder that "
             "holds it on PYTHONPATH before starting snakemake (docs/plugins.md)"
+        )
+    if defines(spec, factory.split(".")[0]) is False:
+        raise ConfigError(
+            f"{where}: module {module!r} ({spec.origin}) defines no {factory.split('.')[0]!r} at its top level "
+            "(read from its source, not run)"
         )
 
 
