@@ -67,3 +67,17 @@ def test_a_locked_directory_is_explained_by_whether_a_snakemake_runs_there(tmp_p
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_time_left_follows_the_pace_the_finished_cells_kept(tmp_path):
+    """Cells predicted at 10 s that take 30 s each: after the second, the time left is three times the plan's."""
+    from loaderbench.cli.run import Follower
+
+    follow = Follower(tmp_path, {f"c{i}": 10.0 for i in range(5)}, started=0.0)
+    assert follow.time_left() == 50.0  # nothing measured yet: the plan's own
+    follow.pace(follow.predicted.pop("c0"), now=100.0)  # the first: its start is not known
+    assert follow.time_left() == 40.0
+    follow.pace(follow.predicted.pop("c1"), now=130.0)
+    assert follow.time_left() == 90.0
+    follow.pace(follow.predicted.pop("c2"), now=135.0)  # faster now: the pace is the mean over the cells
+    assert follow.time_left() == (35.0 / 20.0) * 20.0

@@ -302,6 +302,8 @@ class Follower:
     jobs: dict[str, Job] = field(default_factory=dict)
     errors: list[Job] = field(default_factory=list)
     nothing_to_do: bool = False
+    done: list[float] = field(default_factory=lambda: [0.0, 0.0])  # finished cells' predicted and taken seconds
+    last_cell: float | None = None  # when the last cell finished
     _block: Job | None = None
     _in_stats: bool = False
     _in_error: bool = False
@@ -357,16 +359,30 @@ class Follower:
 
     def _cell(self, job: Job) -> None:
         cell = job.wildcards.removeprefix("cell=")
-        self.predicted.pop(cell, None)
+        self.pace(self.predicted.pop(cell, None), time.time())
         n, total = self.finished["cell"], self.counts.get("cell", 0)
-        left = sum(self.predicted.values())
-        when = f", ~{human_duration(left)} left" if self.predicted and n < total else ""
+        when = f", ~{human_duration(self.time_left())} left" if self.predicted and n < total else ""
         log = str(self.root / job.log) if job.log else ""
         line = f"  [{n:>{len(str(total))}}/{total}{when}] {cell_line(self.root, cell, log)}"
         if " samples/s" in line:
             say(line)
         else:  # a reason, said in full
             say_wrapped(line, "      ")
+
+    def pace(self, predicted: float | None, now: float) -> None:
+        """Count a finished cell's predicted seconds and the time since the cell before it finished (cells are
+        measured one at a time: that is what it took, its job's overhead included; the first cell's start is not
+        known, so it does not count)."""
+        if predicted and self.last_cell is not None:
+            self.done[0] += predicted
+            self.done[1] += now - self.last_cell
+        self.last_cell = now
+
+    def time_left(self) -> float:
+        """The cells still to run, as the plan predicted them, at the pace the finished cells kept (the time they took
+        over their predicted seconds): a plan that was off by half says so after the first cells, not at the end."""
+        pace = self.done[1] / self.done[0] if self.done[0] > 0 else 1.0
+        return pace * sum(self.predicted.values())
 
 
 def clock(seconds: float) -> str:
