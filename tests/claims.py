@@ -10,7 +10,8 @@ below. `check_document` reads the number stated before each marker, recomputes i
 The tables come from the package's own code: records read with `records.read_record`, tabulated with
 `aggregate.repeats_table` and `aggregate.cells_table` (a cell's median and the interval `uncertainty` gives it); a
 comparison of two cells is `uncertainty.quotient` of them, as the recommendations compute it; a crosscheck's cell/bare
-is `uncertainty.ratio` over its rounds.
+is `uncertainty.ratio` over its rounds; a run's what-if scores are `whatif.matrix` of its records, as `loaderbench
+predict` prints them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from loaderbench.core.records import read_record
 from loaderbench.core.registry import DEFAULT_MODEL
 from loaderbench.core.uncertainty import Ratio, quotient, ratio
 from loaderbench.report.aggregate import add_tier_rates, cells_table, repeats_table
+from loaderbench.whatif.predictions import matrix
 
 MARKER = re.compile(r"<!--c:([A-Za-z0-9_.\-]+)-->")
 NUM = r"\d[\d,]*(?:\.\d+)?"
@@ -268,6 +270,66 @@ class Run:
         reps = repeats_table(self.raw(sel))
         return [float(x) for x in reps[name]]
 
+    def whatif(self, *gpus: int) -> WhatIf:
+        """The what-if scores of the run's records at these GPU counts (default 1), as `loaderbench predict --records
+        FOLDER --gpus ...` prints them: `whatif.matrix` and the scores it holds."""
+        key = tuple(gpus or (1,))
+        cache = self.__dict__.setdefault("_whatif", {})
+        if key not in cache:
+            cache[key] = WhatIf(matrix(self.records, gpus=key))
+        return cache[key]
+
+
+class WhatIf:
+    """The scores of a what-if matrix (`whatif.scoring`) as the documents state them: each a percentage (a share x
+    100) or a count. `klass` is a class of `whatif.terms.CLASSES` (loader, gpu-shared, model, consuming process) or
+    `all`; a class with no check has no score (KeyError)."""
+
+    def __init__(self, df: pd.DataFrame):
+        self.df = df
+        self.by_class = {r["class"]: r for r in df.attrs["scores"]}
+        self.cov = df.attrs["coverage"]
+
+    def _row(self, klass: str) -> dict:
+        if klass not in self.by_class:
+            raise KeyError(f"no check of class {klass!r} (the classes scored: {sorted(self.by_class)})")
+        return self.by_class[klass]
+
+    def checks(self, klass: str = "all") -> int:
+        """How many checks (measured rows) the class has."""
+        return int(self._row(klass)["checks"])
+
+    def median(self, klass: str = "all") -> float:
+        """The class's median |error| in percent."""
+        return pct(self._row(klass)["median_abs_error"])
+
+    def naive(self, klass: str = "all") -> float:
+        """The naive min(loader alone, ceiling)'s median |error| on the class's checks, in percent."""
+        return pct(self._row(klass)["naive_median_abs_error"])
+
+    def worst(self, klass: str = "all") -> float:
+        """The class's worst check's error (measured / predicted - 1), signed, in percent."""
+        return pct(self._row(klass)["worst_error"])
+
+    def worst_cell(self, klass: str = "all") -> str:
+        return str(self._row(klass)["worst_cell"])
+
+    def inside(self) -> int:
+        """How many checks were measured inside their interval."""
+        return int(self.cov["inside"])
+
+    def width(self) -> float:
+        """The median relative width (hi - lo) / predicted of the checks' intervals, in percent."""
+        return pct(self.cov["width_checks"])
+
+    def model(self, name: str) -> float:
+        """One model's median |error| over its checks, in percent."""
+        return pct(self.df.attrs["model_spread"][name])
+
+    def spread(self) -> float:
+        """The largest per-model median |error| less the smallest, in percentage points."""
+        return pct(self.df.attrs["spread"])
+
 
 def read_json(path: str | Path, root: Path = Path(".")):
     return json.loads((Path(root) / path).read_text())
@@ -303,6 +365,7 @@ STATED = [
     ("halfwidth", re.compile(rf"(?P<v>{NUM})\s*[\[(]\+-(?P<hw>{NUM})%[\])]$")),
     ("bound", re.compile(rf"(?P<op>>=|<=|<|>|under |over |within )\s*(?P<v>{NUM})(?:x|%)?$")),
     ("range", re.compile(rf"(?<![\w.-])(?P<lo>{NUM})(?:x|%)?-(?P<hi>{NUM})(?:x|%)?$")),
+    ("signed", re.compile(rf"(?:(?<=[\s(])|^)(?P<sign>[+-])(?P<v>{NUM})(?:x|%)?$")),
     ("number", re.compile(rf"(?<![\w.])(?P<v>{NUM})(?:x|%)?$")),
 ]
 
@@ -365,6 +428,11 @@ def compare(s: Stated, computed, unit: float | None = None, about: float | None 
         ok = _agrees(p["v"], computed.lo, unit, about) and _agrees(p["v"], computed.hi, unit, about)
         return None if ok else f"records give {_fmt(computed.lo, p['v'])}-{_fmt(computed.hi, p['v'])}"
     v = Value.of(computed)
+    if s.kind == "signed":  # the sign is stated: it must be the computed one's (a zero at the rounding takes either)
+        signed = -_num(p["v"]) if p["sign"] == "-" else _num(p["v"])
+        if not _agrees(p["v"], abs(v.value), unit, about) or (signed * v.value < 0):
+            return f"records give {v.value:+.{_decimals(p['v'])}f}"
+        return None
     if s.kind == "bound":
         w, op = _num(p["v"]), p["op"].strip()
         ok = {

@@ -16,15 +16,19 @@ CLAIMS_FILE = REPO / "tests/doc_claims.yaml"
 DOCS = ["README.md", "docs/FINDINGS.md"]
 FINDINGS_MAX_WORDS = 2000
 
-# The parts of each document that state results: every number there is a marked claim or matches NOT_MEASURED.
-SECTIONS = {"README.md": r"^## The answer on one H200\n.*?(?=^## )", "docs/FINDINGS.md": r"\A.*\Z"}
+# The parts of each document that state results (each match of its pattern): every number there is a marked claim or
+# matches NOT_MEASURED.
+SECTIONS = {
+    "README.md": r"^## (?:The answer on one H200|Predicting the cells you did not measure)\n.*?(?=^## )",
+    "docs/FINDINGS.md": r"\A.*\Z",
+}
 
 # Numbers that are not measurements: settings, counts of things, names, dates, the interval's level.
 NOT_MEASURED = [
     r"\b\d{4}-\d{2}-\d{2}\b",
     r"\bseed-1gpu\b",  # dates, a run's name
-    r"\b\d+ x H200\b",
-    r"\bH200\b",
+    r"\b\d+ x H[12]00\b",
+    r"\bH[12]00\b",
     r"\b\d+-GPU\b",
     r"\b\d+ (?:to|and|or) \d+ GPUs\b",
     r"\b\d+ GPUs?\b",
@@ -32,7 +36,7 @@ NOT_MEASURED = [
     r"\b\d+-core\b",
     r"\b7200 rpm\b",
     r"\bMobileNetV2\b",
-    r"\bResNet-50\b",
+    r"\bResNet-(?:18|50)\b",
     r"\bViT-B/16\b",
     r"\bfp32\b",
     r"\bfloat(?:16|32)\b",
@@ -68,10 +72,16 @@ def claims() -> Claims:
 
 
 def section(doc: str) -> str:
+    """The document's results sections, each in turn (the lines between them blanked, so lines keep their numbers)."""
     text = (REPO / doc).read_text()
-    m = re.search(SECTIONS[doc], text, re.MULTILINE | re.DOTALL)
-    assert m, f"{doc}: no section matching {SECTIONS[doc]!r}"
-    return m.group(0)
+    found = list(re.finditer(SECTIONS[doc], text, re.MULTILINE | re.DOTALL))
+    assert found, f"{doc}: no section matching {SECTIONS[doc]!r}"
+    if doc == "README.md":
+        assert len(found) == 2, f"README.md: {len(found)} of its 2 results sections found"
+    keep = [" "] * len(text)
+    for m in found:
+        keep[m.start() : m.end()] = text[m.start() : m.end()]
+    return "".join("\n" if c == "\n" else k for c, k in zip(text, keep, strict=True))
 
 
 @pytest.mark.parametrize("doc", DOCS)
@@ -136,3 +146,16 @@ def test_a_changed_or_unmarked_number_is_caught(claims):
     assert len(wrong) == 1 and "records give 29" in wrong[0], wrong
     added = text.replace("(Same run.)", "(Same run; opencv at batch 256 is 2.04x torchvision.)", 1)
     assert any("2.04x" in line for line in unmarked(added, NOT_MEASURED))
+
+
+def test_a_changed_what_if_score_or_its_sign_is_caught(claims):
+    """The what-if's scores are recomputed with the package's own matrix: a changed median and a flipped worst error
+    each fail."""
+    doc = "docs/FINDINGS.md"
+    text = (REPO / doc).read_text()
+    median, worst = "2.1%<!--c:whatif.h100-loader-->", "+8.7%<!--c:whatif.h100-worst-->"
+    assert median in text and worst in text
+    _, wrong = claims.check_document(text.replace(median, median.replace("2.1%", "2.3%")), doc)
+    assert len(wrong) == 1 and "records give 2.1" in wrong[0], wrong
+    _, wrong = claims.check_document(text.replace(worst, worst.replace("+8.7%", "-8.7%")), doc)
+    assert len(wrong) == 1 and "records give +8.7" in wrong[0], wrong

@@ -20,6 +20,7 @@ from loaderbench.whatif.terms import CONSUMING, LOADER, MODEL
 
 MODELS = REPO / "docs/results/2026-12-04-h200/models"
 STUDY = REPO / "docs/results/2026-12-01-h200x2/study"
+WHATIF = REPO / "docs/results/2026-12-07-h100/whatif"
 CHECKS = {  # each check's training cell: its loader and model at 1 GPU, its measured rate
     ("torchvision", "mobilenet_v2"): 2600.0,
     ("torchvision", "resnet50"): 2500.0,
@@ -245,14 +246,25 @@ def _records(folder) -> list[dict]:
     return [read_record(p) for p in sorted(folder.rglob("*.json")) if p.parent.name == "cells"]
 
 
-def test_the_published_scores_are_what_their_records_give():
-    """docs/method.md prints the per-class scores of the kept records (the models run at 1 GPU, the 2 x H200 study
-    at 2): recomputed here from the records in the tree, line for line."""
+PUBLISHED = (  # each scores block docs/method.md prints: its records, the GPU counts of its command, its first class
+    (WHATIF / "bundle", (1, 2, 4), "loader"),  # one H100 with beside and rank parts: `loaderbench predict`'s default
+    (MODELS / "bundle", (1,), "loader"),
+    (STUDY, (1, 2), "loader"),
+)
+
+
+def _scores_block(folder, gpus) -> list[str]:
+    """The lines `loaderbench predict` prints for these records from its scores' head to its coverage line."""
+    printed = render_matrix(matrix(_records(folder), gpus=gpus)).splitlines()
+    start = printed.index(next(x for x in printed if x.startswith("scores of the ")))
+    return printed[start : printed.index(next(x for x in printed if x.startswith("coverage: "))) + 1]
+
+
+@pytest.mark.parametrize(("folder", "gpus", "first"), PUBLISHED, ids=["h100-whatif", "h200-models", "h200x2-study"])
+def test_the_published_scores_are_what_their_records_give(folder, gpus, first):
+    """docs/method.md prints the per-class scores of the kept records (the H100 what-if run, the models run at 1 GPU,
+    the 2 x H200 study at 2): recomputed here from the records in the tree, as one block, line for line and in order."""
     method = (REPO / "docs/method.md").read_text()
-    for folder, gpus, first in ((MODELS / "bundle", (1,), "loader"), (STUDY, (1, 2), "loader")):
-        printed = render_matrix(matrix(_records(folder), gpus=gpus)).splitlines()
-        start = printed.index(next(x for x in printed if x.lstrip().startswith("class ")))
-        table = printed[start : printed.index(next(x for x in printed if x.startswith("coverage: "))) + 1]
-        assert table[1].split()[0] == first
-        for line in table:
-            assert line in method, (folder.name, line)
+    block = _scores_block(folder, gpus)
+    assert block[2].split()[0] == first
+    assert "\n".join(block) in method, (folder, "\n".join(block))
