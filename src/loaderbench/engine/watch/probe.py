@@ -1,0 +1,194 @@
+"""The probe `loaderbench watch` injects into every Python process of a watched command (standard library only).
+
+It patches `torch.utils.data.dataloader._BaseDataLoaderIter.__next__` and, only once the module is imported,
+`nvidia.dali.plugin.pytorch.DALIGenericIterator.__next__`, through an import hook: a process that never imports them
+pays nothing. Per batch it appends one line `b <start> <end> <samples>` (perf_counter seconds) to a buffer, written
+to `<LOADERBENCH_WATCH_DIR>/probe-<pid>.log` every FLUSH_BATCHES batches or FLUSH_S seconds and at exit; the file
+is made at the first batch. Its own bookkeeping per batch is timed and written as `o <seconds> <batches>`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import json
+import os
+import sys
+import time
+
+DIR_ENV = "LOADERBENCH_WATCH_DIR"
+FLUSH_BATCHES = 64
+FLUSH_S = 0.5
+DATALOADER = "torch.utils.data.dataloader"
+DALI = "nvidia.dali.plugin.pytorch"
+AUTOCAST = "torch.amp.autocast_mode"
+
+
+def batch_size(batch, depth: int = 0) -> int | None:
+    """The first tensor's dim 0, looked for through tuples, lists and dicts; None without one."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None and len(shape):
+        return int(shape[0])
+    if depth > 4:
+        return None
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, list | tuple) else ()
+    for item in items:
+        n = batch_size(item, depth + 1)
+        if n is not None:
+            return n
+    return None
+
+
+class Log:
+    """This process's lines, buffered and written in bulk."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.pid = None
+        self.file = None
+        self.lines: list[str] = []
+        self.last_flush = time.perf_counter()
+        self.prev_iter = None
+        self.cost_s = 0.0
+        self.batches = 0
+
+    def open(self) -> None:
+        """The file of this process (a forked child gets its own), headed by who wrote it."""
+        self.pid = os.getpid()
+        self.file = open(os.path.join(self.folder, f"probe-{self.pid}.log"), "a", buffering=1 << 16)  # noqa: SIM115 - open for the process's life
+        env = os.environ
+        head = {
+            "pid": self.pid,
+            "rank": env.get("RANK"),
+            "local_rank": env.get("LOCAL_RANK"),
+            "world_size": env.get("WORLD_SIZE"),
+            "argv": sys.argv[:8],
+            "epoch_minus_perf": time.time() - time.perf_counter(),
+        }
+        self.lines = [f"h {json.dumps(head)}\n"]
+        self.cost_s, self.batches = 0.0, 0
+
+    def iterator(self, it, kind: str) -> None:
+        """A line for each new iterator: its kind, workers and dataset, what a grid config would take from it."""
+        dataset = getattr(it, "_dataset", None)
+        info = {
+            "kind": kind,
+            "workers": getattr(it, "_num_workers", None),
+            "dataset": type(dataset).__name__ if dataset is not None else None,
+            "root": str(getattr(dataset, "root", "")) or None,
+            "pin_memory": getattr(it, "_pin_memory", None),
+        }
+        self.lines.append(f"i {json.dumps(info)}\n")
+
+    def batch(self, it, kind: str, t0: float, t1: float, batch) -> None:
+        if self.pid != os.getpid():
+            self.open()
+        if it is not self.prev_iter:
+            self.prev_iter = it
+            self.iterator(it, kind)
+        self.lines.append(f"b {t0:.6f} {t1:.6f} {batch_size(batch) or 0}\n")
+        self.batches += 1
+        end = time.perf_counter()
+        if len(self.lines) >= FLUSH_BATCHES or end - self.last_flush >= FLUSH_S:
+            self.flush()
+            end = time.perf_counter()
+            self.last_flush = end
+        self.cost_s += end - t1
+
+    def note(self, line: str) -> None:
+        if self.pid != os.getpid():
+            self.open()
+        self.lines.append(line)
+
+    def flush(self) -> None:
+        if self.file is None or self.pid != os.getpid():
+            return
+        self.lines.append(f"o {self.cost_s:.6f} {self.batches}\n")
+        self.file.write("".join(self.lines))
+        self.file.flush()
+        self.lines = []
+
+
+def patch_next(cls, kind: str, log: Log) -> None:
+    """`cls.__next__` timed: the wait for the batch, its end, its samples."""
+    original = cls.__next__
+    if getattr(original, "_loaderbench_watch", False):
+        return
+    clock = time.perf_counter
+
+    def __next__(self):
+        t0 = clock()
+        batch = original(self)
+        log.batch(self, kind, t0, clock(), batch)
+        return batch
+
+    __next__._loaderbench_watch = True
+    cls.__next__ = __next__
+
+
+def patch_autocast(module, log: Log) -> None:
+    """Say once that an enabled autocast was entered (the script trains in mixed precision)."""
+    cls = module.autocast
+    original = cls.__enter__
+    seen = []
+
+    def __enter__(self):
+        if not seen and getattr(self, "_enabled", False):
+            seen.append(1)
+            log.note(f"a {getattr(self, 'fast_dtype', '')}\n")
+        return original(self)
+
+    cls.__enter__ = __enter__
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs a module's own loader, then patches the module."""
+
+    def __init__(self, inner, after):
+        self.inner, self.after = inner, after
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        self.after(module)
+
+
+class Hook(importlib.abc.MetaPathFinder):
+    """Patches the modules of `patches` (name -> function of the module) as they are imported."""
+
+    def __init__(self, patches: dict):
+        self.patches = patches
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.patches:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _Loader(spec.loader, self.patches.pop(name))
+                return spec
+            if spec is not None:
+                return None
+        return None
+
+
+def install() -> None:
+    """Install the hooks where the watch asked for them (its folder in the environment); else do nothing."""
+    folder = os.environ.get(DIR_ENV)
+    if not folder or not os.path.isdir(folder):
+        return
+    log = Log(folder)
+    patches = {
+        DATALOADER: lambda m: patch_next(m._BaseDataLoaderIter, "torch", log),
+        DALI: lambda m: patch_next(m.DALIGenericIterator, "dali", log),
+        AUTOCAST: lambda m: patch_autocast(m, log),
+    }
+    for name in list(patches):
+        if name in sys.modules:
+            patches.pop(name)(sys.modules[name])
+    sys.meta_path.insert(0, Hook(patches))
+    atexit.register(log.flush)
