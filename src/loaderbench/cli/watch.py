@@ -3,7 +3,8 @@ the injected probe, and said what limits it in a cell's terms; a record of kind 
 
 Exit status: the command's (128 + N where signal N ended it), EXIT_STOPPED (124) where --seconds stopped it,
 EXIT_NOT_FOUND (127) where it could not be started, 2 for a usage error. The watch's own lines go to stderr, each
-starting `[watch] `; the command's stdout and stderr are its own, untouched.
+starting `[watch] `: the first before the command starts, the rest after it ended, after a newline of their own (the
+command's last line may lack one); the command's stdout and stderr are its own, untouched.
 """
 
 from __future__ import annotations
@@ -66,6 +67,6 @@ def cmd_watch(a) -> int:
     trace_path = out / f"{record['cell_id']}.trace.json"
     atomic_write_json(record_path, record)
     cell_trace.write(trace_path, trace)
-    for line in lines(record, record_path, trace_path):
-        print(line, file=sys.stderr)
+    # a blank line first: the command's last line of stderr may lack its newline, and the watch's own start afresh
+    print("\n" + "\n".join(lines(record, record_path, trace_path)), file=sys.stderr, flush=True)
     return run.exit_status

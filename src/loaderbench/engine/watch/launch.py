@@ -74,6 +74,8 @@ def run(command: list[str], out: Path, seconds: float | None = None, grace_s: fl
     """Run `command` under the watch, its probe files in `out`/probe; returns when it has ended (or was stopped)."""
     probe_dir = Path(out) / "probe"
     probe_dir.mkdir(parents=True, exist_ok=True)
+    for old in probe_dir.glob("probe-*.log"):  # an earlier watch's, in the same --out
+        old.unlink()
     started = time.time()
     try:
         proc = subprocess.Popen(command, env=child_env(probe_dir), process_group=0)

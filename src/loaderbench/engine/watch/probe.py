@@ -3,8 +3,10 @@
 It patches `torch.utils.data.dataloader._BaseDataLoaderIter.__next__` and, only once the module is imported,
 `nvidia.dali.plugin.pytorch.DALIGenericIterator.__next__`, through an import hook: a process that never imports them
 pays nothing. Per batch it appends one line `b <start> <end> <samples>` (perf_counter seconds) to a buffer, written
-to `<LOADERBENCH_WATCH_DIR>/probe-<pid>.log` every FLUSH_BATCHES batches or FLUSH_S seconds and at exit; the file
-is made at the first batch. Its own bookkeeping per batch is timed and written as `o <seconds> <batches>`.
+to `<LOADERBENCH_WATCH_DIR>/probe-<pid>.log` every FLUSH_BATCHES batches, at exit, and by a daemon thread every
+FLUSH_S seconds (a script that hangs after its last batch still has it on disk when the watch stops it; a process
+killed outright loses at most FLUSH_S of lines). The file is made at the first batch. Its own bookkeeping per batch
+is timed and written as `o <seconds> <batches>`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import importlib.abc
 import json
 import os
 import sys
+import threading
 import time
 
 DIR_ENV = "LOADERBENCH_WATCH_DIR"
@@ -51,9 +54,11 @@ class Log:
         self.prev_iter = None
         self.cost_s = 0.0
         self.batches = 0
+        self.lock = threading.Lock()
 
     def open(self) -> None:
-        """The file of this process (a forked child gets its own), headed by who wrote it."""
+        """The file of this process (a forked child gets its own, its own lock and flusher), headed by who wrote it."""
+        self.lock = threading.Lock()
         self.pid = os.getpid()
         self.file = open(os.path.join(self.folder, f"probe-{self.pid}.log"), "a", buffering=1 << 16)  # noqa: SIM115 - open for the process's life
         env = os.environ
@@ -67,6 +72,14 @@ class Log:
         }
         self.lines = [f"h {json.dumps(head)}\n"]
         self.cost_s, self.batches = 0.0, 0
+        threading.Thread(target=self.flusher, args=(self.pid,), name="loaderbench-watch-probe", daemon=True).start()
+
+    def flusher(self, pid: int) -> None:
+        """Every FLUSH_S: write what waits since the last write, if that is FLUSH_S old."""
+        while self.pid == pid:
+            time.sleep(FLUSH_S)
+            if self.lines and time.perf_counter() - self.last_flush >= FLUSH_S:
+                self.flush()
 
     def iterator(self, it, kind: str) -> None:
         """A line for each new iterator: its kind, workers and dataset, what a grid config would take from it."""
@@ -83,30 +96,34 @@ class Log:
     def batch(self, it, kind: str, t0: float, t1: float, batch) -> None:
         if self.pid != os.getpid():
             self.open()
-        if it is not self.prev_iter:
-            self.prev_iter = it
-            self.iterator(it, kind)
-        self.lines.append(f"b {t0:.6f} {t1:.6f} {batch_size(batch) or 0}\n")
-        self.batches += 1
-        end = time.perf_counter()
-        if len(self.lines) >= FLUSH_BATCHES or end - self.last_flush >= FLUSH_S:
+        with self.lock:
+            if it is not self.prev_iter:
+                self.prev_iter = it
+                self.iterator(it, kind)
+            self.lines.append(f"b {t0:.6f} {t1:.6f} {batch_size(batch) or 0}\n")
+            self.batches += 1
+            self.cost_s += time.perf_counter() - t1
+        if len(self.lines) >= FLUSH_BATCHES:
             self.flush()
-            end = time.perf_counter()
-            self.last_flush = end
-        self.cost_s += end - t1
 
     def note(self, line: str) -> None:
         if self.pid != os.getpid():
             self.open()
-        self.lines.append(line)
+        with self.lock:
+            self.lines.append(line)
 
     def flush(self) -> None:
+        """Write the lines so far and the probe's cost so far (the write's own time counted in it)."""
         if self.file is None or self.pid != os.getpid():
             return
-        self.lines.append(f"o {self.cost_s:.6f} {self.batches}\n")
-        self.file.write("".join(self.lines))
-        self.file.flush()
-        self.lines = []
+        t = time.perf_counter()
+        with self.lock:
+            lines, self.lines = self.lines, []
+            lines.append(f"o {self.cost_s:.6f} {self.batches}\n")
+            self.file.write("".join(lines))
+            self.file.flush()
+            self.last_flush = end = time.perf_counter()
+            self.cost_s += end - t
 
 
 def patch_next(cls, kind: str, log: Log) -> None:
