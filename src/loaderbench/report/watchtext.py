@@ -47,7 +47,13 @@ def _data_where(record: dict) -> str:
     """What the watch saw of the loader's side: its workers, its cores, the dataset's disk."""
     w = record["watch"]
     m = record["metrics"]
-    parts = [f"{m.get('workers')} loader worker(s)" if m.get("workers") is not None else "a DALI iterator"]
+    workers = m.get("workers")
+    if workers is None:
+        parts = ["a DALI iterator"]
+    elif workers == 0:
+        parts = ["the DataLoader loads in the training process itself (num_workers=0)"]
+    else:
+        parts = [f"the DataLoader has {workers} worker process(es)"]
     if m.get("cpu_cores_busy") is not None:
         parts.append(f"the command's processes kept {m['cpu_cores_busy']:.2f} cores busy")
     disk = (record.get("telemetry") or {}).get("disk_read_mb_s")

@@ -6,7 +6,7 @@ pays nothing. Per batch it appends one line `b <start> <end> <samples>` (perf_co
 to `<LOADERBENCH_WATCH_DIR>/probe-<pid>.log` every FLUSH_BATCHES batches, at exit, and by a daemon thread every
 FLUSH_S seconds (a script that hangs after its last batch still has it on disk when the watch stops it; a process
 killed outright loses at most FLUSH_S of lines). The file is made at the first batch. Its own bookkeeping per batch
-is timed and written as `o <seconds> <batches>`.
+is timed (its file's opening, once, left out) and written as `o <seconds> <batches>`.
 """
 
 from __future__ import annotations
@@ -94,15 +94,19 @@ class Log:
         self.lines.append(f"i {json.dumps(info)}\n")
 
     def batch(self, it, kind: str, t0: float, t1: float, batch) -> None:
+        """One batch's line; its cost counted from `t1`, the delivery (the file's opening, once, left out)."""
         if self.pid != os.getpid():
             self.open()
+            t1_cost = time.perf_counter()
+        else:
+            t1_cost = t1
         with self.lock:
             if it is not self.prev_iter:
                 self.prev_iter = it
                 self.iterator(it, kind)
             self.lines.append(f"b {t0:.6f} {t1:.6f} {batch_size(batch) or 0}\n")
             self.batches += 1
-            self.cost_s += time.perf_counter() - t1
+            self.cost_s += time.perf_counter() - t1_cost
         if len(self.lines) >= FLUSH_BATCHES:
             self.flush()
 
