@@ -245,3 +245,60 @@ def test_seconds_stops_a_hanging_script_even_one_that_ignores_sigterm(tmp_path):
     assert done.returncode == EXIT_STOPPED
     assert record["watch"]["stopped_by_watch"] is True and record["status"] == "ok"
     assert "stopped the command after --seconds" in done.stderr
+
+
+MOBILENET = """
+import time, torch, torchvision
+from torch.utils.data import DataLoader, Dataset
+
+class Sleepy(Dataset):
+    def __len__(self):
+        return 160
+    def __getitem__(self, i):
+        time.sleep(0.001)
+        return torch.zeros(3), i
+
+model = torchvision.models.mobilenet_v2(num_classes=3)  # built, never run: the step below only sleeps
+for x, y in DataLoader(Sleepy(), batch_size=4):
+    time.sleep(0.016)  # 4 samples in about 20 ms: about 200 samples/s
+"""
+
+
+@pytest.mark.e2e
+def test_records_rank_this_hosts_grid_against_the_script(tmp_path):
+    """The grid's records are made here through make_record at stated rates (a measured grid takes minutes): two
+    configurations at the script's model, batch and precision on this host, one at another batch, one of another
+    host; the script itself is measured."""
+    from dataclasses import replace
+
+    from conftest import ok_metrics, record_parts
+    from test_part_ids import SPEC
+
+    from loaderbench.core import provenance
+    from loaderbench.core.cells import CellSpec
+    from loaderbench.core.records import make_record
+
+    here = provenance.host()
+    spec = replace(CellSpec(**SPEC), batch_size=4, precision="fp32", model="mobilenet_v2")
+    made = [
+        (spec, 2000.0, here),
+        (replace(spec, loader="opencv"), 50.0, here),
+        (replace(spec, batch_size=8), 9000.0, here),
+        (replace(spec, loader="dali-cpu"), 9000.0, {**here, "hostname": "elsewhere"}),
+    ]
+    grid = tmp_path / "cells"
+    grid.mkdir()
+    for k, (s, rate, host) in enumerate(made):
+        window = {"ci95_rel_halfwidth": 0.02}
+        record = make_record(s, "ok", ok_metrics(samples_per_s=rate, window=window), **record_parts(host))
+        (grid / f"{k}.json").write_text(json.dumps(record))
+    path = script(tmp_path, "train.py", MOBILENET)
+    done, record = watch(tmp_path, [sys.executable, str(path)], "--records", str(grid))
+    assert done.returncode == 0, done.stderr
+    assert record["spec"]["model"] == "mobilenet_v2" and record["cell_id"] == "script-train_watch_g1_b4_fp32_dp_r0"
+    ranked = record["watch"]["grid"]
+    assert [r["configuration"] for r in ranked] == ["torchvision_ram_g1_b4_fp32_dp", "opencv_ram_g1_b4_fp32_dp"]
+    fast, slow = (r["ratio"] for r in ranked)
+    assert fast["low"] > 1 > slow["high"]  # 2000/s and 50/s against about 200/s, both outside their intervals
+    assert abs(fast["value"] - 2000 / record["metrics"]["samples_per_s"]) < 1e-9
+    assert "torchvision_ram_g1_b4_fp32_dp: 2000.0 samples/s" in done.stderr

@@ -15,10 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+from loaderbench.core.records import validate_record
 from loaderbench.core.util import atomic_write_json
 from loaderbench.engine.runner import trace as cell_trace
 from loaderbench.engine.watch import launch
 from loaderbench.engine.watch import record as watch_record
+from loaderbench.report import watchrank
 from loaderbench.report.watchtext import PREFIX, lines
 
 
@@ -36,6 +38,11 @@ def register(add) -> None:
         f"group, SIGKILL after --grace); the watch then exits {launch.EXIT_STOPPED}",
     )
     s.add_argument("--grace", type=float, default=launch.GRACE_S, help="seconds between SIGTERM and SIGKILL")
+    s.add_argument(
+        "--records",
+        help="a folder of a grid's cell records (results/cells/): rank those of this host at the script's model, "
+        "batch and precision against the script's rate, with intervals",
+    )
     s.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     s.set_defaults(func=cmd_watch)
 
@@ -63,10 +70,17 @@ def cmd_watch(a) -> int:
     if run.error:
         say(f"cannot start {command[0]}: {run.error}")
     record, trace = watch_record.build(run)
+    grid = []
+    if a.records:
+        records, unreadable = watchrank.read_grid(Path(a.records))
+        rows = watchrank.ranking(records, record) if record["status"] == "ok" else []
+        record["watch"]["grid"] = [{"configuration": c, "samples_per_s": r, "ratio": q.to_dict()} for c, r, q in rows]
+        validate_record(record)
+        grid = watchrank.lines(records, unreadable, record, Path(a.records))
     record_path = out / f"{record['cell_id']}.json"
     trace_path = out / f"{record['cell_id']}.trace.json"
     atomic_write_json(record_path, record)
     cell_trace.write(trace_path, trace)
     # a blank line first: the command's last line of stderr may lack its newline, and the watch's own start afresh
-    print("\n" + "\n".join(lines(record, record_path, trace_path)), file=sys.stderr, flush=True)
+    print("\n" + "\n".join([*lines(record, record_path, trace_path), *grid]), file=sys.stderr, flush=True)
     return run.exit_status

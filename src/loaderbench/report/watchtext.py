@@ -3,8 +3,9 @@ cannot tell without a grid's records.
 
 The rules, in order: the process waited for its batches WAIT_SHARE of a step or more (`diagnose.WAIT_SHARE`, the
 share from which a cell's batches count as not ready) -> data-bound; else its main thread was busy MAIN_BUSY of a core
-or more -> limited by the consuming process (the what-if's term, `whatif.terms.CONSUMING`: the one thread that takes
-the batches and runs the step); else the step itself. Which of I/O, CPU preparation or the GPU is behind that needs a
+or more, where a GPU runs the step -> limited by the consuming process (the what-if's term, `whatif.terms.CONSUMING`:
+the one thread that takes the batches and launches the step); else (and on a CPU, whose main thread computes the
+step) the step itself. Which of I/O, CPU preparation or the GPU is behind that needs a
 grid's cells: the RAM tier and the `synthetic` ceiling, which a script alone does not run.
 """
 
@@ -33,6 +34,8 @@ def diagnosis(record: dict) -> tuple[str, str]:
     if share >= WAIT_SHARE:
         where = _data_where(record)
         return DATA_BOUND, f"{waits} (from {WAIT_SHARE:.0%} a cell's batches count as not ready); {where}"
+    if main is not None and main >= MAIN_BUSY and m["device"]["type"] == "cpu":
+        return STEP_BOUND, f"{waits}, and {main_text}: on the CPU that thread runs the model's step itself"
     if main is not None and main >= MAIN_BUSY:
         return CONSUMING_BOUND, f"{waits}, yet {main_text}: the one thread that takes batches and runs the step"
     return STEP_BOUND, f"{waits} and {main_text}: the step itself (the model's compute) sets the rate"

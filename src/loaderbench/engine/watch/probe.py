@@ -25,6 +25,7 @@ FLUSH_S = 0.5
 DATALOADER = "torch.utils.data.dataloader"
 DALI = "nvidia.dali.plugin.pytorch"
 AUTOCAST = "torch.amp.autocast_mode"
+MODELS = "torchvision.models"
 
 
 def batch_size(batch, depth: int = 0) -> int | None:
@@ -162,6 +163,31 @@ def patch_autocast(module, log: Log) -> None:
     cls.__enter__ = __enter__
 
 
+def patch_models(module, log: Log) -> None:
+    """Wrap torchvision's classification builders (`resnet50`, ...) so that the first one called is named once: the
+    model a grid would train. Names bound by `from torchvision.models import x` after the import get the wrapper."""
+    try:
+        names = module.list_models(module=module)
+    except (AttributeError, TypeError):  # a torchvision before its model registry
+        return
+    seen = []
+
+    def wrap(name, build):
+        def builder(*args, **kwargs):
+            if not seen:
+                seen.append(name)
+                log.note(f"m {name}\n")
+            return build(*args, **kwargs)
+
+        builder.__name__, builder.__doc__, builder.__wrapped__ = build.__name__, build.__doc__, build
+        return builder
+
+    for name in names:
+        build = getattr(module, name, None)
+        if callable(build):
+            setattr(module, name, wrap(name, build))
+
+
 class _Loader(importlib.abc.Loader):
     """Runs a module's own loader, then patches the module."""
 
@@ -207,6 +233,7 @@ def install() -> None:
         DATALOADER: lambda m: patch_next(m._BaseDataLoaderIter, "torch", log),
         DALI: lambda m: patch_next(m.DALIGenericIterator, "dali", log),
         AUTOCAST: lambda m: patch_autocast(m, log),
+        MODELS: lambda m: patch_models(m, log),
     }
     for name in list(patches):
         if name in sys.modules:

@@ -3,9 +3,9 @@ a trace in the cells' format (`runner.trace`), one track of steps per process th
 
 Its id follows the cell-id grammar: `script-<name>_watch_g<processes>_b<batch>_<fp32|amp>_<dp|ddp>_unknown_r0`, with
 <name> the first `.py` argument's stem (else the module after `-m`, else the program's name), lowercased and any
-character outside [a-z0-9-] made `-`; `watch` stands for the tier and `unknown` for the model, which the watch cannot
-know; `amp` where the probe saw an enabled autocast entered, else `fp32`; `ddp` where more than one process
-iterated batches.
+character outside [a-z0-9-] made `-`; `watch` stands for the tier; the model is the torchvision classification builder
+the script called first (left out for MobileNetV2, as in every id), else `unknown`; `amp` where the probe saw an
+enabled autocast entered, else `fp32` (a model cast to half by hand reads fp32); `ddp` where more than one process iterated batches.
 """
 
 from __future__ import annotations
@@ -148,10 +148,11 @@ def spec_of(run: Run, procs: list[Process], windows: list[Window]) -> CellSpec:
         "loader": script_name(run.command),
         "gpus": max(len(windows), 1),
         "batch_size": statistics.mode(sizes) if sizes else None,
-        "precision": "amp" if amp else None,
+        "precision": "amp" if amp else "fp32",
         "parallel": "ddp" if len(windows) > 1 else None,
         "workers": iterators[-1].get("workers") if iterators else None,
         "warmup_steps": windows[0].warmup if windows else None,
+        "model": next((p.model for p in procs if p.model), None),
     }
     unknown = {f.name: None for f in fields(CellSpec)}
     return CellSpec(**{**unknown, **known, "beside": False, "ranks": 1})
@@ -159,9 +160,8 @@ def spec_of(run: Run, procs: list[Process], windows: list[Window]) -> CellSpec:
 
 def watch_id(spec: CellSpec) -> str:
     parallel = spec.parallel or "dp"
-    return cell_id(
-        spec.loader, TIER, spec.gpus, spec.batch_size or 1, spec.precision or "fp32", parallel, 0, UNKNOWN_MODEL
-    )
+    model = spec.model or UNKNOWN_MODEL
+    return cell_id(spec.loader, TIER, spec.gpus, spec.batch_size or 1, spec.precision or "fp32", parallel, 0, model)
 
 
 def build(run: Run) -> tuple[dict, dict]:

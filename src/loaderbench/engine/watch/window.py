@@ -39,6 +39,7 @@ class Process:
     probe_s: float = 0.0
     probe_batches: int = 0
     autocast: str | None = None
+    model: str | None = None  # the torchvision builder it called first
 
 
 def read_probe(path: Path) -> Process | None:
@@ -66,6 +67,8 @@ def read_probe(path: Path) -> Process | None:
             proc.probe_s, proc.probe_batches = float(cost), int(n)
         elif tag == "a":
             proc.autocast = rest.strip() or "autocast"
+        elif tag == "m":
+            proc.model = rest.strip() or None
     return proc
 
 
