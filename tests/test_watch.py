@@ -302,3 +302,34 @@ def test_records_rank_this_hosts_grid_against_the_script(tmp_path):
     assert fast["low"] > 1 > slow["high"]  # 2000/s and 50/s against about 200/s, both outside their intervals
     assert abs(fast["value"] - 2000 / record["metrics"]["samples_per_s"]) < 1e-9
     assert "torchvision_ram_g1_b4_fp32_dp: 2000.0 samples/s" in done.stderr
+
+
+IMAGEFOLDER = """
+import sys, time, torch, torchvision
+from torch.utils.data import DataLoader
+from torchvision import transforms
+
+data = torchvision.datasets.ImageFolder(sys.argv[1], transforms.Compose([transforms.Resize((16, 16)), transforms.ToTensor()]))
+model = torchvision.models.resnet18(num_classes=3)  # built, never run: the step only sleeps
+for epoch in range(2):
+    for x, y in DataLoader(data, batch_size=4, num_workers=1):
+        time.sleep(0.005)
+"""
+
+
+@pytest.mark.e2e
+def test_emit_config_writes_a_grid_validate_config_accepts(tmp_path, small_dataset):
+    import yaml
+
+    path = script(tmp_path, "folder.py", IMAGEFOLDER)
+    config = tmp_path / "grid.yaml"
+    done, record = watch(tmp_path, [sys.executable, str(path), str(small_dataset)], "--emit-config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert record["watch"]["dataset_root"] == str(small_dataset) and record["spec"]["model"] == "resnet18"
+    cfg = yaml.safe_load(config.read_text())
+    assert cfg["dataset"] == {"source": "path", "path": str(small_dataset)}
+    assert (cfg["batch_sizes"], cfg["workers"], cfg["models"], cfg["precisions"]) == ([4], 1, ["resnet18"], ["fp32"])
+    check = [sys.executable, "-m", "loaderbench", "validate-config", "--config", str(config)]
+    valid = subprocess.run(check, check=False, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=120)
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+    assert "valid (" in valid.stdout

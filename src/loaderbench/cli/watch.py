@@ -18,7 +18,7 @@ from pathlib import Path
 from loaderbench.core.records import validate_record
 from loaderbench.core.util import atomic_write_json
 from loaderbench.engine.runner import trace as cell_trace
-from loaderbench.engine.watch import launch
+from loaderbench.engine.watch import emit, launch
 from loaderbench.engine.watch import record as watch_record
 from loaderbench.report import watchrank
 from loaderbench.report.watchtext import PREFIX, lines
@@ -42,6 +42,11 @@ def register(add) -> None:
         "--records",
         help="a folder of a grid's cell records (results/cells/): rank those of this host at the script's model, "
         "batch and precision against the script's rate, with intervals",
+    )
+    s.add_argument(
+        "--emit-config",
+        metavar="FILE",
+        help="write a grid config of what the watch saw (dataset, batch, workers, precision, model) to FILE",
     )
     s.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     s.set_defaults(func=cmd_watch)
@@ -81,6 +86,20 @@ def cmd_watch(a) -> int:
     trace_path = out / f"{record['cell_id']}.trace.json"
     atomic_write_json(record_path, record)
     cell_trace.write(trace_path, trace)
+    if a.emit_config:
+        grid.append(_emit(Path(a.emit_config), record))
     # a blank line first: the command's last line of stderr may lack its newline, and the watch's own start afresh
     print("\n" + "\n".join([*lines(record, record_path, trace_path), *grid]), file=sys.stderr, flush=True)
     return run.exit_status
+
+
+def _emit(path: Path, record: dict) -> str:
+    """Write the grid config of `record`; the line saying so, or why not."""
+    if record["status"] != "ok":
+        return f"{PREFIX}no config written to {path}: the script has no window to take one from"
+    cfg = emit.write(path, record)
+    dataset = cfg["dataset"].get("path") or "a generated dataset (no ImageFolder root seen)"
+    return (
+        f"{PREFIX}grid config: {path} (dataset {dataset}, {len(cfg['loaders'])} loaders on the RAM tier); "
+        f"check it with `loaderbench validate-config --config {path}`, run it with `loaderbench run --config {path}`"
+    )
