@@ -240,7 +240,7 @@ def test_seconds_stops_a_hanging_script_even_one_that_ignores_sigterm(tmp_path):
         + "time.sleep(600)\n",
     )
     t = time.monotonic()
-    done, record = watch(tmp_path, [sys.executable, str(path)], "--seconds", "4", "--grace", "1")
+    done, record = watch(tmp_path, [sys.executable, str(path)], "--seconds", "6", "--grace", "1")
     assert time.monotonic() - t < 30
     assert done.returncode == EXIT_STOPPED
     assert record["watch"]["stopped_by_watch"] is True and record["status"] == "ok"

@@ -11,6 +11,7 @@ grid's cells: the RAM tier and the `synthetic` ceiling, which a script alone doe
 
 from __future__ import annotations
 
+from loaderbench.core.records import warning_lines
 from loaderbench.whatif.terms import CONSUMING
 
 from .diagnose import WAIT_SHARE
@@ -83,6 +84,7 @@ def lines(record: dict, record_path, trace_path) -> list[str]:
         label, evidence = diagnosis(record)
         out.append(f"{record['cell_id']}: {rate_text(m)}, batch {m['global_batch']} over {m['steps']} steps")
         out.append(f"  {label}: {evidence}")
+        out += [f"  warning: {w}" for w in warning_lines(m)]
         ranks = m["parallel"]["per_rank"]
         if len(ranks) > 1:
             for r in ranks:

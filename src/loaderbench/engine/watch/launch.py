@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..runner import contention
 from .probe import DIR_ENV
-from .sample import Sampler
+from .sample import Sampler, visible_gpus
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
 EXIT_STOPPED = 124  # the watch stopped the command after --seconds (as timeout(1) does)
@@ -36,6 +37,7 @@ class Run:
     timeline: dict
     probe_dir: Path
     error: str | None = None
+    contention: dict | None = None  # runner.contention's samples: what else ran on the host meanwhile
 
     @property
     def exit_status(self) -> int:
@@ -82,6 +84,7 @@ def run(command: list[str], out: Path, seconds: float | None = None, grace_s: fl
     except OSError as e:
         return Run(command, EXIT_NOT_FOUND, False, started, time.time(), {}, probe_dir, f"{type(e).__name__}: {e}")
     sampler = Sampler(proc.pid).start()
+    others = contention.Sampler(visible_gpus()[0], root=proc.pid).start()
     previous = {sig: signal.signal(sig, lambda s, _f: _signal_group(proc.pid, s)) for sig in FORWARDED}
     stopped = False
     try:
@@ -99,4 +102,4 @@ def run(command: list[str], out: Path, seconds: float | None = None, grace_s: fl
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     ended = time.time()
-    return Run(command, proc.returncode, stopped, started, ended, sampler.stop(), probe_dir)
+    return Run(command, proc.returncode, stopped, started, ended, sampler.stop(), probe_dir, None, others.stop())

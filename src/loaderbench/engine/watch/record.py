@@ -19,11 +19,13 @@ from loaderbench.core import provenance
 from loaderbench.core.cells import CellSpec, cell_id
 from loaderbench.core.records import WATCH, make_record, warning
 
+from ..runner import contention
 from ..runner import trace as cell_trace
 from .launch import Run
 from .sample import add_disk_rates, cores_busy
 from .window import WARMUP_RULE, Process, Window, read_probes, steps_trace, window
 
+CONTENDED_CORES = 0.5  # foreign CPU cores over the window that make it contended: host.contention_cpu_cores' default
 UNKNOWN_MODEL = "unknown"
 TIER = "watch"
 KNOWN = ("loader", "gpus", "batch_size", "precision", "parallel", "workers", "warmup_steps")
@@ -197,12 +199,22 @@ def build(run: Run) -> tuple[dict, dict]:
     }
     if windows:
         ranks = [per_rank(w, run.timeline.get("pids") or {}) for w in windows]
-        record = make_record(spec, "ok", metrics(windows, run, ranks), kind=WATCH, cell_id=cid, **parts)
+        m = metrics(windows, run, ranks)
+        if run.contention is not None:
+            parts["contention"] = contention.summarize(run.contention, m["marks"], CONTENDED_CORES)
+            m["warnings"] += [_contended(w) for w in [contention.warning(parts["contention"])] if w]
+        record = make_record(spec, "ok", m, kind=WATCH, cell_id=cid, **parts)
     else:
         why = no_window_reason(procs)
         record = make_record(spec, "skipped", None, why, kind=WATCH, cell_id=cid, **parts)
     marks = (record["metrics"] or {}).get("marks") or {"setup_start": run.started_at}
     return record, trace_of(cid, record["status"], run, pairs, marks)
+
+
+def _contended(w: dict) -> dict:
+    """A cell's contended warning as a watched script's: the same measurement, its advice the watch's."""
+    found = w["text"].split("; the throughput is not the cell's alone")[0]
+    return warning("contended", f"{found}; the rate is not the script's alone: watch it again on a quieter host")
 
 
 def no_window_reason(procs: list[Process]) -> str:
