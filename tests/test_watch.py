@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -333,3 +334,52 @@ def test_emit_config_writes_a_grid_validate_config_accepts(tmp_path, small_datas
     valid = subprocess.run(check, check=False, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=120)
     assert valid.returncode == 0, valid.stdout + valid.stderr
     assert "valid (" in valid.stdout
+
+
+@pytest.mark.e2e
+def test_an_existing_sitecustomize_still_runs(tmp_path):
+    """The watch's sitecustomize comes first on PYTHONPATH and imports the one it hides."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIRS = 'ran'\n")
+    path = script(
+        tmp_path,
+        "plain.py",
+        "import builtins, sys\nprint(builtins.THEIRS, '_loaderbench_watch_probe' in sys.modules)\n",
+    )
+    out = tmp_path / "watch-out"
+    cmd = [sys.executable, "-m", "loaderbench", "watch", "--out", str(out), "--", sys.executable, str(path)]
+    e = env()
+    e["PYTHONPATH"] = os.pathsep.join([e["PYTHONPATH"], str(theirs)])
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=e, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ran True\n"
+
+
+INTERRUPTED = """
+import sys, time
+try:
+{body}
+    time.sleep(600)
+except KeyboardInterrupt:
+    print("interrupted")
+    sys.exit(5)
+"""
+
+
+@pytest.mark.e2e
+def test_ctrl_c_to_the_watch_reaches_the_command(tmp_path):
+    """SIGINT to the watch alone (the command runs in its own process group) is passed on to the command's group."""
+    body = textwrap.indent(SCRIPT.format(sample_s=0.001, step_s=0.002, workers=0, batches=20, batch=2), "    ")
+    path = script(tmp_path, "ctrlc.py", INTERRUPTED.format(body=body))
+    out = tmp_path / "watch-out"
+    cmd = [sys.executable, "-m", "loaderbench", "watch", "--out", str(out), "--", sys.executable, str(path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not list((out / "probe").glob("probe-*.log")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the script's 20 batches are done, it sleeps
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 5, stderr
+    assert stdout == "trained\ninterrupted\n"

@@ -64,6 +64,7 @@ def say(text: str) -> None:
 
 
 def cmd_watch(a) -> int:
+    """Run the command under the watch, write its record and trace, say what limits it; the exit status it should."""
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
         say("error: no command to watch (loaderbench watch [options] -- COMMAND...)")

@@ -161,6 +161,7 @@ def spec_of(run: Run, procs: list[Process], windows: list[Window]) -> CellSpec:
 
 
 def watch_id(spec: CellSpec) -> str:
+    """The record's id, by the rule of this module's docstring."""
     parallel = spec.parallel or "dp"
     model = spec.model or UNKNOWN_MODEL
     return cell_id(spec.loader, TIER, spec.gpus, spec.batch_size or 1, spec.precision or "fp32", parallel, 0, model)
