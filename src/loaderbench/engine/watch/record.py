@@ -1,11 +1,12 @@
 """A watched run as a record of kind `watch` (through `core.records.make_record`, validated as every cell record) and
 a trace in the cells' format (`runner.trace`), one track of steps per process that iterated batches.
 
-Its id follows the cell-id grammar: `script-<name>_watch_g<processes>_b<batch>_<fp32|amp>_<dp|ddp>_unknown_r0`, with
+Its id follows the cell-id grammar: `script-<name>_watch_g<processes>_b<batch>_<fp32|amp>_<dp|ddp>[_<model>]_r0`, with
 <name> the first `.py` argument's stem (else the module after `-m`, else the program's name), lowercased and any
 character outside [a-z0-9-] made `-`; `watch` stands for the tier; the model is the torchvision classification builder
 the script called first (left out for MobileNetV2, as in every id), else `unknown`; `amp` where the probe saw an
-enabled autocast entered, else `fp32` (a model cast to half by hand reads fp32); `ddp` where more than one process iterated batches.
+enabled autocast entered, else `fp32` (a model cast to half by hand reads fp32); `ddp` where more than one process
+iterated batches; `g1` and `b1` where no process delivered a batch (the record then says why).
 """
 
 from __future__ import annotations
@@ -205,6 +206,9 @@ def build(run: Run) -> tuple[dict, dict]:
             parts["contention"] = contention.summarize(run.contention, m["marks"], CONTENDED_CORES)
             m["warnings"] += [_contended(w) for w in [contention.warning(parts["contention"])] if w]
         record = make_record(spec, "ok", m, kind=WATCH, cell_id=cid, **parts)
+    elif run.error:
+        why = f"the command could not be started: {run.error}"
+        record = make_record(spec, "failed", None, why, kind=WATCH, cell_id=cid, **parts)
     else:
         why = no_window_reason(procs)
         record = make_record(spec, "skipped", None, why, kind=WATCH, cell_id=cid, **parts)
