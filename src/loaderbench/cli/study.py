@@ -11,7 +11,7 @@ from loaderbench.core.cells import cell_ids, cell_parts, cell_spec, parse_cell_i
 from loaderbench.core.config import ConfigError, load_config
 from loaderbench.core.layout import LOGS, PATHS, RESULTS, Layout
 
-from . import run
+from . import run, watch
 from .common import at_least, config_of, config_option, write_json
 
 TITLE = "Run and read a study"
@@ -22,6 +22,7 @@ def register(add) -> None:
     run.register(add)
     _add_config_commands(add)
     _add_results_commands(add)
+    watch.register(add)
 
 
 def _add_config_commands(add) -> None:

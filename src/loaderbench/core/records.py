@@ -16,6 +16,7 @@ from .util import stable_hash
 SCHEMA_VERSION = 2  # the record's format as `make_record` writes it; older records are read through `upgrade`
 STATUSES = ("ok", "skipped", "failed")
 KIND = "cell"  # what made a record (schemas/cell.schema.yaml: `kind`)
+WATCH = "watch"  # a record of a user's own training command, made by `loaderbench watch`
 
 
 def make_record(
@@ -24,6 +25,9 @@ def make_record(
     metrics: dict | None = None,
     reason: str | None = None,
     detail: str | None = None,
+    *,
+    kind: str = KIND,
+    cell_id: str | None = None,
     **parts,
 ) -> dict:
     """The cell record, built here only and valid against schemas/cell.schema.yaml (InvalidRecord where not: a fault
@@ -33,7 +37,10 @@ def make_record(
     The spec names its model always (`record_spec`). A plugin cell's provenance gains `plugin`: the plugin's code as
     the cell ended (pluginsource.plugin_source: where it lies, whether installed editable, its identity), beside the
     identity its spec was made with, and the facts its factory declares (`facts`: `plugin_facts`, read by the
-    measuring process that imported it and handed over in its loader_info)."""
+    measuring process that imported it and handed over in its loader_info).
+
+    `kind` WATCH: a watched command's record (`engine.watch.record`), its spec's unknown fields None, its id given
+    as `cell_id` (the spec's own id needs every field) and no spec hash."""
     assert status in STATUSES
     if spec.loader_ref and isinstance(parts.get("provenance"), dict):
         metrics, facts = _without_facts(metrics)
@@ -41,13 +48,13 @@ def make_record(
         parts["provenance"] = {**parts["provenance"], "plugin": plugin}
     record = {
         "schema_version": SCHEMA_VERSION,
-        "kind": KIND,
-        "cell_id": spec.cell_id,
+        "kind": kind,
+        "cell_id": cell_id or spec.cell_id,
         "status": status,
         "reason": reason,
         **({"detail": detail} if detail is not None else {}),
         "spec": record_spec(spec),
-        "spec_hash": spec_hash(spec),
+        "spec_hash": spec_hash(spec) if kind == KIND else None,
         "metrics": metrics,
         "finished_at": time.time(),
         **parts,

@@ -41,7 +41,7 @@ def build(
     events = _names(cell_id, steps)
     events += _phases(marks or {}, us)
     if steps:
-        events += _host_steps(steps, us)
+        events += host_steps(steps, us)
         if "device_end" in steps["window"]:
             events += _device_steps(steps, us)
     events += _counters((samples or {}).get("rows") or [], us)
@@ -109,7 +109,7 @@ def _phases(marks: dict, us) -> list[dict]:
     return out
 
 
-def _host_steps(steps: dict, us) -> list[dict]:
+def host_steps(steps: dict, us) -> list[dict]:
     """Each step a slice (warm-up, then window), with its wait for the batch and the step inside it; children are cut
     from the parent's own rounded bounds, so they nest exactly."""
     t0, gpu = steps["t0_epoch"], steps.get("device") == "cuda"
