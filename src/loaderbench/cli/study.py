@@ -340,8 +340,10 @@ def _forget_metadata(outputs: list[Path], config: Path, snakefile: Path) -> str:
 
 
 def cmd_where(a) -> int:
-    from loaderbench.core.layout import where
+    from loaderbench.core.layout import CELL_PATHS, where
 
+    if a.name in CELL_PATHS and a.arg is not None:
+        parse_cell_id(a.arg)  # a ConfigError naming what is wrong with the id
     try:
         print(where(a.name, a.arg, a.results))
     except ValueError as e:
