@@ -76,6 +76,35 @@ class BacklogLoader:
         return (self.given,)
 
 
+class SimulatedClock:
+    """Time for tests of the window's logic on constructed traces: `sleep` moves it on at once and each reading by
+    1 us (the code between two readings), so a trace of sleeps is timed as designed however loaded the machine is."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+    monotonic = perf_counter
+
+    def time(self) -> float:
+        return 1.7e9 + self.perf_counter()
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+@pytest.fixture
+def simulated_clock(monkeypatch) -> SimulatedClock:
+    """The `time` module's clocks and sleep replaced by a SimulatedClock for the test (pytest's own timing is not)."""
+    clock = SimulatedClock()
+    for name in ("perf_counter", "monotonic", "time", "sleep"):
+        monkeypatch.setattr(time, name, getattr(clock, name))
+    return clock
+
+
 def staged_disk(tmp_path_factory, dataset: Path, name: str, **settings) -> tuple[Path, dict]:
     """`dataset` checked and staged (as dataset "ds" on a tier "disk") in a new folder, and a validated config of
     that tier with the small CPU cells' settings (batch 4, 32 px crops, 1 worker, a 3-step window), `settings` over

@@ -343,8 +343,11 @@ def test_a_run_stages_shards_on_every_tier_and_measures_both_shard_loaders(shard
 @needs_fuse
 def test_on_the_emulated_hdd_files_are_seek_bound_and_the_shards_recommended(shard_run):
     probe = pd.read_csv(shard_run / "results/tables/tier_probe.csv")
-    seq = probe[probe["Tier"] == "hdd"]["Sequential MB/s"].iloc[0]
-    assert 40 < seq <= 101  # 8 MB at 100 MB/s after one positioning of 40 ms: 67 MB/s
+    hdd = probe[probe["Tier"] == "hdd"]
+    seq, files = hdd["Sequential MB/s"].iloc[0], hdd[hdd["Readers"] == 1]["MB/s"].iloc[0]
+    # 8 MB front to back at 100 MB/s after one positioning of 40 ms: 67 MB/s, never more than the model's 100; the
+    # files at random pay a positioning each (~2 MB/s). A loaded host slows both: their ratio, ~30x, is asserted
+    assert seq <= 101 and seq > 3 * files, hdd
     d = pd.read_csv(shard_run / "results/tables/diagnosis.csv")
     tv = d[(d["Dataloader"] == "torchvision") & (d["Disk"] == "hdd")].iloc[0]
     assert tv["Bottleneck"] == "seek-bound", tv["Evidence"]
