@@ -32,6 +32,13 @@ def _skip_reason(report) -> str:
     return text.removeprefix("Skipped: ")
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test of the real pipeline (`e2e`) is slow too: `-m "not slow"` (make test-fast) leaves out both."""
+    for item in items:
+        if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_report_teststatus(report, config):
     if report.skipped and not hasattr(report, "wasxfail"):
         reason = _skip_reason(report).lower()
@@ -105,18 +112,26 @@ def simulated_clock(monkeypatch) -> SimulatedClock:
     return clock
 
 
+_STAGED: dict[Path, Path] = {}  # dataset -> the folder it was checked and staged in, once a session
+
+
 def staged_disk(tmp_path_factory, dataset: Path, name: str, **settings) -> tuple[Path, dict]:
-    """`dataset` checked and staged (as dataset "ds" on a tier "disk") in a new folder, and a validated config of
-    that tier with the small CPU cells' settings (batch 4, 32 px crops, 1 worker, a 3-step window), `settings` over
-    them. Returns (folder, config); the tier's manifest is `folder / "disk.json"`."""
+    """`dataset` checked and staged (as dataset "ds" on a tier "disk"), and a validated config of that tier with the
+    small CPU cells' settings (batch 4, 32 px crops, 1 worker, a 3-step window), `settings` over them. Returns
+    (folder, config); the tier's manifest is `folder / "disk.json"`. The check and the staging are done once a
+    session for each dataset (the first caller's `name` names the folder): cells only read them, and a test that
+    changes the tier works on a copy."""
     from loaderbench.core.config import validate_config
     from loaderbench.data.check import check_dataset
     from loaderbench.data.stage import stage
 
-    tmp = tmp_path_factory.mktemp(name)
-    check_dataset(dataset, tmp / "check.json", tmp / "q", jobs=2)
-    (tmp / "tier").mkdir()
-    stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
+    tmp = _STAGED.get(dataset)
+    if tmp is None:
+        tmp = tmp_path_factory.mktemp(name)
+        check_dataset(dataset, tmp / "check.json", tmp / "q", jobs=2)
+        (tmp / "tier").mkdir()
+        stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
+        _STAGED[dataset] = tmp
     base = {
         "dataset": {"name": "ds"},
         "storage": {"disk": str(tmp / "tier")},
@@ -244,6 +259,35 @@ def finished_run(tmp_path_factory) -> tuple[Path, Path]:
     cfg_path = write_config(work, cfg)
     snakemake(work, "--configfile", str(cfg_path))
     return work, cfg_path
+
+
+@pytest.fixture(scope="session")
+def warm_server(tmp_path_factory) -> Path:
+    """The session's warm-start server (`loaderbench.engine.process.warmstart`, as the workflow's `onstart` starts one
+    for a run): it imports torch and the training code once, and forks a measuring process per cell of the tests that
+    ask for `warm_cells`. Stopped at the session's end."""
+    sock = tmp_path_factory.mktemp("warm") / "s.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loaderbench.engine.process.warmstart", str(sock)], stdin=subprocess.DEVNULL
+    )
+    deadline = time.time() + 120  # the socket is bound before the imports; a cell that asks early waits for them
+    while not sock.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert sock.exists(), f"the warm-start server did not open {sock} (exit status {proc.poll()})"
+    yield sock
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def warm_cells(warm_server, monkeypatch) -> Path:
+    """Cells run by this test (in its process, or by the Snakemake or CLI it starts) fork their measuring processes
+    from the session's warm-start server, as a pipeline's cells do, instead of each starting an interpreter and
+    importing torch. Not for a test of process starts themselves (which process, whose child, which server)."""
+    from loaderbench.engine.contract import ENV_SOCKET
+
+    monkeypatch.setenv(ENV_SOCKET, str(warm_server))
+    return warm_server
 
 
 @pytest.fixture(autouse=True, scope="session")

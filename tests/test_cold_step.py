@@ -123,6 +123,7 @@ def test_cold_step_auto_runs_none_on_the_cpu(staged, monkeypatch):
     assert not replace(spec, cold_step=False).cold_step_on("cuda")
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_a_cells_cold_step_is_in_its_record_and_in_its_setup_phase(staged, tmp_path):
     """A real cell process (torchvision, one worker): the record keeps cold_step_s, the runner's phases count it in
     setup, and the warm-up and the window ran as many steps as without it."""

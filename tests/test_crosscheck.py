@@ -34,6 +34,7 @@ def staged(tmp_path_factory, small_dataset):
     )
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_every_loader_kind_is_crosschecked_against_its_bare_loop(staged, tmp_path):
     tmp, cfg = staged
     rows = crosscheck(

@@ -236,6 +236,7 @@ def test_a_broken_model_fails_its_cell_with_a_reason_naming_it(staged, on_path, 
     assert record["status"] == "failed" and reason in record["reason"], record["reason"]
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_the_loader_alone_delivers_batches_and_runs_no_model(staged, tmp_path):
     folder, base = staged
     cfg = validate_config({**base, "loaders": ["torchvision"], "models": ["none"]})
@@ -248,6 +249,7 @@ def test_the_loader_alone_delivers_batches_and_runs_no_model(staged, tmp_path):
     assert m["optimizer"] is None and m["parallel"]["wrapper"] is None and record["spec"]["model"] == "none"
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_a_vision_transformer_cell_of_another_crop_fails_naming_it(staged, tmp_path):
     folder, base = staged
     spec = cell_spec(validate_config({**base, "loaders": ["torchvision"]}), "torchvision_disk_g1_b4_fp32_dp_r0")

@@ -37,6 +37,7 @@ def spans(trace: dict, **match) -> list[dict]:
     return [e for e in trace["traceEvents"] if e["ph"] == "X" and all(e.get(k) == v for k, v in match.items())]
 
 
+@pytest.mark.usefixtures("warm_cells")
 @pytest.mark.parametrize("loader", ["torchvision", "opencv"])
 def test_a_cells_trace_has_its_steps_in_its_window_and_its_telemetry(staged, tmp_path, loader):
     tmp, cfg = staged
