@@ -163,6 +163,7 @@ def tiny_config(tmp: Path, **overrides) -> dict:
         "workers": 1,
         "prefetch_factor": 1,
         "baseline": {"loader": "torchvision", "tier": "disk-a", "gpus": 1, "batch_size": 4, "precision": "fp32"},
+        "probe": {"sequential_mb": 8},  # the tiers' streaming read: 8 MB of random bytes written and read, not 64
     }
     for tier in cfg["storage"].values():
         Path(tier).mkdir(parents=True, exist_ok=True)

@@ -388,6 +388,7 @@ class _SlowImages(torch.utils.data.Dataset):
         return torch.zeros(1)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 4 sleeping workers on 2 cores: on purpose
 def test_a_real_dataloaders_window_holds_whole_cycles():
     """4 workers, 8 images a batch at 40 ms each: every worker delivers a batch each 0.32 s, 12.5 batches/s over

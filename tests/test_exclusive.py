@@ -24,6 +24,8 @@ from loaderbench.core.provenance import RUN_ID_ENV
 from loaderbench.core.records import validate_record
 from tests.conftest import REPO, staged_disk, tiny_config, write_config
 
+pytestmark = pytest.mark.slow
+
 PY = sys.executable
 
 

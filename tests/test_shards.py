@@ -186,6 +186,7 @@ def test_shards_are_staged_when_a_shard_loader_is_measured_and_refused_off_with_
         validate_config({**base, "loaders": ["dali-wds"], "shards": {"stage": False}})
 
 
+@pytest.mark.slow
 def test_the_probe_streams_a_file_it_writes_or_the_tiers_shards(tmp_path, staged):
     man, tier = staged
     entry = {"kind": "path", "path": str(tier), "cache": "cold", "mount": None}

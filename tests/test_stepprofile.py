@@ -100,6 +100,7 @@ def test_a_profile_that_fails_says_why_and_keeps_the_cell():
     assert p["steps"] == 2 and p["error"] == "RuntimeError: CUPTI is not there" and "step" in p["traceback"]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("warm_cells")
 def test_a_cpu_cell_with_profile_steps_records_its_host_profile(staged, tmp_path):
     tmp, cfg = staged

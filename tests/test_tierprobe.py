@@ -66,6 +66,7 @@ def test_evict_makes_a_read_file_cold(tmp_path):
     assert resident_fraction([empty]) == 0.0 and resident_fraction([]) == 0.0
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_probe_of_an_emulated_tier_is_paced_by_the_model(emulated):
     """Every file the probe reads through the mount pays the model's 20 ms positioning (the mount's counters say so
@@ -84,6 +85,7 @@ def test_probe_of_an_emulated_tier_is_paced_by_the_model(emulated):
     assert stats["seeks"] >= 2 * 30 and stats["busy_s"] >= 2 * 30 * SLOW_DISK.access_ms / 1e3, stats
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_probe_stops_issuing_files_after_max_seconds(emulated):
     m, entries = emulated

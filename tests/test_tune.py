@@ -67,6 +67,7 @@ def staged(tmp_path_factory, small_dataset):
     return staged_disk(tmp_path_factory, small_dataset, "tune", workers="auto")
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("warm_cells")
 def test_the_cli_tunes_at_the_configs_precision_and_an_explicit_one_wins(staged, tmp_path):
     _folder, cfg = staged
@@ -104,6 +105,7 @@ def test_the_cli_tunes_at_the_configs_precision_and_an_explicit_one_wins(staged,
         assert f"batch 4 {expected}:" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("warm_cells")
 def test_tune_measures_every_setting_beside_the_ceiling_and_says_what_to_paste(staged, tmp_path):
     folder, cfg = staged
@@ -129,6 +131,7 @@ def test_tune_measures_every_setting_beside_the_ceiling_and_says_what_to_paste(s
         assert "no tried setting was measurably faster" in render(rep)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("warm_cells")
 def test_a_real_tune_trains_the_model_it_is_given_ceiling_and_all(staged, tmp_path):
     folder, cfg = staged
@@ -141,6 +144,7 @@ def test_a_real_tune_trains_the_model_it_is_given_ceiling_and_all(staged, tmp_pa
     assert ", model resnet18, batch 4 fp32:" in render(rep)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("warm_cells")
 def test_a_budget_too_small_for_one_cell_measures_nothing_and_says_so(staged, tmp_path):
     folder, cfg = staged
