@@ -216,6 +216,7 @@ def big_shards(tmp_path_factory) -> tuple[dict, Path]:
     return stage(tmp / "check.json", "t", tmp / "tier", "ds", tmp / "t.json", shards=shards), tmp
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_wds_workers_read_in_turn_so_a_one_head_disk_streams(big_shards):
     """Two workers reading their ~3 MB shards one at a time (`shards.readers: 1`, 16 MB a read): each shard costs one
