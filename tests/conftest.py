@@ -39,6 +39,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+UNMARKED_SLOW_S = 15.0  # a test without the slow mark that runs longer is named at the end (make test-fast)
+_UNMARKED_SLOW: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and "slow" not in report.keywords and report.duration > UNMARKED_SLOW_S:
+        _UNMARKED_SLOW[report.nodeid] = report.duration
+
+
 def pytest_report_teststatus(report, config):
     if report.skipped and not hasattr(report, "wasxfail"):
         reason = _skip_reason(report).lower()
@@ -49,7 +58,8 @@ def pytest_report_teststatus(report, config):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The skips counted by cause above, listed with their reasons (they leave pytest's own 'skipped' list)."""
+    """The skips counted by cause above, listed with their reasons (they leave pytest's own 'skipped' list), and the
+    tests without the slow mark that took long."""
     for _, label in NEEDS:
         reports = terminalreporter.stats.get(f"skipped ({label})", [])
         if reports:
@@ -59,6 +69,13 @@ def pytest_terminal_summary(terminalreporter):
             )
             for r in reports:
                 terminalreporter.write_line(f"  SKIPPED {r.nodeid}")
+    if _UNMARKED_SLOW:
+        terminalreporter.write_line(
+            f"{len(_UNMARKED_SLOW)} test(s) without the slow mark ran over {UNMARKED_SLOW_S:g} s: mark them "
+            "@pytest.mark.slow if they run cells, Snakemake, a FUSE mount or a browser (make test-fast leaves those out)"
+        )
+        for nodeid, seconds in sorted(_UNMARKED_SLOW.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"  {seconds:.0f} s {nodeid}")
 
 
 @pytest.fixture(scope="session")
