@@ -403,6 +403,8 @@ def test_a_real_dataloaders_window_holds_whole_cycles():
     cut, bounds = win.extra["whole_bursts"], win.extra["bounds"]
     # from a burst start to a burst start (its workers may drift apart into smaller bursts: those count too)
     assert cut["cycles"] >= 5 and win.steps == cut["steps"] and bounds[0] == -1 and bounds[-1] == win.steps - 1
-    assert win.elapsed_s == pytest.approx(win.step_end[-1]) and len(win.waits) == win.steps
+    # the window's time ends with its last kept step: exactly where bursts were cut off, a moment after it where the
+    # window was kept whole (its clock is read once the loop has stopped)
+    assert win.elapsed_s == pytest.approx(win.step_end[-1], abs=0.05) and len(win.waits) == win.steps
     # sleeping workers are only ever late on a loaded machine: their rate caps the window's, whatever the load
     assert win.steps / win.elapsed_s <= 4 / 0.32 * 1.05
