@@ -12,6 +12,7 @@ include: "workflow/rules/dataset.smk"
 include: "workflow/rules/stage.smk"
 include: "workflow/rules/cells.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/whatif.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/bundle.smk"
 
@@ -29,6 +30,7 @@ localrules:
     resolved_config,
     aggregate,
     diagnose,
+    whatif,
     figures,
     bundle,
     all,

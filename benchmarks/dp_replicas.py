@@ -60,7 +60,7 @@ def main() -> None:
     runs = _check_runs(spec, device, xs, ys)
     diff = max(
         float((f - c).abs().max() / (f.abs().max() + 1e-12))
-        for f, c in zip(runs["fresh"]["weights"], runs["cached"]["weights"])
+        for f, c in zip(runs["fresh"]["weights"], runs["cached"]["weights"], strict=True)
     )
     x, y = xs[0], ys[0]
     times = _step_times(runs, x, y, a.rounds, a.steps)
@@ -106,7 +106,7 @@ def _check_runs(spec, device: torch.device, xs: list, ys: list) -> dict:
         if base is None:
             base = copy.deepcopy(model.module.state_dict())
         model.module.load_state_dict(base)
-        losses = [float(step(x, y).float().item()) for x, y in zip(xs, ys)]
+        losses = [float(step(x, y).float().item()) for x, y in zip(xs, ys, strict=True)]
         runs[name] = {
             "model": model,
             "step": step,

@@ -115,7 +115,7 @@ def main() -> int:
                 proc.join()
             print(f"round {r} {mode:>3}: {rate:.1f} samples/s", file=sys.stderr, flush=True)
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
-    pairs = [1 - b / a_ for a_, b in zip(rates["off"], rates["on"])]
+    pairs = [1 - b / a_ for a_, b in zip(rates["off"], rates["on"], strict=True)]
     result = {
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "batch": a.batch,

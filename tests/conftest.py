@@ -238,14 +238,39 @@ def cell_record(work: Path, cell_id: str) -> dict:
     return json.loads((work / "results/cells" / f"{cell_id}.json").read_text())
 
 
+def record_parts(host: dict | None = None) -> dict:
+    """What a cell runner hands `records.make_record` beside the metrics, as little of it as a valid record holds
+    (made-up; `host` over the made-up host)."""
+    versions = dict.fromkeys(("python", "torch", "torchvision", "opencv", "pillow", "cuda", "driver"))
+    host = {"cpu_model": "made-up CPU", "cpus_usable": 2, "gpu_models": [], **(host or {})}
+    container = {"in_container": False, "image": None}
+    prov = {"versions": versions, "host": host, "tier": None, "git": None, "container": container}
+    return {"wall_s": 1.0, "provenance": prov}
+
+
+def ok_metrics(**metrics) -> dict:
+    """An ok cell's metrics as a valid record holds them: each required one unknown (None) but those the schema holds
+    to a type, made-up; `metrics` over them."""
+    required = yaml.safe_load((REPO / "src/loaderbench/schemas/cell.schema.yaml").read_text())
+    names = required["properties"]["metrics"]["oneOf"][1]["required"]
+    parallel = {"mode": "dp", "processes": 1, "backend": None, "wrapper": None, "per_rank": []}
+    typed = {"time_s": 1.0, "steps": 1, "samples_per_s": 1.0, "warnings": [], "parallel": parallel}
+    typed["device"] = {"type": "cpu", "count": 0, "used": []}
+    return {**dict.fromkeys(names), **typed, **metrics}
+
+
 def cells_with_au(rows: list[dict]) -> pd.DataFrame:
-    """Made-up rows of the cells table with their AU against the synthetic row of the same configuration."""
-    t = pd.DataFrame(rows)
+    """Made-up rows of the cells table (of MobileNetV2 where a row names no model) with their AU against the
+    synthetic row of the same configuration, and its interval where the rows have theirs (`halfwidth`)."""
+    from loaderbench.report.ratios import au_interval, bounds
+
+    t = pd.DataFrame([{"model": "mobilenet_v2", **r} for r in rows])
     synth = t[t["loader"] == "synthetic"].set_index(["gpus", "batch_size", "precision", "parallel"])["samples_per_s"]
     t["au"] = [
         r["samples_per_s"] / synth.get((r["gpus"], r["batch_size"], r["precision"], r["parallel"]), np.nan)
         for _, r in t.iterrows()
     ]
+    bounds(t, "au", au_interval(t))
     return t
 
 

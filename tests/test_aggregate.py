@@ -10,6 +10,7 @@ import re
 import pandas as pd
 import pytest
 
+from loaderbench.core.records import upgrade
 from loaderbench.core.uncertainty import DEFAULT_BETWEEN_NOISE
 from loaderbench.report.aggregate import aggregate, cells_table, seed_table_frame
 from loaderbench.report.columns import SEED_COLUMNS, read_table, table_csv
@@ -22,6 +23,7 @@ def row(loader, tier, gpus, sps, repeat=0, batch=128, precision="fp32", status="
     return {
         "cell_id": f"{loader}_{tier}_g{gpus}_b{batch}_{precision}_{parallel}_r{repeat}",
         "loader": loader,
+        "model": "mobilenet_v2",
         "tier": tier,
         "gpus": gpus,
         "batch_size": batch,
@@ -41,6 +43,8 @@ def row(loader, tier, gpus, sps, repeat=0, batch=128, precision="fp32", status="
         "device": "cuda",
         "workers": 8,
         "warnings": "",
+        "run": "run-1",
+        "compare_group": "run run-1",
     }
 
 
@@ -195,6 +199,7 @@ def test_peak_memory_of_the_main_card_and_the_others_are_kept_apart():
         },
         "metrics": {"peak_gpu_mem_mb": [9000.0, 4000.0], "samples_per_s": 10.0, "time_s": 1.0, "steps": 1},
     }
+    rec = upgrade(rec)  # a record as `records.read_record` reads it
     t = cells_table(repeats_table([rec]), BASELINE)
     assert t.loc[0, "peak_gpu_mem_main_mb"] == 9000.0 and t.loc[0, "peak_gpu_mem_others_mb"] == 4000.0
     assert t.loc[0, "peak_gpu_mem_mb"] == 9000.0
@@ -284,20 +289,22 @@ def test_the_loaders_workers_and_threads_come_from_its_records():
     from loaderbench.report.aggregate import repeats_table
 
     def rec(loader, metrics):
-        return {
-            "cell_id": f"{loader}_ssd_g1_b128_fp32_dp_r0",
-            "status": "ok",
-            "spec": {
-                "loader": loader,
-                "tier": "ssd",
-                "gpus": 1,
-                "batch_size": 128,
-                "precision": "fp32",
-                "parallel": "dp",
-                "repeat": 0,
-            },
-            "metrics": {"samples_per_s": 10.0, "time_s": 1.0, "steps": 1, **metrics},
-        }
+        return upgrade(
+            {
+                "cell_id": f"{loader}_ssd_g1_b128_fp32_dp_r0",
+                "status": "ok",
+                "spec": {
+                    "loader": loader,
+                    "tier": "ssd",
+                    "gpus": 1,
+                    "batch_size": 128,
+                    "precision": "fp32",
+                    "parallel": "dp",
+                    "repeat": 0,
+                },
+                "metrics": {"samples_per_s": 10.0, "time_s": 1.0, "steps": 1, **metrics},
+            }
+        )
 
     t = cells_table(
         repeats_table(

@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 from test_diagnose import cell, row
 
-from loaderbench.report.aggregate import accelerator_utilisation
-from loaderbench.report.diagnose import diagnose, recommendations
+from loaderbench.report.diagnose import diagnose
+from loaderbench.report.ratios import accelerator_utilisation
+from loaderbench.report.recommend import recommendations
 
 BASELINE = {"loader": "torchvision", "tier": "hdd", "gpus": 1, "batch_size": 128, "precision": "fp32", "parallel": "dp"}
 

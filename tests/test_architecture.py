@@ -7,7 +7,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src/loaderbench"
 # bottom to top: a sub-package may import only those before it
-LAYERS = ["core", "data", "loaders", "models", "engine", "plan", "report", "experiments", "cli"]
+LAYERS = ["core", "data", "loaders", "models", "engine", "plan", "whatif", "report", "experiments", "cli"]
 
 
 def imports(path: Path) -> set[str]:

@@ -15,6 +15,7 @@ import pytest
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.provenance import code_sha256
 from loaderbench.core.records import validate_record
+from loaderbench.engine.contract import ENTRY_MODULE
 from loaderbench.engine.runner.runcell import run_cell
 from loaderbench.engine.watchdog import StallRule
 from tests.conftest import staged_disk
@@ -135,7 +136,7 @@ def test_a_measurement_process_killed_by_a_signal_is_a_failed_record(staged, tmp
     deadline = time.time() + 60
     child = None
     while time.time() < deadline and child is None:
-        kids = [p for p in psutil.Process().children() if "loaderbench.engine.process.train" in " ".join(p.cmdline())]
+        kids = [p for p in psutil.Process().children() if ENTRY_MODULE in " ".join(p.cmdline())]
         child = kids[0] if kids else None
         time.sleep(0.2)
     assert child is not None, "measurement process never started"
@@ -178,7 +179,7 @@ def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(stag
     ]
     assert r["placement"] == {"off": "placement off on cpu"}
     assert all(x > 0 for x in r["synthetic_samples_per_s"] + r["bare_samples_per_s"])
-    ratios = sorted(s / b for s, b in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"]))
+    ratios = sorted(s / b for s, b in zip(r["synthetic_samples_per_s"], r["bare_samples_per_s"], strict=True))
     assert r["synthetic_over_bare"] == pytest.approx(sum(ratios) / 2)
     assert set(r["input_variants_ms_per_step"]) == {
         "float32 NCHW-contiguous",
@@ -295,7 +296,7 @@ def test_a_killed_rank_fails_the_ddp_cell_and_stops_the_other_rank(staged, tmp_p
     deadline = time.time() + 60
     ranks = []
     while time.time() < deadline and len(ranks) < 2:
-        ranks = [p for p in psutil.Process().children() if "loaderbench.engine.process.train" in " ".join(p.cmdline())]
+        ranks = [p for p in psutil.Process().children() if ENTRY_MODULE in " ".join(p.cmdline())]
         time.sleep(0.2)
     assert len(ranks) == 2, "the two ranks never started"
     time.sleep(3)
@@ -336,9 +337,5 @@ def test_a_hanging_loader_ends_failed_as_stalled_with_its_stacks_within_the_watc
     assert rec["reason"].startswith("stalled in warmup after 0 steps (no step for ")
     assert took < 6 + 30  # the 6 s stall limit plus start-up, not the cell timeout
     stacks = rec["stacks"]["0"]
-    assert "Thread" in stacks and "train.py" in stacks  # the main thread, where it waited for the loader
-    assert not [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if "loaderbench.engine.process.train" in " ".join(p.cmdline())
-    ]
+    assert "Thread" in stacks and "entry.py" in stacks  # the main thread, where it waited for the loader
+    assert not [p for p in psutil.Process().children(recursive=True) if ENTRY_MODULE in " ".join(p.cmdline())]

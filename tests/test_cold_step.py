@@ -15,7 +15,7 @@ from loaderbench.core.cells import cell_spec
 from loaderbench.core.records import validate_record
 from loaderbench.data.manifest import Staged, class_names
 from loaderbench.engine import step
-from loaderbench.engine.process import measure, train
+from loaderbench.engine.process import entry, measure
 from loaderbench.engine.runner.runcell import run_cell
 from loaderbench.loaders import get_loader
 from loaderbench.loaders.common import LoaderContext
@@ -92,7 +92,7 @@ def _counted_measure(monkeypatch, spec, tmp):
     training_step = measure.training_step
     monkeypatch.setattr(measure, "training_step", counting)
     staged = Staged.from_manifest(json.loads((tmp / "disk.json").read_text()))
-    metrics = train.measure(spec, staged.root, staged.allowed)
+    metrics = entry.measure(spec, staged.root, staged.allowed)
     return metrics, calls
 
 

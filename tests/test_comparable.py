@@ -17,7 +17,7 @@ import pytest
 from loaderbench.core.comparable import divisible, group_of
 from loaderbench.plan.regroup import stale_cells
 from loaderbench.report.aggregate import cells_table, repeats_table
-from loaderbench.report.diagnose import compare
+from loaderbench.report.recommend import compare
 from tests.conftest import REPO, tiny_config, write_config
 
 BASELINE = {"loader": "torchvision", "tier": "disk", "gpus": 1, "batch_size": 4, "precision": "fp32"}
@@ -98,7 +98,8 @@ def test_a_record_that_names_no_boot_or_code_compares_within_its_run_only():
 
 
 def test_the_verdict_compares_no_fix_with_a_reference_of_another_group():
-    cell = {"tier": "disk", "gpus": 1, "batch_size": 4, "precision": "fp32", "parallel": "dp", "halfwidth": 0.02}
+    cell = {"tier": "disk", "gpus": 1, "batch_size": 4, "precision": "fp32", "parallel": "dp", "model": "mobilenet_v2"}
+    cell["halfwidth"] = 0.02
     ref = pd.Series({**cell, "loader": "torchvision", "samples_per_s": 100.0, "compare_group": "g1"})
     fix = pd.Series({**cell, "loader": "opencv", "samples_per_s": 200.0, "compare_group": "g2"})
     q, why = compare(fix, ref)

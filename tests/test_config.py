@@ -214,6 +214,8 @@ def test_cell_ids_round_trip_and_specs_carry_the_cell():
         "parallel": "dp",
         "repeat": 1,
         "model": "mobilenet_v2",
+        "beside": False,
+        "ranks": 1,
     }
     both = validate_config({"storage": {"hdd": "/mnt/hdd"}, "parallel": ["dp", "ddp"]})
     assert len(cell_ids(both)) == 2 * 2 and cell_spec(both, "opencv_hdd_g1_b128_fp32_ddp_r0").parallel == "ddp"

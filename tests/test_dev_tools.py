@@ -13,6 +13,8 @@ import pytest
 import yaml
 from conftest import REPO
 
+from loaderbench.engine.contract import ENTRY_MODULE
+
 pytestmark = pytest.mark.dev
 
 
@@ -157,7 +159,7 @@ def test_gpu_study_stop_ends_the_whole_run_and_releases_the_lock(tmp_path):
         time.time() < deadline
         and not (checkout / "run/DONE").exists()
         and not any(
-            "loaderbench.engine.process.train" in " ".join(p.info["cmdline"] or [])
+            ENTRY_MODULE in " ".join(p.info["cmdline"] or [])
             for p in psutil.process_iter(["cmdline"])
             if p.pid in in_checkout()
         )

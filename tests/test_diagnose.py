@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loaderbench.report.diagnose import attribute, compare, diagnose, recommendations, render_markdown
+from loaderbench.report.diagnose import attribute, diagnose, render_markdown
+from loaderbench.report.recommend import compare, recommendations
 from tests.conftest import cells_with_au as table
 
 
@@ -31,6 +32,7 @@ def cell(
     +-`halfwidth` (95%)."""
     return {
         "loader": loader,
+        "model": "mobilenet_v2",
         "tier": disk,
         "gpus": gpus,
         "batch_size": batch,
@@ -259,7 +261,7 @@ def test_a_contended_or_unconverged_cell_measured_once_is_left_out_with_the_reas
 def test_a_warm_cell_on_a_cold_tier_carries_no_verdict():
     """A cold-tier cell whose window read under 95% of its bytes from the device (the rest from the page cache) is
     left out of every comparison, with its share named; one that read from the device is compared."""
-    from loaderbench.report.diagnose import compare
+    from loaderbench.report.recommend import compare
 
     d = diagnose(
         table(
@@ -328,7 +330,7 @@ def test_without_a_ram_cell_the_fetch_stall_is_taken_against_the_fastest_other_t
                 "data_wait_ms": 1280.0,
             },
         ]
-    )
+    ).assign(model="mobilenet_v2")
     d = diagnose(t).set_index("tier")
     assert d.loc["hdd", "bottleneck"] == "I/O-bound" and d.loc["hdd", "fetch_reference"] == "local"
     assert d.loc["hdd", "fetch_stall_ms"] == pytest.approx(1300.0 - 50.0)
@@ -387,7 +389,7 @@ def test_a_skipped_cell_on_another_tier_is_no_reference_and_breaks_nothing():
                 "status": "skipped",
             },
         ]
-    )
+    ).assign(model="mobilenet_v2")
     d = diagnose(t)
     d = d[d["loader"] == "torchvision"].set_index("tier")
     assert d.loc["disk-a", "fetch_reference"] == "" and np.isnan(d.loc["disk-a", "fetch_stall_ms"])
@@ -538,6 +540,9 @@ def test_two_single_windows_differ_only_beyond_the_noise_between_processes():
             "reason": None,
             "half_ratio": 1.0,
             "data_wait_fraction": 0.01,
+            "model": "mobilenet_v2",
+            "run": "run-1",
+            "compare_group": "run run-1",
         }
 
     singles = [record("synthetic", 1100.0), record("torchvision", 1000.0), record("opencv", 1060.0)]

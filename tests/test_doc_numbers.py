@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-from loaderbench.report.claims import MARKER, Claims, unmarked
+from tests.claims import MARKER, Claims, unmarked
 
 CLAIMS_FILE = REPO / "tests/doc_claims.yaml"
 DOCS = ["README.md", "docs/FINDINGS.md"]

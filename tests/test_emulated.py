@@ -185,7 +185,7 @@ def test_small_reads_of_files_read_in_turn_pay_one_positioning_per_file(tmp_path
     m = mounts(backing, tmp_path / "mnt", ONE_HEAD)
     for _ in range(2):
         before = m.stats()
-        for a, b in zip(rels[0::2], rels[1::2]):
+        for a, b in zip(rels[0::2], rels[1::2], strict=True):
             with open(m.mountpoint / a, "rb", buffering=0) as fa, open(m.mountpoint / b, "rb", buffering=0) as fb:
                 got = {a: [], b: []}
                 while True:

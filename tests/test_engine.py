@@ -19,7 +19,7 @@ from loaderbench.engine.process.batchmeans import relative_halfwidth
 from loaderbench.engine.process.bursts import burst_bounds, is_burst_start
 from loaderbench.engine.process.parallel import ReplicaThreads
 from loaderbench.engine.process.window import StopRule, timed_window, warm_up
-from loaderbench.engine.runner.runcell import phases
+from loaderbench.engine.runner.record import phases
 from loaderbench.engine.watchdog import Beat, Heartbeat, StallRule, describe, read
 from tests.conftest import BacklogLoader
 

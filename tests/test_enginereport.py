@@ -46,7 +46,7 @@ def test_engine_report_gives_overhead_convergence_dp_over_ddp_and_spread_from_re
     for r in records[:4]:
         r["process_start"] = [{"rank": 0, "pid": 1, "warm": True, "how": "forked", "reused": 0}]
     records[1]["process_start"][0]["reused"] = 2  # kept from 2 cells before (warmstart's reuse)
-    for r, cold in zip(records[:5], (3.0, 4.0, 8.0, 6.0, None)):
+    for r, cold in zip(records[:5], (3.0, 4.0, 8.0, 6.0, None), strict=True):
         r["metrics"]["cold_step_s"] = cold
     records[4]["process_start"] = [{"rank": 0, "pid": 2, "warm": False, "how": "no warm-start server"}]
     rep = report(records)

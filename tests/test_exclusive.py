@@ -22,6 +22,7 @@ import pytest
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.provenance import RUN_ID_ENV
 from loaderbench.core.records import validate_record
+from loaderbench.engine.contract import ENTRY_MODULE
 from tests.conftest import REPO, staged_disk, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
@@ -259,7 +260,7 @@ def cell_processes(workdir: Path) -> list[psutil.Process]:
         cmd = p.info["cmdline"] or []
         if p.info["status"] == psutil.STATUS_ZOMBIE or p.info["cwd"] != str(workdir):
             continue
-        if "run-cell" in cmd or "loaderbench.engine.process.train" in cmd:
+        if "run-cell" in cmd or ENTRY_MODULE in cmd:
             out.append(p)
     return out
 
@@ -391,7 +392,7 @@ def test_two_pipelines_at_once_never_overlap_their_windows(tmp_path, own_lock_di
         procs.append(
             start_run(w, cfg, *(f"results/cells/torchvision_disk-a_g1_b4_{p}_dp_r0.json" for p in ("fp32", "amp")))
         )
-    for w, p in zip(runs, procs):
+    for w, p in zip(runs, procs, strict=True):
         assert p.wait(timeout=600) == 0, (w / "snakemake.out").read_text()
     windows = []
     for w in runs:

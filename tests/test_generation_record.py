@@ -9,8 +9,8 @@ import pytest
 
 from loaderbench import cli
 from loaderbench.core.config import validate_config
-from loaderbench.plan.costmodel import Host
 from loaderbench.plan.fixedcosts import GENERATION_RECORD, record_generation
+from loaderbench.plan.hostrecords import Host
 from loaderbench.plan.predict import make_plan
 from tests.conftest import tiny_config
 

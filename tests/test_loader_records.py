@@ -10,11 +10,15 @@ import pytest
 from loaderbench.core import cells, registry
 from loaderbench.core.cells import cell_spec, is_cell
 from loaderbench.core.config import validate_config
+from loaderbench.core.records import plugin_facts, upgrade
 from loaderbench.core.registry import PLUGIN, LoaderRecord, loader_record, loaders_where, plugin_record
-from loaderbench.experiments import tune
-from loaderbench.experiments.tune import knobs
-from loaderbench.report import aggregate, diagnose, sharing
-from loaderbench.report.sharing import scale
+from loaderbench.experiments import tuneknobs
+from loaderbench.experiments.tuneknobs import knobs
+from loaderbench.report import aggregate, diagnose
+from loaderbench.report.aggregate import cells_table, repeats_table
+from loaderbench.report.columns import SETUP
+from loaderbench.whatif import measured, parts, predictions, terms
+from loaderbench.whatif.predictions import matrix
 from tests.conftest import cells_with_au
 from tests.test_diagnose import cell, row
 from tests.test_sharing import record
@@ -40,8 +44,8 @@ def test_the_scattered_lists_are_gone():
         registry: ("SHARD_LOADERS", "BACKLOG"),
         cells: ("TIERLESS",),
         diagnose: ("GPU_PREP_LOADERS", "HOST_LOADERS"),
-        sharing: ("DEVICE_WORK", "DP_PER_GPU", "DDP_SINGLE"),
-        tune: ("GPU_WORK",),
+        **{m: ("DEVICE_WORK", "DP_PER_GPU", "DDP_SINGLE") for m in (measured, parts, predictions, terms)},
+        tuneknobs: ("GPU_WORK",),
         aggregate: ("ONE_GPU_BASELINE",),
     }
     assert {m.__name__: [n for n in names if hasattr(m, n)] for m, names in gone.items()} == {
@@ -75,7 +79,7 @@ def _prep_bound(loader: str):
 def _scaled(loader: str):
     """The 2-GPU dp prediction for `loader` from its 1-GPU cell, with no loader-alone cell."""
     recs = [record("synthetic", 8000.0, cores=1.0), record(loader, 2000.0, cores=27.0)]
-    rows = scale(recs, gpus=(2,))
+    rows = matrix(recs, gpus=(2,))
     return rows[(rows["loader"] == loader) & (rows["gpus"] == 2) & (rows["parallel"] == "dp")].iloc[0]
 
 
@@ -88,14 +92,14 @@ def _tune_knobs(loader: str) -> list[str]:
 def test_a_loader_added_as_one_record_is_diagnosed_predicted_and_tuned_from_it(toy):
     assert _prep_bound("toy") == "CPU-prep-bound"
     on_cpu = _scaled("toy")
-    assert "loader-alone cells" in on_cpu["lacks"] and "its own GPU work" not in on_cpu["lacks"]
+    assert "a loader-alone cell" in on_cpu["lacks"] and "its own device work" not in on_cpu["lacks"]
     assert _tune_knobs("toy") == ["workers", "prefetch_factor", "compile"]
 
     toy(decodes="gpu")  # the one fact changed: it decodes on the GPU
     assert loader_record("toy").device_work
     assert _prep_bound("toy") == "GPU-prep-bound"
     on_gpu = _scaled("toy")
-    assert "its own GPU work unknown, taken as none" in on_gpu["lacks"]  # the device-work term is on
+    assert "its own device work unknown, taken as none" in on_gpu["lacks"]  # the device-work term is on
     assert _tune_knobs("toy") == ["workers", "prefetch_factor", "step_stream_priority", "compile"]
 
 
@@ -126,3 +130,59 @@ def test_a_plugin_declares_its_facts_as_attributes_of_its_factory():
     build.loaderbench_reads = "tar"
     with pytest.raises(ValueError, match="loaderbench_reads 'tar': one of 'files', 'shards', 'nothing'"):
         plugin_record(build)
+
+
+def _plugin_record(loader, step_ms, wait_ms, tier="hdd", repeat=0, facts=None):
+    """A made-up ok record of a 1-GPU cell whose step took `step_ms`, read as `records.read_record` reads it; a plugin
+    cell's keeps its factory's `facts` (`records.plugin_facts`)."""
+    plugin = {"plugin": {"reference": "fast_io:build", "facts": facts}} if facts is not None else {}
+    return upgrade(
+        {
+            "cell_id": f"{loader}_{tier}_g1_b128_fp32_dp_r{repeat}",
+            "status": "ok",
+            "spec": {
+                "loader": loader,
+                "tier": tier,
+                "gpus": 1,
+                "batch_size": 128,
+                "precision": "fp32",
+                "repeat": repeat,
+            },
+            "metrics": {
+                "time_s": step_ms / 10,
+                "steps": 100,
+                "samples_per_s": 128_000 / step_ms * (1 + repeat / 1000),
+                "data_wait_ms": {"mean": wait_ms},
+                "device": {"type": "cuda"},
+                "window": {"ci95_rel_halfwidth": 0.01, "converged": True},
+            },
+            "tier": {"kind": "ram" if tier == "ram" else "path"},
+            "provenance": {"run_id": "run-1", "host": {"hostname": "box"}, **plugin},
+        }
+    )
+
+
+def test_a_plugin_cells_recorded_facts_name_its_bottleneck_where_the_report_cannot_import_it():
+    """The same prep-bound plugin cell (a prep stall of 30 ms from RAM, fetching adds 10): GPU-prep-bound where its
+    record says its factory decodes on the GPU, CPU-prep-bound where it says the CPU, as a record without facts is."""
+
+    def build(ctx):
+        return iter(())
+
+    def label(declared: str | None):
+        build.loaderbench_decodes = declared
+        facts = plugin_facts(build) if declared else None
+        records = [_plugin_record("synthetic", 100.0, 0.0, repeat=r) for r in range(2)]
+        for r in range(2):
+            records += [_plugin_record("fast-io", 130.0, 30.0, "ram", r, facts)]
+            records += [_plugin_record("fast-io", 140.0, 40.0, "hdd", r, facts)]
+        t = cells_table(repeats_table(records), {"loader": "fast-io", "tier": "hdd", **dict.fromkeys(SETUP)})
+        d = diagnose.diagnose(t)
+        return row(d, "fast-io", "hdd")["bottleneck"]
+
+    assert plugin_facts(build)["decodes"] == "cpu"
+    assert label("gpu") == "GPU-prep-bound"
+    assert label("cpu") == "CPU-prep-bound"
+    assert label(None) == "CPU-prep-bound"  # no facts kept: the plugin defaults (registry.PLUGIN)
+    build.loaderbench_decodes = "tpu"
+    assert plugin_facts(build) == {"error": "loaderbench_decodes 'tpu': one of 'cpu', 'gpu', None"}

@@ -18,7 +18,8 @@ from loaderbench.core.records import validate_record
 from loaderbench.core.registry import TORCHVISION_MODELS
 from loaderbench.engine.runner.runcell import run_cell
 from loaderbench.models import GFLOPS_224, relative_cost
-from loaderbench.plan.costmodel import ASSUMED_SAMPLES_PER_S, Host, host_of_records
+from loaderbench.plan.costmodel import ASSUMED_SAMPLES_PER_S
+from loaderbench.plan.hostrecords import Host, host_of_records
 from loaderbench.plan.predict import make_plan
 from tests.conftest import REPO, cell_record, cells_table, snakemake, staged_disk, tiny_config, write_config
 
@@ -139,6 +140,8 @@ def test_a_cell_id_round_trips_with_its_model(model):
         "parallel": "ddp",
         "repeat": 3,
         "model": model,
+        "beside": False,
+        "ranks": 1,
     }
     assert configuration(cid) == f"torchvision_ram-disk_g2_b256_amp_ddp_{model}"
 

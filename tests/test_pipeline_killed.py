@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from loaderbench.data.emulated import mount_entry
+from loaderbench.engine.contract import ENTRY_MODULE
 from tests.conftest import cell_record, cells_table, needs_fuse, snakemake, start_snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.e2e
 
 def measuring_children(root: psutil.Process) -> list[psutil.Process]:
     try:
-        return [p for p in root.children(recursive=True) if "loaderbench.engine.process.train" in " ".join(p.cmdline())]
+        return [p for p in root.children(recursive=True) if ENTRY_MODULE in " ".join(p.cmdline())]
     except psutil.Error:
         return []
 

@@ -44,7 +44,15 @@ def test_deleting_one_cell_recomputes_exactly_that_cell(finished_run):
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cells if p != victim}
     victim.unlink()
     plan = snakemake(work, "--configfile", str(cfg_path), "-n").stdout
-    assert job_counts(plan) == {"cell": 1, "aggregate": 1, "diagnose": 1, "figures": 1, "bundle": 1, "all": 1}
+    assert job_counts(plan) == {
+        "cell": 1,
+        "aggregate": 1,
+        "diagnose": 1,
+        "whatif": 1,
+        "figures": 1,
+        "bundle": 1,
+        "all": 1,
+    }
     assert "results/cells/opencv_disk-b_g1_b4_amp_dp_r0.json" in plan
     snakemake(work, "--configfile", str(cfg_path))
     assert cell_record(work, "opencv_disk-b_g1_b4_amp_dp_r0")["status"] == "ok"

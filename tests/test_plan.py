@@ -18,17 +18,10 @@ from loaderbench.core.config import validate_config
 from loaderbench.core.records import make_record, spec_hash
 from loaderbench.core.registry import LOADERS, tierless
 from loaderbench.core.util import atomic_write_json
-from loaderbench.plan.costmodel import (
-    ASSUMED_SAMPLES_PER_S,
-    CELL_OVERHEAD_S,
-    FIRST_STEP_S,
-    JOB_S,
-    Host,
-    host_of_records,
-    this_host,
-)
+from loaderbench.plan.costmodel import ASSUMED_SAMPLES_PER_S, CELL_OVERHEAD_S, FIRST_STEP_S, JOB_S
+from loaderbench.plan.hostrecords import Host, host_of_records, this_host
 from loaderbench.plan.predict import make_plan
-from tests.conftest import REPO, snakemake, tiny_config, write_config
+from tests.conftest import REPO, ok_metrics, record_parts, snakemake, tiny_config, write_config
 
 H200X2 = REPO / "docs/results/2026-11-30-h200x2/engine/bundle/cells"
 ENGINE = H200X2.parent.parent / "config.yaml"  # the configuration those records were measured under
@@ -233,10 +226,8 @@ def _measure(results: Path, cfg: dict, cid: str, host: dict) -> None:
     rec = make_record(
         cell_spec(cfg, cid),
         "ok",
-        metrics={"samples_per_s": 50.0, "time_s": 0.3, "warmup_s": 0.5},
-        wall_s=6.0,
-        provenance={"host": host},
-        phases_s={"wall": 6.0},
+        metrics=ok_metrics(samples_per_s=50.0, time_s=0.3, warmup_s=0.5),
+        **{**record_parts(host=host), "wall_s": 6.0, "phases_s": {"wall": 6.0}},
     )
     atomic_write_json(results / "cells" / f"{cid}.json", rec)
 
@@ -353,7 +344,7 @@ def test_dp_cells_a_kept_process_measures_skip_its_start(project, h200_records):
         host=host,
         host_dirs=[h200_records],
     )
-    seconds = {c.cell: (f.seconds, c.seconds, c.detail) for f, c in zip(fresh.cells, kept.cells)}
+    seconds = {c.cell: (f.seconds, c.seconds, c.detail) for f, c in zip(fresh.cells, kept.cells, strict=True)}
     for cell, (was, now, detail) in seconds.items():
         rec = _record(h200_records / f"{configuration(cell)}_r0.json")
         first = cell.startswith("synthetic_ram_g1_") and "_dp_" in cell  # the first dp cell of each repeat

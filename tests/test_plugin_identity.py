@@ -17,7 +17,7 @@ from loaderbench.core.config import ConfigError, validate_config
 from loaderbench.core.pluginsource import find_module, plugin_identity, plugin_source
 from loaderbench.core.records import make_record, spec_hash
 from loaderbench.core.registry import installed_plugins
-from tests.conftest import REPO, cell_record, snakemake, tiny_config, write_config
+from tests.conftest import REPO, cell_record, record_parts, snakemake, tiny_config, write_config
 
 # A module that must never run while its identity is taken or a config is validated: it leaves a mark and fails.
 EXPLODES = """
@@ -143,12 +143,12 @@ def test_a_plugin_cells_spec_carries_its_identity_and_a_built_in_cells_spec_and_
     before = spec_hash(spec)
     (tmp_path / "spec_plugin.py").write_text(GOOD + "\n# tuned\n")
     assert spec_hash(cell_spec(cfg, spec.cell_id)) != before
-    record = make_record(spec, "failed", reason="x", provenance={"versions": {}})
+    record = make_record(spec, "failed", reason="x", **record_parts())
     assert record["spec"]["loader_identity"] == spec.loader_identity
     assert record["provenance"]["plugin"]["reference"] == "spec_plugin:build"
     assert record["provenance"]["plugin"]["root"] == str(tmp_path / "spec_plugin.py")
     assert record["provenance"]["plugin"]["identity"] != spec.loader_identity  # the code as the cell ended: edited
-    assert "plugin" not in make_record(builtin, "failed", reason="x", provenance={"versions": {}})["provenance"]
+    assert "plugin" not in make_record(builtin, "failed", reason="x", **record_parts())["provenance"]
 
 
 def test_validate_config_refuses_a_plugin_module_that_cannot_be_found_naming_the_key(tmp_path, monkeypatch, capsys):

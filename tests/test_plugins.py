@@ -120,6 +120,11 @@ def test_a_plugin_that_keeps_the_contract_is_measured(staged, on_path, tmp_path)
     record = run_cell(cell_spec(cfg, "good-plugin_disk_g1_b4_fp32_dp_r0"), folder / "disk.json", tmp_path / "c.json")
     assert record["status"] == "ok" and record["metrics"]["steps"] == 3, record.get("reason")
     assert record["metrics"]["loader_info"]["plugin"] == "good_plugin:build"
+    # what the factory declares (nothing: the defaults), as the measuring process read it, kept in the record
+    facts = record["provenance"]["plugin"]["facts"]
+    assert (facts["decodes"], facts["reads"]) == ("cpu", "files") and "plugin_facts" not in record["metrics"][
+        "loader_info"
+    ]
     assert json.loads((tmp_path / "c.json").read_text())["spec"]["loader_ref"] == "good_plugin:build"
 
 
@@ -158,7 +163,7 @@ def test_the_installed_example_plugin_runs_through_the_pipeline_beside_built_ins
 
 @pytest.mark.slow
 def test_a_plugin_is_crosschecked_against_a_bare_loop_of_it(staged, on_path, tmp_path):
-    from loaderbench.core.config import resolve_loaders
+    from loaderbench.core.resolve import resolve_loaders
     from loaderbench.experiments.crosscheck import crosscheck, render
 
     folder, base = staged

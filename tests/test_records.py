@@ -1,5 +1,6 @@
 """An unreadable cell record is named, moved to results/cells/corrupt/ by a run (not by a dry run or lint), and its
-cell is measured again."""
+cell is measured again; a record of an older schema version is brought up to date where it is read; a record is
+valid against the schema when it is made."""
 
 from __future__ import annotations
 
@@ -9,10 +10,27 @@ import re
 
 import pandas as pd
 import pytest
+import yaml
 
 from loaderbench.cli import main as cli
+from loaderbench.core.cells import cell_spec
+from loaderbench.core.config import validate_config
+from loaderbench.core.records import (
+    SCHEMA_VERSION,
+    STATUSES,
+    UPGRADES,
+    WARNINGS,
+    InvalidRecord,
+    is_record,
+    make_record,
+    read_record,
+    spec_hash,
+    upgrade,
+    validate_record,
+    warning_lines,
+)
 from loaderbench.report.aggregate import aggregate
-from tests.conftest import snakemake, tiny_config, write_config
+from tests.conftest import REPO, ok_metrics, record_parts, snakemake, tiny_config, write_config
 
 CELL = "torchvision_disk-a_g1_b4_fp32_dp_r0"
 
@@ -88,3 +106,65 @@ def test_the_code_hash_changes_with_any_source_byte_and_not_with_the_folder_or_m
     assert tree_sha256(a) == tree_sha256(b) == code_sha256()
     (b / "engine/process/window.py").write_text((b / "engine/process/window.py").read_text() + "\n# one more line\n")
     assert tree_sha256(b) != tree_sha256(a)
+
+
+RESULTS = REPO / "docs/results"
+
+
+def test_every_kept_record_reads_as_a_valid_record_of_the_current_schema():
+    """Each record under docs/results, whatever schema version it was written at, is brought up to date where it is
+    read and then holds to schemas/cell.schema.yaml."""
+    paths = [p for p in sorted(RESULTS.rglob("*.json")) if is_record(json.loads(p.read_text()))]
+    assert len(paths) > 300
+    versions = set()
+    for path in paths:
+        versions.add(json.loads(path.read_text()).get("schema_version"))
+        record = read_record(path)
+        validate_record(record)
+        assert record["schema_version"] == SCHEMA_VERSION and record["spec"]["model"] and record["kind"] == "cell"
+    assert versions == {1}  # every kept record is an old one: each is upgraded
+
+
+def test_a_record_of_version_1_is_upgraded_step_by_step_and_a_current_one_kept_as_it_is():
+    old = {
+        "cell_id": "torchvision_ram_g1_b256_amp_r0",
+        "status": "ok",
+        "spec": {"loader": "torchvision", "tier": "ram", "tier_path": "/dev/shm", "gpus": 1},
+        "metrics": {
+            "samples_per_s": 10.0,
+            "warnings": [
+                "unsteady: the second half of the window ran at 0.75x the first half's rate",
+                "window of 65 steps is under 10x the prefetch depth (30 batches): lengthen it",
+                {"code": "contended", "text": "other processes"},
+            ],
+        },
+    }
+    new = upgrade(old)
+    assert new is not old and "model" not in old["spec"]  # a copy: what was read stays as it was
+    assert new["schema_version"] == SCHEMA_VERSION and new["kind"] == "cell"
+    assert (new["spec"]["model"], new["spec"]["parallel"], new["spec"]["tier_kind"]) == ("mobilenet_v2", "dp", "ram")
+    assert new["metrics"]["parallel"]["mode"] == "dp" and new["metrics"]["parallel"]["per_rank"] == []
+    assert [w["code"] for w in new["metrics"]["warnings"]] == ["unsteady", "short_window", "contended"]
+    assert new["metrics"]["warnings"][0]["text"] == "the second half of the window ran at 0.75x the first half's rate"
+    assert warning_lines(new["metrics"])[1].startswith("short window: window of 65 steps")
+    assert upgrade(new) is new
+    assert list(UPGRADES) == list(range(1, SCHEMA_VERSION))
+
+
+def test_make_record_refuses_a_record_the_schema_does_not_hold_naming_the_field():
+    cfg = validate_config({"loaders": ["torchvision"], "batch_sizes": [4]})
+    cid = f"torchvision_{cfg['tiers'][0]}_g1_b4_fp32_dp_r0"
+    spec = cell_spec(cfg, cid)
+    ok = make_record(spec, "ok", metrics=ok_metrics(), **record_parts())
+    validate_record(ok)
+    assert ok["spec"]["model"] == "mobilenet_v2" and ok["spec_hash"] == spec_hash(spec)
+    with pytest.raises(InvalidRecord, match=rf"'{cid}' is not valid at metrics/steps"):
+        make_record(spec, "ok", metrics=ok_metrics(steps=0), **record_parts())
+
+
+def test_the_schema_names_the_statuses_and_warning_codes_the_code_owns():
+    schema = yaml.safe_load((REPO / "src/loaderbench/schemas/cell.schema.yaml").read_text())
+    assert tuple(schema["properties"]["status"]["enum"]) == STATUSES
+    warnings = schema["properties"]["metrics"]["oneOf"][1]["properties"]["warnings"]["items"]
+    assert warnings["properties"]["code"]["enum"] == list(WARNINGS)
+    assert schema["properties"]["schema_version"] == {"const": SCHEMA_VERSION}

@@ -4,6 +4,7 @@ records hold what they show."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -11,22 +12,25 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
+from loaderbench.core.records import upgrade
 from loaderbench.report import aggregate as agg
 from loaderbench.report import figures
 from loaderbench.report.aggregate import add_predictions, aggregate, cells_table, repeats_table, seed_table_frame
 from loaderbench.report.bundle import make_bundle
-from loaderbench.report.claims import parse_cell
-from loaderbench.report.columns import read_table
-from loaderbench.report.diagnose import diagnose, recommendations
+from loaderbench.report.columns import read_table, table_csv
+from loaderbench.report.diagnose import diagnose
 from loaderbench.report.diagnose import run as diagnose_run
 from loaderbench.report.figure_list import REGISTRY, load_captions
+from loaderbench.report.recommend import recommendations
 from loaderbench.report.verdict import render_html, verdicts, write_verdict
+from tests.claims import parse_cell
 
 BASELINE = {"loader": "torchvision", "tier": "ram", "gpus": 1, "batch_size": 256, "precision": "amp", "parallel": "dp"}
 
 
 def record(loader, model, sps, gpus=1, tier="ram", repeat=0, run="run-1", halfwidth=0.02, wait_ms=1.0):
-    """A made-up ok cell record of `model` (mobilenet_v2: a record from before models, which names none)."""
+    """A made-up ok cell record of `model` as `records.read_record` reads it (mobilenet_v2: a record from before
+    models, which names none: its model is named when it is read)."""
     spec = {
         "loader": loader,
         "tier": tier,
@@ -40,25 +44,27 @@ def record(loader, model, sps, gpus=1, tier="ram", repeat=0, run="run-1", halfwi
     if model != "mobilenet_v2":
         spec["model"], part = model, f"_{model}"
     steps = sps * 10 / (256 * gpus)
-    return {
-        "cell_id": f"{loader}_{tier}_g{gpus}_b256_amp_dp{part}_r{repeat}",
-        "status": "ok",
-        "spec": spec,
-        "metrics": {
-            "samples_per_s": sps,
-            "time_s": 10.0,
-            "steps": steps,
-            "data_wait_ms": {"mean": wait_ms},
-            "compute_ms": {"mean": 10000.0 / steps - wait_ms},
-            "device": {"type": "cuda"},
-            "window": {"ci95_rel_halfwidth": halfwidth, "converged": True},
-        },
-        "tier": {"kind": "ram", "cache": "warm"},
-        "provenance": {
-            "run_id": run,
-            "host": {"hostname": "box", "gpu_models": ["NVIDIA H200"], "cpus_usable": 16},
-        },
-    }
+    return upgrade(
+        {
+            "cell_id": f"{loader}_{tier}_g{gpus}_b256_amp_dp{part}_r{repeat}",
+            "status": "ok",
+            "spec": spec,
+            "metrics": {
+                "samples_per_s": sps,
+                "time_s": 10.0,
+                "steps": steps,
+                "data_wait_ms": {"mean": wait_ms},
+                "compute_ms": {"mean": 10000.0 / steps - wait_ms},
+                "device": {"type": "cuda"},
+                "window": {"ci95_rel_halfwidth": halfwidth, "converged": True},
+            },
+            "tier": {"kind": "ram", "cache": "warm"},
+            "provenance": {
+                "run_id": run,
+                "host": {"hostname": "box", "gpu_models": ["NVIDIA H200"], "cpus_usable": 16},
+            },
+        }
+    )
 
 
 # two models with their ceilings, a 2-GPU cell of each, and two loaders alone
@@ -74,7 +80,7 @@ TWO_MODELS = [
     record("torchvision", "none", 600.0),
     record("dali-sc", "none", 5000.0),
 ]
-MOBILENET = [r for r in TWO_MODELS if "model" not in r["spec"]]  # a grid of one model, as before models were an axis
+MOBILENET = [r for r in TWO_MODELS if r["spec"]["model"] == "mobilenet_v2"]  # a grid of one model
 
 
 def cells(records: list[dict]) -> pd.DataFrame:
@@ -88,9 +94,12 @@ def test_every_table_names_the_model_and_a_record_without_one_trained_mobilenet_
     t = cells_table(reps, BASELINE)
     assert len(t) == len(TWO_MODELS)  # each model's cell is its own configuration
     assert t.columns[len(agg.SEED_COLUMNS)] == "model"  # right after the seed's own columns, kept as they were
-    # a table made before models were an axis reads as MobileNetV2's
-    old = cells_table(repeats_table(TWO_MODELS[:1] + TWO_MODELS[2:3]).drop(columns="model"), BASELINE)
-    assert set(old["model"]) == {"mobilenet_v2"}
+    # a table written before models were an axis reads as MobileNetV2's
+    old = cells_table(repeats_table(TWO_MODELS[:1] + TWO_MODELS[2:3]), BASELINE).drop(columns="model")
+    read = read_table(io.StringIO(table_csv(old)))
+    assert set(read["model"]) == {"mobilenet_v2"} and list(read.columns[:2]) == ["loader", "model"]
+    # so does a record made before: its model is named when it is read
+    assert upgrade({"cell_id": "x", "status": "ok", "spec": {"loader": "opencv"}})["spec"]["model"] == "mobilenet_v2"
 
 
 def test_au_speed_and_efficiency_divide_within_one_model():
@@ -227,7 +236,7 @@ def test_the_sharing_models_predictions_reach_cells_csv_and_its_figure(tmp_path)
     t = read_table(tmp_path / "cells.csv")
     has = t[t["predicted"].notna()]
     # every training cell of a loader measured alone and a model with its ceiling, and no other
-    assert sorted(zip(has["loader"], has["model"], has["gpus"])) == [
+    assert sorted(zip(has["loader"], has["model"], has["gpus"], strict=True)) == [
         ("dali-sc", "mobilenet_v2", 1),
         ("dali-sc", "resnet50", 1),
         ("torchvision", "mobilenet_v2", 1),
@@ -236,7 +245,7 @@ def test_the_sharing_models_predictions_reach_cells_csv_and_its_figure(tmp_path)
     assert has["prediction_error"].to_numpy() == pytest.approx(
         has["samples_per_s"] / has["predicted"] - 1, abs=1e-3
     )  # 4 digits written
-    assert set(has["prediction_role"]) == {"fit", "check"}
+    assert set(has["prediction_role"]) == {"check"}  # nothing is fitted: every measured cell checks the model
     assert figures.predicted(t, tmp_path) is None  # drawn
 
 
@@ -274,7 +283,7 @@ def test_the_model_figures_are_drawn_only_where_the_records_hold_them(tmp_path):
 
 def test_the_model_figures_have_captions():
     captions = load_captions(REPO / "workflow/report", tuple(f for f in REGISTRY if f.category == "Models"))
-    assert set(captions) == {"loader_alone", "predicted"} and all(captions.values())
+    assert set(captions) == {"loader_alone", "predicted", "whatif_matrix"} and all(captions.values())
 
 
 def bundle(tmp_path: Path, records: list[dict]) -> str:

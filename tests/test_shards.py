@@ -24,7 +24,8 @@ from loaderbench.data.stage import stage
 from loaderbench.data.tierprobe import SEQUENTIAL_FILE, probe_tier
 from loaderbench.loaders import get_loader
 from loaderbench.loaders.common import LoaderContext
-from loaderbench.report.diagnose import diagnose, recommendations
+from loaderbench.report.diagnose import diagnose
+from loaderbench.report.recommend import recommendations
 from tests.conftest import FUSE_PROBLEM, cell_record, needs_fuse, snakemake, tiny_config, write_config
 from tests.conftest import cells_with_au as table
 

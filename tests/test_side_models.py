@@ -19,9 +19,9 @@ from loaderbench.experiments.crosscheck import crosscheck
 from loaderbench.experiments.crosscheck import render as render_crosscheck
 from loaderbench.experiments.sweep import render as render_sweep
 from loaderbench.experiments.sweep import sweep
-from loaderbench.experiments.tune import render as render_tune
 from loaderbench.experiments.tune import tune
-from loaderbench.report.bundle import _crosscheck_html
+from loaderbench.experiments.tunereport import render as render_tune
+from loaderbench.report.bundlepage import crosscheck_html
 
 RAW = {"loaders": ["torchvision"], "models": ["resnet18", "none"], "batch_sizes": [4], "crop_size": 32}
 
@@ -176,7 +176,7 @@ def test_crosscheck_rows_train_and_name_the_configs_models(cells, monkeypatch, t
         ["resnet18", "synthetic"],
         ["none", "torchvision"],
     ]
-    html = _crosscheck_html([summary])
+    html = crosscheck_html([summary])
     assert "<th>Model</th><th>Dataloader</th>" in html and "<td>none</td><td>torchvision</td>" in html
 
 

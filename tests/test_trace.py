@@ -75,7 +75,7 @@ def test_a_cells_trace_has_its_steps_in_its_window_and_its_telemetry(staged, tmp
     waits, computes = spans(trace, cat="wait"), spans(trace, cat="compute")
     assert len(waits) == len(computes) == len(steps)
     for step, wait, compute in zip(
-        steps, sorted(waits, key=lambda e: e["ts"]), sorted(computes, key=lambda e: e["ts"])
+        steps, sorted(waits, key=lambda e: e["ts"]), sorted(computes, key=lambda e: e["ts"]), strict=True
     ):
         assert wait["ts"] == step["ts"] and compute["ts"] == pytest.approx(wait["ts"] + wait["dur"], abs=0.2)
         assert compute["ts"] + compute["dur"] == pytest.approx(step["ts"] + step["dur"], abs=0.2)

@@ -43,7 +43,7 @@ def test_uint8_transport_delivers_what_float32_delivers(staged, channels_last, d
     ctx8, got = _batches(tmp, "uint8", channels_last=channels_last, dtype=dtype)
     assert (ctx32.info["transport"], ctx8.info["transport"]) == ("float32", "uint8")
     tol = 1e-5 if dtype == torch.float32 else 1e-2  # the same value rounded once to bfloat16 (8 bits of mantissa)
-    for (a, la), (b, lb) in zip(ref, got):
+    for (a, la), (b, lb) in zip(ref, got, strict=True):
         assert _layout((a, la)) == _layout((b, lb))  # shape, dtype, strides (memory format), device
         assert torch.equal(la, lb)  # the same samples in the same order
         assert torch.allclose(a.float(), b.float(), atol=tol, rtol=tol), float((a.float() - b.float()).abs().max())

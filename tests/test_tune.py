@@ -11,7 +11,9 @@ import yaml
 
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import ConfigError, validate_config
-from loaderbench.experiments.tune import _finer, config_precision, knobs, not_applicable, render, tune
+from loaderbench.experiments.tune import _finer, config_precision, tune
+from loaderbench.experiments.tuneknobs import knobs, not_applicable
+from loaderbench.experiments.tunereport import render
 from tests.conftest import staged_disk
 
 
@@ -160,7 +162,7 @@ class _Scripted:
         self.rates = rates
 
     def __call__(self, tuner, loader, settings, r):
-        from loaderbench.experiments.tune import key
+        from loaderbench.experiments.tuneknobs import key
 
         rate = 1000.0 if loader == "synthetic" else self.rates[key(settings)]
         tuner.walls.append(1.0)
@@ -233,7 +235,7 @@ def test_a_best_found_over_two_knobs_is_measured_beside_the_start_for_its_gain(m
     rep = tune_mod.tune(cfg, "torchvision", cfg["tiers"][0], 4, "fp32", 600, tmp_path, tmp_path, cpus=8)
     assert rep["best"] == {"workers": 4, "prefetch_factor": 4}
     assert rep["gain"]["value"] == pytest.approx(1.8, rel=0.02) and rep["gain"]["low"] > 1.0
-    assert "1.80x" in tune_mod.render(rep)
+    assert "1.80x" in render(rep)
 
 
 def test_the_knobs_that_measured_gains_come_first_and_the_steps_need_a_gpu():
@@ -358,7 +360,7 @@ def _used(compute_ms: float, gpu: float | None, jpg: float | None, cores: float)
 
 def test_the_report_says_how_much_longer_the_step_takes_beside_the_loader():
     """Constructed records (no GPU here): two processes of the best setting and two of the ceiling."""
-    from loaderbench.experiments.tune import _why_lines, why
+    from loaderbench.experiments.tunereport import _why_lines, why
 
     w = why([_used(33.0, 78, 41, 4.5), _used(35.0, 80, 45, 4.9)], [_used(27.0, 98, None, 1.1), _used(29.0, 99, 0, 1.2)])
     assert w["loader"] == {
@@ -379,7 +381,7 @@ def test_the_report_says_how_much_longer_the_step_takes_beside_the_loader():
 
 def test_a_step_at_its_ceiling_is_the_limit_even_while_the_host_waits_for_data():
     """A captured step (dali-cpu on an H100: AU 0.99 with the host waiting 59% of a step) is not loader-bound."""
-    from loaderbench.experiments.tune import limit
+    from loaderbench.experiments.tunereport import limit
 
     assert limit(0.59, 0.99).startswith("the training step: it runs at AU 0.99; the host waits 59%")
     assert limit(0.59, 0.80) == limit(0.3, None) == "the loader: the step still waits for data"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from test_diagnose import cell, table
 
 from loaderbench.report.aggregate import seed_table_frame
-from loaderbench.report.columns import device_texts
 from loaderbench.report.diagnose import diagnose
+from loaderbench.report.rows import device_texts
 from loaderbench.report.verdict import render_html, render_text, verdicts
 
 BASELINE = {"loader": "torchvision", "gpus": 1, "batch_size": 128, "precision": "fp32", "parallel": "dp"}

@@ -59,7 +59,7 @@ def _named(proc: psutil.Process, cell_id: str) -> bool:
         line = " ".join(proc.cmdline())
     except psutil.Error:
         return False
-    return "loaderbench.engine.process.train" in line and cell_id in line
+    return contract.ENTRY_MODULE in line and cell_id in line
 
 
 def forked_by(server_proc) -> list[psutil.Process]:

@@ -188,7 +188,7 @@ def test_the_bundle_zip_and_a_figure_on_a_full_disk_name_their_file_and_leave_no
     import matplotlib.pyplot as plt
 
     from loaderbench.report.bundle import _zip
-    from loaderbench.report.figures import _save
+    from loaderbench.report.figures.common import save
 
     disk = full_disk()
     folder = tmp_path / "bundle"
@@ -204,7 +204,7 @@ def test_the_bundle_zip_and_a_figure_on_a_full_disk_name_their_file_and_leave_no
     fig, ax = plt.subplots()
     ax.plot([0, 1], [0, 1])
     with pytest.raises(WriteError) as err:
-        _save(fig, disk, "throughput")
+        save(fig, disk, "throughput")
     assert str(err.value).startswith(f"cannot write {disk / 'throughput.png'}: No space left on device (")
     assert left_in(disk) == ["filler.bin"]  # neither .bundle.zip.tmp nor .throughput.tmp.png
 

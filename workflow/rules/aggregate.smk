@@ -22,6 +22,7 @@ rule aggregate:
         table=R.table("cells.csv"),
         repeats=R.table("repeats.csv"),
         probe=R.table("tier_probe.csv"),
+        parts=R.table("parts.csv"),
     log:
         "logs/aggregate.log",
     conda:

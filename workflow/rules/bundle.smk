@@ -4,7 +4,7 @@
 rule bundle:
     input:
         config=R.config,
-        tables=[*rules.aggregate.output, *rules.diagnose.output],
+        tables=[*rules.aggregate.output, *rules.diagnose.output, *rules.whatif.output],
         figures=rules.figures.output.figures,
         check=R.check,
         check_report=R.check_report,

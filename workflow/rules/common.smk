@@ -14,6 +14,7 @@ from loaderbench.core.layout import DATASETS, RESULTS as R
 from loaderbench.core.provenance import run_id
 from loaderbench.core.records import CorruptRecord, load_records, read_record
 from loaderbench.core.util import stable_hash
+from loaderbench.core.whatifgrid import matrix_gpus
 from snakemake.settings.types import DeploymentMethod
 
 # Parsing this file changes nothing on disk in the Snakemake a user starts: `snakemake -n`, `--lint`, `--list` and
@@ -53,6 +54,7 @@ if CFG["budget_minutes"] is not None:
 
     CELLS = workflow_cells(CFG, R)
 TIERS = CFG["tiers"]
+WHATIF_GPUS = matrix_gpus(CFG)  # the GPU counts the what-if's matrix is predicted at
 DATASET = CFG["dataset"]
 GENERATED = DATASET["source"] == "generated"
 

@@ -14,6 +14,7 @@ rule figures:
         repeats=R.table("repeats.csv"),
         diagnosis=R.table("diagnosis.csv"),
         probe=R.table("tier_probe.csv"),
+        whatif=rules.whatif.output.matrix,
         timelines=[R.timeline(c) for c in CELLS],
     output:
         figures=report(
@@ -32,5 +33,5 @@ rule figures:
         captions={fig.name: fig.caption(f"{workflow.basedir}/workflow/report").read_text() for fig in REGISTRY},
     shell:
         "lb figures --table {input.table:q} --repeats {input.repeats:q} --diagnosis {input.diagnosis:q} "
-        "--probe {input.probe:q} --timelines {input.timelines:q} --timeline-cells {params.timeline_cells:q} "
+        "--probe {input.probe:q} --whatif {input.whatif:q} --timelines {input.timelines:q} --timeline-cells {params.timeline_cells:q} "
         "--out-dir {output.figures:q} 2> {log}"

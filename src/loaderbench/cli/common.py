@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from loaderbench.core.config import load_config
+from loaderbench.core.config import ConfigError, load_config
 from loaderbench.core.layout import RESULTS
+from loaderbench.core.registry import NO_MODEL
 
 
 def config_of(a) -> dict:
@@ -77,3 +78,23 @@ def write_json(a, obj) -> None:
         from loaderbench.core.util import atomic_write_json
 
         atomic_write_json(Path(a.json), obj)
+
+
+def model_option(s, default: str) -> None:
+    """`--model`: the one model a side measurement trains instead of the config's."""
+    s.add_argument(
+        "--model",
+        help=f"the model the cells train: one of the config's `models` or any model a config may name (default: "
+        f"{default})",
+    )
+
+
+def require_cells(loaders: list[str], models: list[str]) -> None:
+    """Refuse loaders and models of which no cell can be made (synthetic x none measures nothing)."""
+    from loaderbench.core.cells import is_cell
+
+    if not any(is_cell(lo, m) for lo in loaders for m in models):
+        raise ConfigError(
+            f"--loaders {' '.join(loaders)} with model {', '.join(models)}: no cell (synthetic x {NO_MODEL} measures "
+            "nothing); name a loader that reads files, or a model with --model"
+        )

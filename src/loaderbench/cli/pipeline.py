@@ -1,4 +1,4 @@
-"""The steps Snakemake's rules run, one subcommand per job: dataset, check, staging, cells, tier probes, tables, diagnosis, figures, bundle."""
+"""The steps Snakemake's rules run, one subcommand per job: dataset, check, staging, cells, tier probes, tables, diagnosis, the what-if, figures, bundle."""
 
 from __future__ import annotations
 
@@ -108,12 +108,19 @@ def _add_report_steps(add) -> None:
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_diagnose)
 
+    s = add("whatif", help="cell records -> every loader x model predicted from its parts, and the checks' scores")
+    s.add_argument("--cells", nargs="+", required=True)
+    s.add_argument("--gpus", type=int, nargs="+", default=[1], help="the GPU counts to predict at (default 1)")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_whatif)
+
     s = add("figures", help="tables -> figures (PNG + SVG) and their index: those drawn, why each other one was not")
     add_required(s, "--table", "--repeats", "--out-dir")
     s.add_argument("--diagnosis", help="diagnosis.csv (default: computed from --table)")
     s.add_argument("--probe", help="tier_probe.csv (default: none, and no tier-probe figure)")
     s.add_argument("--timelines", nargs="*", default=[], help="the cells' telemetry timeline CSVs (<cell>.csv)")
     s.add_argument("--timeline-cells", nargs="*", help="cells whose timelines to draw (default: one per loader)")
+    s.add_argument("--whatif", help="the what-if's matrix (whatif.csv; default: none, and no matrix figure)")
     s.set_defaults(func=cmd_figures)
 
     s = add("bundle", help=f"figures + tables + provenance -> {RESULTS.bundle}/ and {RESULTS.bundle_zip}")
@@ -272,6 +279,14 @@ def cmd_aggregate(a) -> int:
     return 0
 
 
+def cmd_whatif(a) -> int:
+    from loaderbench.report.whatiftables import MATRIX, summary, write_whatif
+
+    df = write_whatif([Path(p) for p in a.cells], a.gpus, Path(a.out_dir))
+    print(f"what-if: {summary(df)} in {a.out_dir}/{MATRIX}", file=sys.stderr)
+    return 0
+
+
 def cmd_figures(a) -> int:
     from loaderbench.report.figures import make_figures
 
@@ -283,6 +298,7 @@ def cmd_figures(a) -> int:
         probe_csv=Path(a.probe) if a.probe else None,
         timeline_csvs=[Path(p) for p in a.timelines],
         timeline_cells=a.timeline_cells,
+        whatif_csv=Path(a.whatif) if a.whatif else None,
     )
     print(
         f"drew {len(index['drawn'])} figure(s) in {a.out_dir}: {', '.join(index['drawn']) or 'none'}", file=sys.stderr

@@ -153,7 +153,7 @@ def blocked_cells_of(cells: list[str], root: Path, started: float) -> dict[str, 
     """The grid's `cells` that the verdict this run wrote needs and that were contended or did not converge
     (`verdict.json`'s `rerun`); none where this run wrote no verdict (a dry run, `--until`, nothing to do)."""
     from loaderbench.core.cells import parse_cell_id
-    from loaderbench.report.diagnose import cell_name
+    from loaderbench.report.rows import cell_name
 
     path = root / RESULTS.table("verdict.json")
     try:

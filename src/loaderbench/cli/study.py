@@ -192,7 +192,7 @@ def cmd_cells(a) -> int:
 
 
 def cmd_plan(a) -> int:
-    from loaderbench.plan.costmodel import host_of_records
+    from loaderbench.plan.hostrecords import host_of_records
     from loaderbench.plan.predict import make_plan
 
     cfg = config_of(a)

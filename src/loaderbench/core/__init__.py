@@ -1,11 +1,13 @@
 """What every part shares: the config and its cells, where files live, the record format, provenance, and how far a
 measurement can be trusted. Imports nothing heavier than PyYAML and jsonschema.
 
-Modules: `config` (loading and validation), `cells` (cell specs, ids, the grid and its parts), `registry` (the
+Modules: `config` (loading and validation), `resolve` (loader and model entries as names and plugins), `machine`
+(the config's tiers and dataset on this machine), `cells` (cell specs, ids, the grid and its parts), `registry` (the
 built-in loaders by name), `pluginsource` (a plugin's code, identified without importing it), `devices` (models of
-emulated storage devices), `layout` (the results and staging layout), `records` (the cell record), `provenance`
-(host, code and run ids), `uncertainty` (intervals and whether two cells differ), `util` (atomic writes, hashing,
-process trees). The names below are imported on first use.
+emulated storage devices), `layout` (the results and staging layout), `records` (the cell record: validated when
+written, upgraded when read), `provenance` (host, code and run ids), `comparable` (which records divide which),
+`uncertainty` (intervals and whether two cells differ), `util` (atomic writes, hashing, process trees). The names
+below are imported on first use.
 """
 
 from .util import lazy_exports

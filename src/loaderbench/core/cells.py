@@ -1,6 +1,6 @@
 """Cells: a cell's spec (`CellSpec`), its id (`<loader>_<tier>_g<gpus>_b<batch>_<precision>_<parallel>[_<model>]
-_r<repeat>`, the model left out for MobileNetV2), the grid of a validated config and its parts, and the configuration a
-repeat belongs to."""
+[_beside|_ranks<n>]_r<repeat>`, the model left out for MobileNetV2; `_beside` and `_ranks<n>` mark the part cells of the
+what-if, `part_kind`), the grid of a validated config and its parts, and the configuration a repeat belongs to."""
 
 from __future__ import annotations
 
@@ -13,16 +13,13 @@ from .layout import staged_root, tier_read_path
 from .pluginsource import plugin_identity
 from .registry import DEFAULT_MODEL, NO_MODEL, tierless
 
-PRECISIONS = ("fp32", "amp")
-
-
-PARALLEL = ("dp", "ddp")
-
-
 CELL_ID_RE = re.compile(
     r"^(?P<loader>[a-z0-9-]+)_(?P<tier>[a-z][a-z0-9-]*)_g(?P<gpus>[1-9]\d*)_b(?P<batch_size>[1-9]\d*)"
-    r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)(?:_(?P<model>[a-z0-9](?:[a-z0-9_-]*[a-z0-9])?))?_r(?P<repeat>\d+)$"
+    r"_(?P<precision>fp32|amp)_(?P<parallel>dp|ddp)(?:_(?P<model>[a-z0-9](?:[a-z0-9_-]*?[a-z0-9])?))??"
+    r"(?P<beside>_beside)?(?:_ranks(?P<ranks>[2-9]|[1-9]\d+))?_r(?P<repeat>\d+)$"
 )
+# The model's name is matched as short as the id allows (lazy), so that a part's token after it (`_beside`,
+# `_ranks2`) is read as that token, never as the end of the model's name; an id without those tokens reads as before.
 
 
 # Snakemake wildcard constraint for a cell id: the same grammar, unanchored, without named groups.
@@ -128,6 +125,11 @@ class CellSpec:
     # high (a stream of the highest priority, so that a loader's own GPU work - DALI's decoding and resizing - yields
     # to the step)
     step_stream_priority: str = _from_config("step_stream_priority", since_records=True, default="default")
+    # a part of the what-if (`part_kind`). beside: the loader's batches fetched as in training and discarded, the model
+    # stepped on one device-resident synthetic batch of their form; ranks: the loader alone (`none`, 1 GPU) at n ranks
+    # - n processes under ddp, n GPUs' worth of batches in one process under dp - delivered to the one device
+    beside: bool = field(default=False, metadata={"since_records": True, "fixed": True})
+    ranks: int = field(default=1, metadata={"since_records": True, "fixed": True})
 
     def cold_step_on(self, kind: str) -> bool:
         """`cold_step`: true, false, or auto - on a GPU (`kind` "cuda": its first step pays lazy kernel loading and
@@ -141,8 +143,29 @@ class CellSpec:
     @property
     def cell_id(self) -> str:
         return cell_id(
-            self.loader, self.tier, self.gpus, self.batch_size, self.precision, self.parallel, self.repeat, self.model
+            self.loader,
+            self.tier,
+            self.gpus,
+            self.batch_size,
+            self.precision,
+            self.parallel,
+            self.repeat,
+            self.model,
+            beside=self.beside,
+            ranks=self.ranks,
         )
+
+    @property
+    def processes(self) -> int:
+        """The cell's measuring processes: under ddp one per GPU (a ranks part: one per rank, all on its one device);
+        under dp one."""
+        return self.gpus * self.ranks if self.parallel == "ddp" else 1
+
+    @property
+    def launchers(self) -> int:
+        """The threads that launch its device work, a core each where it is pinned (engine.placement): each ddp
+        process's main thread; dp's main thread and one replica thread per further GPU."""
+        return max(self.processes, self.gpus)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -157,7 +180,7 @@ class CellSpec:
 
 
 # Which config key sets which CellSpec field for every cell, read off the fields (`_from_config`).
-CONFIG_KEYS = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "config_key" in f.metadata}
+CONFIG_KEY_OF = {f.name: f.metadata["config_key"] for f in fields(CellSpec) if "config_key" in f.metadata}
 
 
 # Settings of some loaders only (`_from_config(loaders=...)`): field -> (its loaders, its default)
@@ -191,27 +214,64 @@ def cell_id(
     parallel: str,
     repeat: int,
     model: str = DEFAULT_MODEL,
+    *,
+    beside: bool = False,
+    ranks: int = 1,
 ) -> str:
-    """The id of a cell; the model part is left out for the default model (MobileNetV2), as ids were before."""
+    """The id of a cell; the model part is left out for the default model (MobileNetV2), as ids were before; a part
+    of the what-if ends in `_beside` or `_ranks<n>` before its repeat (ConfigError where it is no such part:
+    `part_problem`)."""
+    problem = part_problem(gpus, model, beside, ranks)
+    if problem:
+        raise ConfigError(f"no cell id for {loader} on {tier}: {problem}")
     trained = "" if model == DEFAULT_MODEL else f"_{model}"
-    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_{parallel}{trained}_r{repeat}"
+    part = "_beside" if beside else (f"_ranks{ranks}" if ranks > 1 else "")
+    return f"{loader}_{tier}_g{gpus}_b{batch_size}_{precision}_{parallel}{trained}{part}_r{repeat}"
+
+
+def part_problem(gpus: int, model: str, beside: bool, ranks: int) -> str | None:
+    """Why these fields make no part of the what-if (None: they make one, or a plain cell): a `beside` part trains a
+    model; a `ranks` part is the loader alone (`none`) on one GPU, at 2 ranks or more."""
+    if ranks < 1:
+        return f"ranks {ranks}: at least 1"
+    if beside and model == NO_MODEL:
+        return f"a beside part steps a model on a synthetic batch beside the loader; model {NO_MODEL} has none"
+    if ranks > 1 and (model != NO_MODEL or gpus != 1):
+        return f"a ranks part is the loader alone on one GPU (model {NO_MODEL}, g1), not model {model} on {gpus} GPU(s)"
+    return None
 
 
 def parse_cell_id(cid: str) -> dict:
-    """A cell id's fields, "model" always (the default model where the id leaves it out)."""
+    """A cell id's fields, "model" always (the default model where the id leaves it out), "beside" and "ranks" always
+    (False and 1 for a cell of the matrix)."""
     m = CELL_ID_RE.match(cid)
     if not m:
-        raise ConfigError(f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp[_model]_rN)")
+        raise ConfigError(
+            f"'{cid}' is not a cell id (expected loader_tier_gN_bN_fp32|amp_dp|ddp[_model][_beside|_ranksN]_rN)"
+        )
     d = m.groupdict()
     if d["model"] == DEFAULT_MODEL:
         raise ConfigError(f"'{cid}' is not a cell id: the default model {DEFAULT_MODEL} is left out of its cells' ids")
-    return {
+    out = {
         **d,
         "gpus": int(d["gpus"]),
         "batch_size": int(d["batch_size"]),
         "repeat": int(d["repeat"]),
         "model": d["model"] or DEFAULT_MODEL,
+        "beside": d["beside"] is not None,
+        "ranks": int(d["ranks"] or 1),
     }
+    problem = part_problem(out["gpus"], out["model"], out["beside"], out["ranks"])
+    if problem:
+        raise ConfigError(f"'{cid}' is not a cell id: {problem}")
+    return out
+
+
+def part_kind(cell) -> str | None:
+    """Which part of the what-if a cell is - "beside", "ranks" - or None for a cell of the matrix; `cell` is its id, a
+    CellSpec or a record's spec (a dict; one without the fields is a cell of the matrix)."""
+    d = parse_cell_id(cell) if isinstance(cell, str) else cell if isinstance(cell, dict) else asdict(cell)
+    return "beside" if d.get("beside") else "ranks" if (d.get("ranks") or 1) > 1 else None
 
 
 def _on_tier(part: dict, loader: str, tier: str) -> bool:
@@ -229,6 +289,12 @@ def part_models(part: dict) -> list[str]:
     return part.get("models") or [DEFAULT_MODEL]
 
 
+def _part_fields(part: dict) -> tuple[bool, int]:
+    """The part fields (beside, ranks) of a grid part's cells: those of a part the config key `whatif` adds, (False, 1)
+    for any other."""
+    return bool(part.get("beside", False)), int(part.get("ranks", 1))
+
+
 def config_models(cfg: dict) -> list[str]:
     """The models a config's grid trains, in the order its parts name them (each once)."""
     return list(dict.fromkeys(m for part in cfg["parts"] for m in part_models(part)))
@@ -238,8 +304,9 @@ def part_cells(part: dict) -> list[str]:
     """A part's cells in a stable order: repeats outermost, then the parallel mode, the GPUs and the model, so that the
     dp cells follow one another and a kept process (host.reuse_processes) serves all but the first of them (a ddp cell
     in between would end it), those of one GPU count and one model, and so of the same shapes, together."""
+    beside, ranks = _part_fields(part)
     return [
-        cell_id(lo, t, g, b, p, par, r, m)
+        cell_id(lo, t, g, b, p, par, r, m, beside=beside, ranks=ranks)
         for r, par, g, m, lo, t, b, p in itertools.product(
             range(part["repeats"]),
             part["parallel"],
@@ -268,6 +335,7 @@ def cell_part(cfg: dict, cid: str) -> dict | None:
             and d["parallel"] in part["parallel"]
             and d["repeat"] < part["repeats"]
             and d["model"] in part_models(part)
+            and (d["beside"], d["ranks"]) == _part_fields(part)
             and _on_tier(part, d["loader"], d["tier"])
             and is_cell(d["loader"], d["model"])
         ):
@@ -301,7 +369,7 @@ def cell_spec(cfg: dict, cid: str, in_grid: bool = True) -> CellSpec:
     if in_grid and part is None:
         raise ConfigError(f"cell '{cid}' is not in this configuration's grid (see `loaderbench cells`)")
     tier = cfg["storage"][d["tier"]]
-    settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()}
+    settings = part["settings"] if part else {name: config_value(cfg, key) for name, key in CONFIG_KEY_OF.items()}
     ref = cfg.get("plugins", {}).get(d["loader"])
     model_ref = (cfg.get("model_plugins") or {}).get(d["model"])
     return CellSpec(

@@ -26,15 +26,16 @@ def _spec_chain(name: str) -> list | None:
     import sys
 
     chain, path = [], None
-    for i, part in enumerate(parts := name.split(".")):
-        full = ".".join(parts[: i + 1])
+    parts = name.split(".")
+    for end in range(1, len(parts) + 1):
+        full = ".".join(parts[:end])
         module = sys.modules.get(full)
         spec = module.__spec__ if module is not None else _find_spec(full, path)
         if spec is None:
             break
         chain.append(spec)
         path = spec.submodule_search_locations
-        if path is None and i < len(parts) - 1:
+        if path is None and end < len(parts):
             return None  # a module, not a package: nothing lies below it
     else:
         return chain

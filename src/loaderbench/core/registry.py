@@ -42,7 +42,7 @@ class LoaderRecord:
     # warm-up from it without importing the loader): "workers" = DataLoader workers x prefetch_factor batches (the
     # workers deliver in bursts of one batch each), "dali" = the pipeline's prefetch queue depth, None = nothing
     backlog: str | None = None
-    # settings tune searches beyond those its backlog and device work bring (experiments.tune.knobs); a plugin's
+    # settings tune searches beyond those its backlog and device work bring (experiments.tuneknobs.knobs); a plugin's
     # are all that tune searches for it
     knobs: tuple[str, ...] = ()
 

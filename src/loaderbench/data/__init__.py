@@ -3,7 +3,8 @@ manifest, keep a cold tier cold, probe a tier's read rate, and emulate slow devi
 
 Modules: `dataset` (the embedded generated dataset), `check` (validate a source folder), `stage` (copy it onto a tier
 and write the manifest), `manifest` (the staged files and labels every reader takes), `cache` (page-cache eviction),
-`tierprobe` (a tier's measured read rate), `emulated/` (a FUSE filesystem with a disk's timing).
+`shards` (WebDataset shards written at staging), `tierprobe` (a tier's measured read rate), `emulated/` (a FUSE
+filesystem with a disk's timing).
 """
 
 from loaderbench.core.util import lazy_exports

@@ -160,7 +160,7 @@ def check_dataset(source: Path, out: Path, quarantine: Path, strict: bool = Fals
     jobs = jobs or len(os.sched_getaffinity(0))
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         results = pool.map(_check_file, [(str(source), r) for r in todo], chunksize=32)
-        for rel, res in progress(zip(todo, results), total=len(todo), label="check images"):
+        for rel, res in progress(zip(todo, results, strict=True), total=len(todo), label="check images"):
             entries[rel].update(res)
     ordered = [entries[r] for r in files]
     counts = {

@@ -1,12 +1,13 @@
 """The measuring engine: one cell job from start to record, split where its processes split.
 
-- `runner/`: the cell job's side (the Snakemake job, `run-cell`): `runcell` starts the measuring processes under the
-  host lock (`hostlock`), forked by the warm-start server (`warmclient`) or fresh, prepares the tier (`tier_run`),
-  watches the processes (`telemetry`, `contention`, the heartbeats) and writes the record.
-- `process/`: a measuring process: `train` takes its order, trains the cell (`measure`: the loader, the step,
+- `runner/`: the cell job's side (the Snakemake job, `run-cell`): `runcell` runs the job under the host lock
+  (`hostlock`) from its inputs (`job`), prepares the tier (`tier_run`), starts the measuring processes (`ranks`),
+  forked by the warm-start server (`warmclient`) or fresh, watches them (`telemetry`, `contention`, the heartbeats),
+  builds the record (`record`) and writes it, its timeline and its trace (`output`, `trace`).
+- `process/`: a measuring process: `entry` takes its order, trains the cell (`measure`: the loader, the step,
   `parallel` for dp and ddp) for a timed window (`window`, `bursts`, `batchmeans`), turns it into the cell's
-  metrics (`metrics`), splits a step on the GPU (`stepprofile`), and hands back its outcome; `warmstart` is the fork
-  server those processes start from.
+  metrics (`metrics`, `runmetrics`), splits a step on the GPU (`stepprofile`), and hands back its outcome;
+  `warmstart` is the fork server those processes start from.
 - shared by both: `contract` (the order and the outcome they exchange, and the warm-start protocol), `watchdog`
   (heartbeats and stall rules), `placement` (threads on cores), `step` (the training step and the devices).
 

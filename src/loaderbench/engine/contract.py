@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from loaderbench.core.cells import CellSpec
+from loaderbench.core.records import STATUSES
 from loaderbench.core.util import atomic_write_json
 
-TRAIN_MODULE = "loaderbench.engine.process.train"  # the measuring process: `python -m TRAIN_MODULE --order FILE`
+ENTRY_MODULE = "loaderbench.engine.process.entry"  # the measuring process: `python -m ENTRY_MODULE --order FILE`
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,6 @@ class Order:
     def read(cls, path: Path) -> Order:
         d = json.loads(Path(path).read_text())
         return cls(CellSpec.from_dict(d["spec"]), Path(d["manifest"]), Path(d["out"]), float(d["timeout_s"]))
-
-
-STATUSES = ("ok", "skipped", "failed")
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The cell's training step and what its loader is built from: the device, cuDNN's settings, the dtypes, the
-model with its loss and optimizer, the cold step's batch and the LoaderContext. Shared by the cell (`train`), the
+model with its loss and optimizer, the cold step's batch and the LoaderContext. Shared by the cell (`measure`), the
 ceiling's and the crosscheck's bare loops, so that all three run the same step on the same loader."""
 
 from __future__ import annotations
@@ -262,14 +262,15 @@ def loader_context(
     world: int = 1,
 ):
     """The LoaderContext a cell builds its loader from (the cell and the crosscheck's bare loop alike). dp: one process
-    takes the global batch (DataParallel splits it); ddp (`world` > 1): each rank loads its own share."""
+    takes the global batch (DataParallel splits it; a ranks part's: its ranks' batches); ddp (`world` > 1): each rank
+    loads its own share."""
     from loaderbench.loaders.common import LoaderContext
 
     _, input_dtype = dtypes(spec, device.type)
     return LoaderContext(
         data_root=data_root,
         allowed=allowed,
-        batch_size=spec.batch_size if world > 1 else spec.batch_size * spec.gpus,
+        batch_size=spec.batch_size if world > 1 else spec.batch_size * spec.gpus * spec.ranks,
         crop_size=spec.crop_size,
         workers=resolve_workers(spec, place, ranks=world),
         prefetch_factor=spec.prefetch_factor,

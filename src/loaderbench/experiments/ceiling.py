@@ -145,7 +145,7 @@ def ceiling(
         "synthetic_phases": phases,
         "synthetic_samples_per_s": synthetic,
         "bare_samples_per_s": bare,
-        "synthetic_over_bare": statistics.median(s / b for s, b in zip(synthetic, bare)),
+        "synthetic_over_bare": statistics.median(s / b for s, b in zip(synthetic, bare, strict=True)),
     }
     if variant_steps:
         amp = dataclasses.replace(spec, precision="amp")

@@ -1,6 +1,6 @@
 """Does the harness slow the loader it measures? A cell against a bare loop of the same loader object.
 
-The bare loop is what a user's training script does: the loader the cell builds (`train.loader_context`, the
+The bare loop is what a user's training script does: the loader the cell builds (`step.loader_context`, the
 registry), the cell's model and step, `for batch in loader: step(batch)` in a fresh process - no runner, watchdog,
 telemetry, thread placement, stop rule or window bookkeeping. After the same warm-up rule as a cell (until the
 prefetch backlog is spent) it runs for the cell's window time, noting only each step's wait for its batch and its end
@@ -225,7 +225,7 @@ def _row(
         return row
     pairs = [
         (m["samples_per_s"], b["samples_per_s"], m["window"]["ci95_rel_halfwidth"], b["halfwidth"])
-        for m, b in zip(ok, bares)
+        for m, b in zip(ok, bares, strict=True)
     ]
     row.update(status="ok", cell_over_bare=ratio(pairs).to_dict())
     return row
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from loaderbench.engine import placement
-    from loaderbench.engine.process.train import exit_now
+    from loaderbench.engine.process.entry import exit_now
 
     placement.remember_default_threads()  # a fresh process: torch's own count, unless the environment set one
     exit_now(main())

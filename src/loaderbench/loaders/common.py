@@ -212,13 +212,13 @@ def _changes(first: tuple, now: tuple) -> str:
         return f"its parts are {[n[0] for n in now]}, were {[f[0] for f in first]}"
     kind = lambda form: form[1] if len(form) == 2 else "a tensor"
     out = []
-    for f, n in zip(first, now):
+    for f, n in zip(first, now, strict=True):
         if f == n:
             continue
         if len(f) == 2 or len(n) == 2:  # not a tensor on one side
             out.append(f"{n[0]} is {kind(n)}, was {kind(f)}")
             continue
-        for what, was, is_ in zip(("shape", "dtype", "device"), f[1:], n[1:]):
+        for what, was, is_ in zip(("shape", "dtype", "device"), f[1:], n[1:], strict=True):
             if was != is_:
                 show = tuple if what == "shape" else str
                 out.append(f"{n[0]} {what} {show(is_)}, was {show(was)}")

@@ -91,7 +91,7 @@ def decode(buffer: torch.Tensor, meta: torch.Tensor, device: torch.device, decod
             decoded = (decoder or jpeg_decoder()[1])(blobs, device)
         except RuntimeError:  # a JPEG flavour the decoder refuses (e.g. some CMYK): decode those one by one on the CPU
             decoded = [decode_image(b, mode=ImageReadMode.RGB).to(device) for b in blobs]
-        for i, img in zip(jpegs, decoded):
+        for i, img in zip(jpegs, decoded, strict=True):
             images[i] = img
     for i, m in enumerate(meta.tolist()):
         if m[2]:
@@ -109,7 +109,7 @@ def augment(
 ) -> torch.Tensor:
     """Crop, resize (bilinear, antialiased as torchvision's Resize), flip, normalise: a float NCHW batch."""
     out = torch.empty(len(images), crop_size, crop_size, 3, dtype=torch.uint8, device=images[0].device)
-    for k, (img, (top, left, h, w, flip)) in enumerate(zip(images, crops.tolist())):
+    for k, (img, (top, left, h, w, flip)) in enumerate(zip(images, crops.tolist(), strict=True)):
         patch = img[:, top : top + h, left : left + w].unsqueeze(0).float()
         patch = F.interpolate(patch, size=(crop_size, crop_size), mode="bilinear", antialias=True, align_corners=False)
         if flip:

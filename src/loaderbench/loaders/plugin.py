@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 import torch
 
+from loaderbench.core.records import FACTS_INFO, plugin_facts
+
 from .common import LoaderContext, SameForm, forever
 
 
@@ -74,7 +76,8 @@ def build(ctx: LoaderContext, reference: str) -> Iterator:
     """The plugin's batches for one cell: its first batch checked against the contract and every later one against
     the first, both as delivered (`common.SameForm`), then cast to the cell's dtype and layout; a pass that ends started again (an endless stream is what a cell
     measures), `prefetch_batches` 0 unless the plugin says (its DataLoader says for it)."""
-    batches = factory(reference)(ctx)
+    build_batches = factory(reference)
+    batches = build_batches(ctx)
     if isinstance(batches, Iterator):  # one pass only: it cannot be started again
         batches = _OnePass(batches, reference)
     elif not hasattr(batches, "__iter__"):
@@ -83,7 +86,7 @@ def build(ctx: LoaderContext, reference: str) -> Iterator:
             "iterable of (images, labels)"
         )
     ctx.info.setdefault("prefetch_batches", 0)
-    ctx.info.update(plugin=reference)
+    ctx.info.update({"plugin": reference, FACTS_INFO: plugin_facts(build_batches)})  # the record keeps the facts
     # each batch as the plugin delivered it, before the cast to the cell's dtype: a cast batch would hide a change
     delivered = SameForm(None, f"plugin loader {reference!r}")
 

@@ -1,5 +1,6 @@
-"""Before and between runs: what a grid will cost (`predict`, from the `costmodel` and the measured `fixedcosts` of a
-host) and which configurations to measure again because their repeats disagree (`respread`)."""
+"""Before and between runs: what a grid will cost (`predict`, from the `costmodel`, the host's records read by
+`hostrecords` and the measured `fixedcosts` of a host) and which cells to measure again: configurations whose
+repeats disagree (`respread`), and cells measured on another boot, code or stack than the rest (`regroup`)."""
 
 from loaderbench.core.util import lazy_exports
 

@@ -2,25 +2,22 @@
 applies: an ok record of the same host and configuration (`record`); records of the same host and the closest
 measured configuration (`host records`: of the cell's model when there are some, else another model's rate scaled by
 the models' relative compute, `models.relative_cost`); else the calibrated constants below (`rules`, MobileNetV2's,
-scaled the same way). Kept dp processes
-(`host.reuse_processes`) are followed in run order (`KeptProcesses`); every cell also costs Snakemake's job (JOB_S).
+scaled the same way). Kept dp processes (`host.reuse_processes`) are followed in run order (`KeptProcesses`); every
+cell also costs Snakemake's job (JOB_S). `hostrecords` reads the host and what its records measured;
 `loaderbench.plan.predict` adds the fixed costs and the budget. Details: docs/internals.md, "plan.costmodel".
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 
 from loaderbench.core.cells import CellSpec, configuration
-from loaderbench.core.config import ConfigError
-from loaderbench.core.records import CorruptRecord, read_record
+from loaderbench.core.records import record_spec
 from loaderbench.core.registry import DEFAULT_MODEL, loader_record, tierless
 from loaderbench.engine.process.batchmeans import MIN_BATCHES
 from loaderbench.models import relative_cost
+
+from .hostrecords import Host, Measured, cost_key, median, same_configuration
 
 # The rules (no record of the host), by host kind ("gpu" when it has a GPU, else "cpu"); docs/internals.md,
 # "plan.costmodel: calibration", gives the records each constant was read from.
@@ -35,196 +32,25 @@ JOB_S = 1.0  # Snakemake's own cost per cell job on top of the cell's wall (spaw
 # Steps profiled after the window (`profile_steps`) run slower under the profiler, and their events are reduced after:
 # a guess until records of the configuration exist (they replace it: their wall has it)
 PROFILED_STEP_FACTOR, PROFILE_SUMMARY_S = 1.5, 2.0
-# Spec fields that do not change what a cell costs: a record with the rest equal is the same configuration.
-# cold_step moves the device's cold start from the first warm-up step into setup, overlapped with the loader's
-# start-up: a cell costs about what it did without it, or less (and records from before it have no cold_step).
-# optimizer_fused changes how fast a step runs, not how long a cell takes (its window is seconds, its overhead the
-# process's): the unfused records of a host predict its fused cells.
-NOT_COST = ("repeat", "seed", "tier_path", "read_path", "dataset", "cold_step", "optimizer_fused")
 # The closest measured configuration: these spec fields relaxed last to first (the tier first, the model last; of
 # other loaders, one fed the same way - its registry record's backlog - first). Another model's records predict a
 # cell only when none of its own model exist, their rate scaled by the models' compute (`_model_scale`).
 NEIGHBOUR_FIELDS = ("model", "loader", "feed", "gpus", "batch_size", "precision", "parallel", "tier")
 
 
-@dataclass(frozen=True)
-class Host:
-    """The machine a plan is for, as records name it: its GPU models and usable CPUs."""
-
-    gpu_models: tuple[str, ...]
-    cpus_usable: int
-    source: str = "this machine"
-
-    @property
-    def kind(self) -> str:
-        return "gpu" if self.gpu_models else "cpu"
-
-    def matches(self, record: dict) -> bool:
-        """The record's host is this one: the same GPU models, and its usable CPUs within one per GPU of ours - the
-        cells of one host can say 31 (1 GPU) or 30 (2 GPUs): the affinity a cell's runner reads can lose a core
-        per GPU to the cell's placement."""
-        h = (record.get("provenance") or {}).get("host") or {}
-        cpus = h.get("cpus_usable")
-        return (
-            tuple(h.get("gpu_models") or ()) == self.gpu_models
-            and cpus is not None
-            and abs(cpus - self.cpus_usable) <= len(self.gpu_models)
-        )
-
-    def label(self) -> str:
-        gpus = Counter(self.gpu_models)
-        what = ", ".join(f"{n} x {m}" for m, n in gpus.items()) if gpus else "no GPU"
-        return f"{what}, {self.cpus_usable} usable CPUs ({self.source})"
-
-
-def this_host() -> Host:
-    """This machine, read as a cell's provenance reads it."""
-    from loaderbench.core.provenance import host
-
-    h = host()
-    return Host(tuple(h["gpu_models"]), h["cpus_usable"])
-
-
-def read_records(dirs) -> tuple[list[dict], list[str]]:
-    """The readable cell records directly in `dirs` (not their corrupt/ or superseded/), and the unreadable ones'
-    paths (left where they are: the workflow sets them aside)."""
-    records, unreadable = [], []
-    for d in dirs:
-        for p in sorted(Path(d).glob("*.json")):
-            try:
-                records.append(read_record(p))
-            except CorruptRecord:
-                unreadable.append(str(p))
-    return records, unreadable
-
-
-def host_of_records(directory: str | Path) -> Host:
-    """The host most of the records in `directory` came from (`--host-from`: plan for that machine)."""
-    records, _ = read_records([directory])
-    hosts = [h for h in ((r.get("provenance") or {}).get("host") for r in records) if h and h.get("cpus_usable")]
-    if not hosts:
-        raise ConfigError(
-            f"--host-from {directory}: no cell record with its host's provenance there "
-            "(point it at a folder of <cell>.json records, e.g. results/cells or a bundle's cells/)"
-        )
-    gpus = Counter(tuple(h.get("gpu_models") or ()) for h in hosts).most_common(1)[0][0]
-    cpus = max(h["cpus_usable"] for h in hosts if tuple(h.get("gpu_models") or ()) == gpus)  # see Host.matches
-    return Host(gpus, cpus, f"the host of the records in {directory}")
-
-
-# ---- what the records say
-
-
-@dataclass(frozen=True)
-class _Measured:
-    """The cost figures of one ok record."""
-
-    spec: dict
-    wall_s: float
-    window_s: float | None
-    warmup_s: float | None
-    first_step_s: float | None
-    samples_per_s: float | None
-    adaptive: bool
-    compute_s: float | None = None  # a step's compute alone (no wait for data), mean
-    global_batch: int | None = None
-    kept: bool = False  # measured by a process kept from an earlier cell (warmstart's reuse)
-    startup_s: float | None = None  # interpreter and imports (a kept process skips them)
-    cold_step_s: float | None = None  # CUDA's start and cuDNN's plans (a kept process skips them for shapes it ran)
-    unsettled: bool = False  # an adaptive window that reached its maximum unconverged: a longer one runs longer
-
-    @property
-    def overhead_s(self) -> float | None:
-        if self.window_s is None or self.warmup_s is None:
-            return None
-        return max(0.0, self.wall_s - self.window_s - self.warmup_s)
-
-    def key(self, field_name: str):
-        return _key(self.spec, field_name)
-
-
-def _key(spec: dict, field_name: str):
-    if field_name == "feed":
-        return loader_record(spec.get("loader")).backlog
-    if field_name == "model":
-        return spec.get("model", DEFAULT_MODEL)  # records before models were an axis trained MobileNetV2
-    return spec.get(field_name, "dp" if field_name == "parallel" else None)  # records before ddp were dp
-
-
-def measured_of(record: dict) -> _Measured | None:
-    if record.get("status") != "ok" or not record.get("wall_s"):
-        return None
-    m = record.get("metrics") or {}
-    phases = record.get("phases_s") or {}
-    window = m.get("time_s", phases.get("window"))
-    warmup = m.get("warmup_s", phases.get("warmup"))
-    first = m.get("first_step_s")
-    if first is None and warmup is not None and m.get("step_ms") and m.get("warmup_steps"):
-        first = max(0.0, warmup - (m["warmup_steps"] - 1) * m["step_ms"] / 1e3)  # a record from before first_step_s
-    mode = (m.get("window") or {}).get("mode")
-    compute = (m.get("compute_ms") or {}).get("mean")
-    starts = record.get("process_start") or []
-    unsettled = (m.get("window") or {}).get("converged") is False
-    return _Measured(
-        record["spec"],
-        float(record["wall_s"]),
-        window,
-        warmup,
-        first,
-        m.get("samples_per_s"),
-        mode == "adaptive" or (mode is None and record["spec"].get("window_max_s") is not None),
-        None if compute is None else compute / 1e3,
-        m.get("global_batch"),
-        bool(starts) and all(s.get("reused") for s in starts),
-        m.get("startup_s"),
-        m.get("cold_step_s"),
-        unsettled,
-    )
-
-
 def _kept_overhead(
-    spec: dict, fresh: list[_Measured], kept: list[_Measured], shapes_seen: bool
+    spec: dict, fresh: list[Measured], kept: list[Measured], shapes_seen: bool
 ) -> tuple[float | None, str]:
     """The overhead of a cell measured by a kept process (warmstart's reuse): the median of records measured that way
     (of this loader when there are some), else that of `fresh` records less what a kept process skips - the start-up,
     and the cold step when the process already ran the cell's shapes (cuDNN keeps its plans)."""
     own = [m for m in kept if m.key("loader") == spec.get("loader")] or kept
     if own:
-        return _median(m.overhead_s for m in own), f"{len(own)} kept-process record(s)"
+        return median(m.overhead_s for m in own), f"{len(own)} kept-process record(s)"
     skipped = [(m.startup_s or 0.0) + ((m.cold_step_s or 0.0) if shapes_seen else 0.0) for m in fresh]
-    over = _median(max(0.0, m.overhead_s - s) for m, s in zip(fresh, skipped) if m.overhead_s is not None)
+    over = median(max(0.0, m.overhead_s - s) for m, s in zip(fresh, skipped, strict=True) if m.overhead_s is not None)
     what = "start-up and cold step" if shapes_seen else "start-up (new shapes: cuDNN plans again)"
     return over, f"fresh overhead less its {what}"
-
-
-def _shapes(spec: dict) -> tuple:
-    """What cuDNN plans a cell's convolutions for: a kept process that ran these has its plans."""
-    return tuple(
-        spec.get(k)
-        for k in (
-            "model",
-            "batch_size",
-            "gpus",
-            "precision",
-            "amp_dtype",
-            "channels_last",
-            "crop_size",
-            "compile",
-            "cudnn_benchmark",
-        )
-    )
-
-
-def _same_configuration(a: dict, b: dict) -> bool:
-    return all(a.get(k) == b.get(k) for k in set(a) | set(b) if k not in NOT_COST)
-
-
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-# ---- the cell model
 
 
 def _workers(spec: CellSpec, host: Host) -> int:
@@ -260,7 +86,7 @@ def _io_rate(spec: CellSpec, host: Host, mean_bytes: float) -> float | None:
 
 
 def _runs_here(spec: CellSpec, host: Host) -> str | None:
-    """Why the cell is skipped on `host` (train.py: more GPUs than there are; dp with gpus > 1 on a CPU), else None."""
+    """Why the cell is skipped on `host` (`entry.run`: more GPUs than there are; dp with gpus > 1 on a CPU), else None."""
     have = len(host.gpu_models)
     if host.kind == "gpu" and spec.gpus > have:
         return f"skipped there: {spec.gpus} GPUs wanted, {have} present"
@@ -307,7 +133,7 @@ def _or_one(factor: float | None) -> float:
     return 1.0 if factor is None else factor
 
 
-def _model_rate(spec: CellSpec, m: _Measured, factor: float | None) -> float:
+def _model_rate(spec: CellSpec, m: Measured, factor: float | None) -> float:
     """The rate record `m` predicts for a cell whose step computes `factor` x what m's did. The ceiling
     (`synthetic`) is its model's compute alone: m's rate / factor. A loader's cell runs the loader and the model side
     by side: at most m's rate (the loader's) and at most the model's own pace, m's compute per step x factor; m
@@ -322,7 +148,7 @@ def _model_rate(spec: CellSpec, m: _Measured, factor: float | None) -> float:
     return rate / factor if factor > 1.0 else rate
 
 
-def _values(measured: list[_Measured], *field_names: str, only: list[str]) -> list[str]:
+def _values(measured: list[Measured], *field_names: str, only: list[str]) -> list[str]:
     """The values the records `measured` hold of those of `field_names` in `only`, each once."""
     return [str(v) for f in field_names if f in only for v in dict.fromkeys(m.key(f) for m in measured)]
 
@@ -363,50 +189,50 @@ def _cell_seconds(
 
 
 def predict(
-    spec: CellSpec, host: Host, mine: list[_Measured], mean_bytes: float, kept: bool | None = None
+    spec: CellSpec, host: Host, mine: list[Measured], mean_bytes: float, kept: bool | None = None
 ) -> tuple[float, str, str]:
     """(seconds, basis, detail) of one cell still to run on `host`, whose ok records are `mine`. `kept`: the cell
     will be measured by a process kept from the cell before it (True: one that ran its shapes; False: new shapes);
     None: by a process of its own. Records of the other kind count only for what they share (rate, window)."""
-    d = spec.to_dict()
+    d = record_spec(spec)  # as the records in `mine` keep theirs
     fresh = [m for m in mine if not m.kept]
     reused = [m for m in mine if m.kept]
-    same = [m for m in mine if _same_configuration(m.spec, d)]
+    same = [m for m in mine if same_configuration(m.spec, d)]
     if same:
         return _from_own_records(d, same, reused, kept)
     skip = _runs_here(spec, host)
     if skip:
-        over = _median(m.overhead_s for m in mine) or CELL_OVERHEAD_S[host.kind]
+        over = median(m.overhead_s for m in mine) or CELL_OVERHEAD_S[host.kind]
         return over + JOB_S, "host records" if mine else "rules", skip
     io = _io_rate(spec, host, mean_bytes)
     gb = spec.batch_size * spec.gpus
     rated = [m for m in mine if m.samples_per_s]
     if rated:
-        want = {f: _key(d, f) for f in NEIGHBOUR_FIELDS}
+        want = {f: cost_key(d, f) for f in NEIGHBOUR_FIELDS}
         nearest = min(tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) for m in rated)
         near = [m for m in rated if tuple(m.key(f) != want[f] for f in NEIGHBOUR_FIELDS) == nearest]
         # another model's records (none of this one's): each scaled by the models' compute
         scales = {model: _model_scale(spec, model, host.kind) for model in sorted({m.key("model") for m in near})}
-        rate = _median(_model_rate(spec, m, scales[m.key("model")][0]) for m in near)
+        rate = median(_model_rate(spec, m, scales[m.key("model")][0]) for m in near)
         io_bound = io is not None and io < rate  # the neighbour read a faster tier than this emulated one
         rate = io if io_bound else rate
         same_loader = not (nearest[0] or nearest[1])  # this model and this loader
         # the neighbour's own overhead, first step and window when it ran this loader, else the host's; a kept
         # process's cell: the overhead of cells measured that way
         pool = [m for m in (near if same_loader else mine) if not m.kept] or (fresh or mine)
-        overhead = _median(m.overhead_s for m in pool)
+        overhead = median(m.overhead_s for m in pool)
         if kept is not None:
             over = _kept_overhead(d, pool, reused, kept)[0]
             overhead = overhead if over is None else over
-        first = _median(m.first_step_s for m in (near if same_loader else mine))
+        first = median(m.first_step_s for m in (near if same_loader else mine))
         # a window that never settled says only that this one runs to its own maximum
         hint = (
-            _median(math.inf if m.unsettled else m.window_s for m in near if m.adaptive)
+            median(math.inf if m.unsettled else m.window_s for m in near if m.adaptive)
             if same_loader and not io_bound
             else None
         )
         # the neighbours' compute per step, for this cell's global batch
-        compute = _median(
+        compute = median(
             m.compute_s * gb / m.global_batch * _or_one(scales[m.key("model")][0])
             for m in near
             if m.compute_s and m.global_batch
@@ -421,7 +247,7 @@ def predict(
             io_bound,
             compute,
         )
-        relaxed = [f for f, differs in zip(NEIGHBOUR_FIELDS, nearest) if differs and f != "feed"]
+        relaxed = [f for f, differs in zip(NEIGHBOUR_FIELDS, nearest, strict=True) if differs and f != "feed"]
         like = (
             f"{len(near)} record(s) of this configuration (other settings)"
             if not relaxed
@@ -434,20 +260,20 @@ def predict(
     return _from_rules(spec, host, io, gb, kept)
 
 
-def _from_own_records(d: dict, same: list[_Measured], reused: list[_Measured], kept: bool | None) -> tuple:
+def _from_own_records(d: dict, same: list[Measured], reused: list[Measured], kept: bool | None) -> tuple:
     """(seconds, basis, detail) from records of this very configuration: their wall time, a kept process's start
     left out or put in (`kept`, as `predict` takes it)."""
     own = [m for m in same if m.kept == (kept is not None)]
     if own:
-        wall = _median(m.wall_s for m in own)
+        wall = median(m.wall_s for m in own)
         return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(own)} record(s) of this configuration"
     if kept is None:
-        wall = _median(m.wall_s for m in same)  # only kept-process records: the start they skipped is missing
+        wall = median(m.wall_s for m in same)  # only kept-process records: the start they skipped is missing
         return wall + JOB_S, "record", f"wall {wall:.1f} s of {len(same)} kept-process record(s)"
     over, how = _kept_overhead(d, same, reused, kept)
-    wall = _median(m.wall_s for m in same)
+    wall = median(m.wall_s for m in same)
     if over is not None:
-        wall = _median(m.wall_s - m.overhead_s + over for m in same if m.overhead_s is not None) or wall
+        wall = median(m.wall_s - m.overhead_s + over for m in same if m.overhead_s is not None) or wall
     return wall + JOB_S, "record", f"wall {wall:.1f} s: {len(same)} record(s) of this configuration, {how}"
 
 
@@ -468,6 +294,24 @@ def _from_rules(spec: CellSpec, host: Host, io: float | None, gb: int, kept: boo
         + (f" ({DEFAULT_MODEL}'s for {factor:.3g} x its compute: {spec.model})" if slower else "")
     )
     return seconds, "rules", f"{why}; {detail}"
+
+
+def _shapes(spec: dict) -> tuple:
+    """What cuDNN plans a cell's convolutions for: a kept process that ran these has its plans."""
+    return tuple(
+        spec.get(k)
+        for k in (
+            "model",
+            "batch_size",
+            "gpus",
+            "precision",
+            "amp_dtype",
+            "channels_last",
+            "crop_size",
+            "compile",
+            "cudnn_benchmark",
+        )
+    )
 
 
 class KeptProcesses:

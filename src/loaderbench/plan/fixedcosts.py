@@ -11,7 +11,7 @@ from pathlib import Path
 
 from loaderbench.core.layout import DATASETS, LOGS, Layout
 
-from .costmodel import Host
+from .hostrecords import Host
 
 # Dataset generation and the check, per image and CPU core (calibrated on a 30-CPU GPU host).
 GENERATE_CORE_S_PER_IMAGE = 0.045

@@ -19,10 +19,12 @@ from pathlib import Path
 from loaderbench.core.cells import cell_parts, cell_spec, parse_cell_id
 from loaderbench.core.config import ConfigError
 from loaderbench.core.layout import Layout
-from loaderbench.core.records import spec_hash
+from loaderbench.core.records import STATUSES, spec_hash
+from loaderbench.core.whatifgrid import saving
 
-from .costmodel import Host, KeptProcesses, measured_of, predict, read_records, this_host
+from .costmodel import KeptProcesses, predict
 from .fixedcosts import FixedCost, dataset_size, fixed_costs
+from .hostrecords import Host, measured_of, read_records, this_host
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Plan:
     full_s: float  # the whole grid, before any trimming
     total_s: float  # what is kept
     calibration: dict = field(default_factory=dict)  # records read, of this host, measured, unreadable
+    whatif: dict | None = None  # with config key whatif: the cells it saves (core.whatifgrid.saving)
 
     @property
     def kept(self) -> list[str]:
@@ -140,6 +143,7 @@ class Plan:
         for p in self.parts:
             if p.left_out:
                 lines.append(f"  left out of {p.name}: {', '.join(p.left_out)}")
+        lines += whatif_lines(self.whatif)
         lines += ["", "fixed costs:"]
         lines += _table(
             [("", "predicted", "basis", "")]
@@ -162,6 +166,32 @@ class Plan:
         return "\n".join(lines)
 
 
+def whatif_lines(saving: dict | None) -> list[str]:
+    """What the what-if saves, in words: the full loaders x models matrix against the parts and checks measured."""
+    if saving is None:
+        return []
+    m, k = saving["matrix"], saving["measured"]
+    parts = k["alone"] + k["ceiling"] + k["beside"] + k["ranks"]
+    said = ", ".join(f"{k[x]} {x}" for x in ("alone", "ceiling", "beside", "ranks") if k[x])
+    saved = saving["saved"]
+    verdict = (
+        f"saves {saved} cells ({100 * saved / m['cells']:.0f}% of the matrix)"
+        if saved >= 0
+        else f"measures {-saved} cells more than the matrix itself (the parts grow with loaders + models, the "
+        "matrix with loaders x models)"
+    )
+    matrix = (
+        f"what-if (config key whatif): the full matrix, {m['loaders']} loaders x {m['models']} models at the "
+        f"configurations both parts of a pair share, is {m['configurations']} configurations x {m['repeats']} "
+        f"repeat(s) = {m['cells']} cells"
+    )
+    measured = (
+        f"  measured instead: {saving['measured_cells']} cells = {parts} of parts ({said or 'none'}) + "
+        f"{k['training']} training (the checks); {verdict}"
+    )
+    return ["", matrix, measured]
+
+
 def duration(seconds: float) -> str:
     s = round(seconds)
     if seconds < 10:
@@ -178,7 +208,9 @@ def _table(rows) -> list[str]:
     right = [all(isinstance(r[i], (int, float)) or _numberish(r[i]) for r in rows[1:]) for i in range(len(widths))]
     out = []
     for r in rows:
-        cells = [str(v).rjust(w) if right[i] else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths))]
+        cells = [
+            str(v).rjust(w) if right[i] else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))
+        ]
         out.append("  ".join(cells).rstrip())
     return out
 
@@ -230,7 +262,7 @@ def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), r
         d for d in host_dirs if Path(d).resolve() not in {Path(r).resolve() for r in records_dirs}
     )
     mine = [m for r in records + extra if host.matches(r) and (m := measured_of(r))]
-    done = {r["cell_id"]: r for r in records if r.get("status") in ("ok", "skipped", "failed")}
+    done = {r["cell_id"]: r for r in records if r.get("status") in STATUSES}
     owner = cell_parts(cfg)
     images_bytes = dataset_size(cfg, layout)[1]
     cells = []
@@ -290,7 +322,19 @@ def make_plan(cfg: dict, records_dirs, host: Host | None = None, host_dirs=(), r
         "measured": sum(c.measured for c in cells),
         "unreadable": unreadable + unreadable_extra,
     }
-    return Plan(cfg["name"], host, parts, cells, fixed, budget_s, bool(cfg.get("trim")), full_s, total_s, calibration)
+    return Plan(
+        cfg["name"],
+        host,
+        parts,
+        cells,
+        fixed,
+        budget_s,
+        bool(cfg.get("trim")),
+        full_s,
+        total_s,
+        calibration,
+        saving(cfg),
+    )
 
 
 class PlanRefused(ConfigError):

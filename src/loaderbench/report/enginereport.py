@@ -12,16 +12,16 @@ from collections import defaultdict
 from pathlib import Path
 
 from loaderbench.core.cells import CellSpec, parse_cell_id
-from loaderbench.core.records import warnings_of
+from loaderbench.core.records import is_record, upgrade, warnings_of
 
 PHASES = ("before_process", "startup", "setup", "warmup", "teardown", "close")
 
 
 def load(cells_dir: Path) -> list[dict]:
-    """The cell records in `cells_dir` and its subfolders (a sweep keeps one folder per variant), superseded ones
-    and other JSON files (a sweep's summary) left out."""
+    """The cell records in `cells_dir` and its subfolders (a sweep keeps one folder per variant), each brought up to
+    date (`records.upgrade`); superseded ones and other JSON files (a sweep's summary) left out."""
     found = (json.loads(p.read_text()) for p in sorted(Path(cells_dir).rglob("*.json")) if "superseded" not in p.parts)
-    return [r for r in found if isinstance(r, dict) and "cell_id" in r and "status" in r]
+    return [upgrade(r) for r in found if is_record(r)]
 
 
 # spec fields that name a cell or vary with its repeat, not a setting: never what sets configurations apart
@@ -118,7 +118,7 @@ def _repeats_and_dp(ok: list[dict]) -> dict:
     """The repeats of each configuration with their spread and steal, the foreign CPU, and dp over ddp by config."""
     by_config: dict[tuple, list[float]] = defaultdict(list)
     steal_of: dict[tuple, list[float | None]] = defaultdict(list)
-    for r, k in zip(ok, _config_keys(ok)):
+    for r, k in zip(ok, _config_keys(ok), strict=True):
         by_config[k].append(r["metrics"]["samples_per_s"])
         steal_of[k].append(_foreign(r).get("steal"))
     median = {k: statistics.median(v) for k, v in by_config.items()}

@@ -2,7 +2,7 @@
 draw from which inputs, in order) and the bundle (what to copy and show) read. Light on purpose: no plotting library
 is imported here, so the bundle and the Snakefile read the list without matplotlib.
 
-Each figure is drawn by the function of its name in `figures.py`, called with the inputs it names (keyword
+Each figure is drawn by the function of its name in `figures` (`DRAW`), called with the inputs it names (keyword
 arguments) and `out_dir`; it writes `<name>.png` and `<name>.svg` there, plus its `extra` files, where its inputs hold
 what it shows, and otherwise writes nothing and returns why (no empty figure): the figures folder's index
 (`figures.json`) names the figures drawn and the reason for each other one. Its caption is
@@ -14,9 +14,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-# what a figure may draw from (make_figures loads each once): the tables, every cell's telemetry timeline and
-# the cells chosen for the timelines figure
-INPUTS = ("table", "repeats", "diagnosis", "probe", "timelines", "timeline_cells")
+# what a figure may draw from (make_figures loads each once): the tables (the what-if's matrix among them), every
+# cell's telemetry timeline and the cells chosen for the timelines figure
+INPUTS = ("table", "repeats", "diagnosis", "probe", "whatif", "timelines", "timeline_cells")
 FORMATS = ("png", "svg")
 
 
@@ -49,6 +49,7 @@ REGISTRY = (
     Figure("tier_probe", "Storage", ("probe",)),
     Figure("loader_alone", "Models", ("table",)),  # each loader's rate alone against each model's compute ceiling
     Figure("predicted", "Models", ("table",)),  # each cell's measured rate against the sharing model's prediction
+    Figure("whatif_matrix", "Models", ("whatif",)),  # every loader x model predicted from its parts, checks marked
 )
 FIGURES = tuple(f.name for f in REGISTRY)  # the names, in the order they are drawn and shown
 EXTRA_FILES = tuple(x for f in REGISTRY for x in f.extra)

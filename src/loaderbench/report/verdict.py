@@ -21,29 +21,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from loaderbench.core.cells import CONFIG_KEYS
+from loaderbench.core.cells import CONFIG_KEY_OF
 from loaderbench.core.util import atomic_write_text
 
-from .columns import device_text, on_gpu, read_table, trains, with_model
-from .diagnose import cell_name, compare, disturbed_once, read_flag
+from .columns import baseline_cell, read_table
+from .recommend import compare, disturbed_once, read_flag
+from .rows import cell_name, device_text, number, on_gpu, trains
 
 
 def _describe(r: pd.Series) -> str:
     return f"{r['loader']} b{int(r['batch_size'])} {r['precision']}"
 
 
-def _num(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if np.isfinite(v) else None
-
-
 def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
     """One verdict per (model, GPUs, tier) of the diagnosis table `d` (`diagnose.diagnose`) with a measured real
     loader training the model."""
-    d = with_model(d)
     ok = d[pd.to_numeric(d["samples_per_s"], errors="coerce").notna() & trains(d)]
     real = ok[ok["loader"] != "synthetic"]
     out = []
@@ -64,10 +56,10 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
                     "what": _describe(ref),
                     "samples_per_s": float(ref["samples_per_s"]),
                     "bottleneck": ref["bottleneck"],
-                    "au": _num(ref.get("au")),
+                    "au": number(ref.get("au")),
                     "implausible": ref["bottleneck"] == "implausible",
-                    "data_wait_ms": _num(ref.get("data_wait_ms")),
-                    "step_ms": _num(ref.get("step_ms")),
+                    "data_wait_ms": number(ref.get("data_wait_ms")),
+                    "step_ms": number(ref.get("step_ms")),
                 },
                 "fix": fix,
                 "rerun": _rerun(ref, ref_why, faster, fix),
@@ -80,15 +72,13 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
 def _reference(g: pd.DataFrame, baseline: dict) -> pd.Series:
     """The group's reference: the baseline loader's cell at the baseline's batch, precision and parallel mode where
     measured (else its first cell); without the baseline loader, the slowest cell."""
-    ref_rows = g[g["loader"] == baseline.get("loader")]
+    base = baseline_cell(baseline)
+    ref_rows = g[g["loader"] == base["loader"]]
     if len(ref_rows):
-        at = ref_rows[
-            (ref_rows["batch_size"] == baseline.get("batch_size"))
-            & (ref_rows["precision"] == baseline.get("precision"))
-        ]
+        at = ref_rows[(ref_rows["batch_size"] == base["batch_size"]) & (ref_rows["precision"] == base["precision"])]
         at = at if len(at) else ref_rows
         # the baseline's parallel mode where measured: the fix is sought in the reference's mode
-        mode = at[at["parallel"] == baseline.get("parallel", "dp")]
+        mode = at[at["parallel"] == base["parallel"]]
         ref = (mode if len(mode) else at).iloc[0]
     else:
         ref = g.loc[g["samples_per_s"].astype(float).idxmin()]
@@ -134,8 +124,8 @@ def _trust(g: pd.DataFrame) -> dict:
     cells."""
     conv = [read_flag(x) for x in g.get("converged", [])]
     judged = [c for c in conv if c is not None]
-    hw = [h for h in (_num(x) for x in g.get("halfwidth", [])) if h is not None]
-    reps = [int(x) for x in g.get("repeats_ok", []) if _num(x) is not None]
+    hw = [h for h in (number(x) for x in g.get("halfwidth", [])) if h is not None]
+    reps = [int(x) for x in g.get("repeats_ok", []) if number(x) is not None]
     return {
         "cells": len(g),
         "repeats": [min(reps), max(reps)] if reps else None,
@@ -156,7 +146,7 @@ def setting_text(loader: str, settings: dict) -> str:
     `dali-sc with step_stream_priority: high, dali.hw_decoder_load: 1.0`."""
     if not settings:
         return loader
-    shown = [f"{CONFIG_KEYS.get(k, k)}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items()]
+    shown = [f"{CONFIG_KEY_OF.get(k, k)}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items()]
     return f"{loader} with {', '.join(shown)}"
 
 
@@ -209,10 +199,9 @@ def why_none(table: pd.DataFrame | None) -> tuple[str, list[str]]:
     loader's rates alone)."""
     if table is None or table.empty:
         return "no real loader measured (only the synthetic ceiling or failed cells)", []
-    t = with_model(table)
-    measured = pd.to_numeric(t["samples_per_s"], errors="coerce").notna()
-    training = trains(t)
-    not_ok = t[~t["status"].isin(["ok", "partial"])]
+    measured = pd.to_numeric(table["samples_per_s"], errors="coerce").notna()
+    training = trains(table)
+    not_ok = table[~table["status"].isin(["ok", "partial"])]
     counts = not_ok["status"].value_counts()
     said = ", ".join(f"{counts[k]} {k}" for k in ("failed", "skipped") if counts.get(k, 0))
     if not training.any():
@@ -226,14 +215,14 @@ def why_none(table: pd.DataFrame | None) -> tuple[str, list[str]]:
     lines = []
     for (status, reason), g in not_ok.groupby(["status", not_ok["reason"].fillna("no reason given")], sort=False):
         lines.append(f"{len(g)} {status}: {' '.join(str(reason).split())}")
-    alone = t[measured & ~training & (t["loader"] != "synthetic")]
+    alone = table[measured & ~training & (table["loader"] != "synthetic")]
     if len(alone):
         if training.any():
             lines.append("the loader alone, its rates (95% intervals):")
         else:
             head += "; its rates (95% intervals):"
         for _, r in alone.iterrows():
-            hw = _num(r.get("halfwidth"))
+            hw = number(r.get("halfwidth"))
             lines.append(
                 ("  " if training.any() else "")
                 + f"{r['loader']}, {device_text(r['gpus'], r.get('device'))}, {r['tier']}, b{int(r['batch_size'])} "

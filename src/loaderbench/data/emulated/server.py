@@ -18,7 +18,8 @@ from loaderbench.core.devices import DEVICE_MODELS, DeviceModel, EmulatedTierErr
 from loaderbench.core.util import atomic_write_json
 
 from .fs import FSNAME, INSTALL_HINT, MAX_READ, MFUSEPY_ERROR, SUBTYPE, EmulatedFS, mfusepy
-from .mounting import absolute_path, cleanup_stale, fusermount
+from .mounts import absolute_path, fusermount
+from .owner import cleanup_stale
 
 STATS_EVERY_S = 2.0
 

@@ -1,11 +1,10 @@
 """One cell's measurement inside its process: build the loader and the model, place the threads, warm up, time a
-window (`window`) and summarise it (`metrics`). `train` runs it as the measuring process's entry point."""
+window (`window`) and summarise it (`metrics`, `runmetrics`). `entry` runs it as the measuring process's entry point."""
 
 from __future__ import annotations
 
 import math
 import os
-import resource
 import threading
 import time
 from pathlib import Path
@@ -18,8 +17,16 @@ from .. import placement
 from ..step import cold_batch, configure_cudnn, dtypes, loader_context, training_step
 from ..watchdog import Heartbeat
 from . import metrics as summary
-from . import parallel, stepprofile
-from .batchmeans import batch_durations, trace
+from . import parallel, parts, stepprofile
+from .runmetrics import (
+    parallel_record,
+    peak_rss_mb,
+    phase_metrics,
+    process_tree_rss_mb,
+    rate_metrics,
+    settings_record,
+    window_record,
+)
 from .window import StopRule, hold_collection, timed_window, warm_up
 
 KEEP: list = []  # loaders kept alive until the process ends (their workers are killed with it, not joined)
@@ -49,22 +56,33 @@ class CellRun:
         torch.manual_seed(spec.seed)
         if kind == "cuda":
             configure_cudnn(spec)
-        self.place = placement.for_cell(spec.placement, spec.gpus, kind)
+        self.place = placement.for_cell(spec.placement, spec.launchers, kind)
         self.ddp = spec.parallel == "ddp"
         # the GPUs this process drives - dp: 0..n-1, ddp: its rank's own
         self.gpu_ids = ([self.device.index] if self.ddp else list(range(spec.gpus))) if kind == "cuda" else []
-        self.ctx = loader_context(
-            spec, data_root, allowed, self.device, self.place, dist.rank, dist.world if self.ddp else 1
-        )
+        facts = parts.loader_facts(spec)
+        parts.check_ranks(spec, facts)
+        build = get_loader(spec.loader, spec.loader_ref).build
+
+        def context(rank: int, world: int):
+            return loader_context(spec, data_root, allowed, self.device, self.place, rank, world)
+
+        if spec.ranks > 1 and not self.ddp:  # a ranks part under dp: n GPUs' worth of batches from this process
+            self.ctx, batches = parts.dp_rank_batches(spec, facts, build, context)
+        else:
+            self.ctx = context(dist.rank, dist.world if self.ddp else 1)
+            batches = build(self.ctx)
         who = f"plugin loader {spec.loader_ref!r}" if spec.loader_ref else f"loader {spec.loader!r}"
         # every batch the cell takes (warm-up, window, profile) keeps the first one's shape, dtype and device
-        self.batches = SameForm(get_loader(spec.loader, spec.loader_ref).build(self.ctx), who)
-        self.global_batch = spec.batch_size * spec.gpus
+        self.batches = SameForm(batches, who)
+        self.global_batch = spec.batch_size * spec.gpus * spec.ranks
         self.classes = len(class_names(allowed))  # from the manifest, as the loaders' labels
         prescattered = bool(self.ctx.info.get("prescattered"))
         self.model, self.step = training_step(
             spec, self.classes, self.device, wrap=lambda m: parallel.wrap(m, dist, spec.gpus, prescattered)
         )
+        if spec.beside:  # the model steps on a synthetic batch; the loader's are fetched and dropped
+            self.step = parts.beside_step(self.step, self.ctx)
         self.backlog = self.ctx.info["prefetch_batches"]
         self.placed: dict = {}
         self.step_times: dict = {}  # the warm-up's and the window's steps, for the cell's trace (`step_times`)
@@ -194,11 +212,17 @@ class CellRun:
         return {
             "rank": self.dist.rank,
             "device": str(self.device),
+            "pid": os.getpid(),
+            "workers": self.ctx.info.get("workers"),
+            "intra_op_threads": torch.get_num_threads(),
+            "launch_core": self.place.launch[self.dist.rank if self.ddp else 0] if self.place else None,
             "time_s": win.elapsed_s,
             "waits": win.waits,
             "computes": win.computes,
+            "host_steps": win.host_steps,
+            "main_cpu_s": win.main_cpu_s,
             "peak_gpu_mem_mb": peak_gpu,
-            "process_rss_mb": _peak_rss_mb(),
+            "process_rss_mb": peak_rss_mb(),
             "loader_info": self.ctx.info,
             "profile": profile,
         }
@@ -212,9 +236,9 @@ def measure_in(run: CellRun, t_start: float, since_process_start: float | None, 
     run.step_times = step_times(warm, win.timings, run.kind)
     final_loss = float(win.loss.detach().float().item())
     ranks = parallel.gather(run.dist, run.rank_summary(win))
-    rss = _process_tree_rss_mb()
+    rss = process_tree_rss_mb()
     # the workers are not shut down one by one (seconds of joins): the process ends with os._exit once its record is
-    # written, and its workers are killed with it (`train.main`)
+    # written, and its workers are killed with it (`entry.main`)
     KEEP.append(run.batches)
     if not run.dist.is_main:
         return None
@@ -233,11 +257,11 @@ def measure_in(run: CellRun, t_start: float, since_process_start: float | None, 
         window_step_end=win.step_end,
     )
     return {
-        **_rate(run, ranks, elapsed, steps),
-        "window": _window_record(rule, win),
-        **_phases(run, warm, t_start, since_process_start, cold_step_s),
-        **_settings(run, win.last_batch[0]),
-        "parallel": _parallel_record(run, ranks),
+        **rate_metrics(run, ranks, elapsed, steps),
+        "window": window_record(rule, win),
+        **phase_metrics(run, warm, t_start, since_process_start, cold_step_s),
+        **settings_record(run, win.last_batch[0]),
+        "parallel": parallel_record(run, ranks),
         "prefetch_backlog_batches": run.backlog,
         "window_over_backlog": steps / run.backlog if run.backlog else None,
         "half_ratio": ratio,
@@ -249,7 +273,7 @@ def measure_in(run: CellRun, t_start: float, since_process_start: float | None, 
         "device": {"type": run.kind, "count": count, "used": run.spec.gpus if run.kind == "cuda" else 0},
         "peak_gpu_mem_mb": [m for r in ranks for m in r["peak_gpu_mem_mb"]],
         "gpu_mem_nvml_mb": gpu_memory_used_mb(run.spec.gpus) if run.kind == "cuda" else None,
-        "main_peak_rss_mb": _peak_rss_mb(),
+        "main_peak_rss_mb": peak_rss_mb(),
         "process_tree_rss_mb": rss,
     }
 
@@ -267,146 +291,7 @@ def step_times(warm: dict, window: dict, kind: str) -> dict:
         "warmup": {
             "start": r(start),
             "wait": r(warm["waits"]),
-            "end": r([s + d for s, d in zip(start, warm["durations"])]),
+            "end": r([s + d for s, d in zip(start, warm["durations"], strict=True)]),
         },
         "window": {k: (v if k == "kept" else r(v)) for k, v in window.items() if k not in ("t0", "t0_epoch")},
     }
-
-
-def _rate(run: CellRun, ranks: list[dict], elapsed: float, steps: int) -> dict:
-    """The seed's Time(s), Steps and Samples/s, and the step's waits and compute."""
-    return {
-        "time_s": elapsed,
-        "steps": steps,
-        "global_batch": run.global_batch,
-        "samples": steps * run.global_batch,
-        "samples_per_s": steps * run.global_batch / elapsed,
-        "step_ms": 1000.0 * elapsed / steps,
-        "data_wait_ms": summary.summarize_ms([w for r in ranks for w in r["waits"]]),
-        "compute_ms": summary.summarize_ms([c for r in ranks for c in r["computes"]]),
-        "data_wait_fraction": float(sum(ranks[0]["waits"]) / ranks[0]["time_s"]),
-    }
-
-
-def _window_record(rule: StopRule, win) -> dict:
-    """How the window stopped and how well it knew its rate."""
-    adaptive = rule.mode == "adaptive"
-    return {
-        "mode": rule.mode,
-        "min_s": rule.min_seconds if adaptive else None,
-        "max_s": rule.max_seconds,
-        "precision": rule.precision if adaptive else None,
-        "ci95_rel_halfwidth": win.halfwidth,
-        "converged": win.converged,
-        "burst": rule.burst,
-        "whole_bursts": win.extra.get("whole_bursts"),
-        "batch_s": batch_durations(win.step_end, burst=win.extra["batch_unit"], bounds=win.extra.get("bounds")),
-        "trace": trace(win.step_end),
-    }
-
-
-def _phases(
-    run: CellRun, warm: dict, t_start: float, since_process_start: float | None, cold_step_s: float | None
-) -> dict:
-    """Where the time before the window went."""
-    durations = warm["durations"]
-    return {
-        "warmup_steps": len(durations),
-        "warmup_steps_max": warm["bound"],  # the backlog bound; fewer ran when the loader's backlog was found used up
-        "warmup_drained_at": warm["drained_at"],
-        "warmup_step_ms": summary.summarize_ms(durations[1:]),
-        "warmup_steps_s": [round(d, 5) for d in durations],
-        "startup_s": since_process_start,  # process start to here: interpreter, imports (torch), spec and manifest
-        "setup_s": warm["t_setup"] - t_start,  # CUDA context, process group, loader and model built
-        "first_step_s": warm["first_step_s"],  # autotuning, lazy CUDA module loading, worker start-up, first batch
-        "cold_step_s": cold_step_s,  # the cold step on a random batch in setup (None: not run); setup_s holds it
-        "warmup_s": warm["t_warm"] - warm["t_setup"],
-        "marks": run.marks,
-    }
-
-
-def _settings(run: CellRun, images) -> dict:
-    """What the step and the process ran with: input layout, compilation, optimizer, cuDNN, thread placement."""
-    import torch
-
-    spec, kind = run.spec, run.kind
-    first_input = images[0] if isinstance(images, list) else images  # a pre-scattered batch: one part per GPU
-    dtype = str(first_input.dtype).replace("torch.", "")
-    return {
-        "input": {
-            "dtype": dtype,  # what the model took
-            # what the loader delivered: a plugin's batches are cast to the cell's dtype; a built-in writes that dtype
-            "delivered_dtype": run.ctx.info.get("delivered_dtype", dtype),
-            "channels_last": first_input.is_contiguous(memory_format=torch.channels_last),
-        },
-        "compiled": spec.compile and run.model is not None,
-        **run.step.applied,  # the step's stream priority and whether it is captured, as the step runs them
-        "optimizer": {  # None for `none`: no model, no optimizer
-            "name": type(run.step.optimizer).__name__,
-            "fused": bool(run.step.optimizer.defaults.get("fused")),
-        }
-        if run.step.optimizer is not None
-        else None,
-        "cudnn_benchmark": spec.cudnn_benchmark if kind == "cuda" else None,
-        "cudnn_benchmark_limit": torch.backends.cudnn.benchmark_limit if kind == "cuda" else None,
-        "placement": {**run.place.to_dict(), **run.placed}
-        if run.place
-        else {"off": f"placement {spec.placement} on {kind}"},
-        "amp_dtype": str(run.amp_dtype).replace("torch.", "") if spec.precision == "amp" else None,
-    }
-
-
-def _parallel_record(run: CellRun, ranks: list[dict]) -> dict:
-    """dp or ddp: the processes, the backend, the wrapper and each rank's own figures."""
-    spec = run.spec
-    return {
-        "mode": spec.parallel,
-        "processes": run.dist.world,
-        "backend": ("nccl" if run.kind == "cuda" else "gloo") if run.ddp else None,
-        "wrapper": _wrapper(run.model, spec.compile),
-        "per_rank": [
-            {
-                "rank": r["rank"],
-                "device": r["device"],
-                "time_s": r["time_s"],
-                "data_wait_ms": summary.summarize_ms(r["waits"])["mean"],
-                "compute_ms": summary.summarize_ms(r["computes"])["mean"],
-                "peak_gpu_mem_mb": r["peak_gpu_mem_mb"],
-                "process_rss_mb": r["process_rss_mb"],
-            }
-            for r in ranks
-        ],
-    }
-
-
-def _wrapper(model, compiled: bool) -> str | None:
-    """What the step's model is wrapped in (DataParallel, DistributedDataParallel); None without a model (`none`)."""
-    if model is None:
-        return None
-    return f"compiled {type(model._orig_mod).__name__}" if compiled else type(model).__name__
-
-
-def _process_tree_rss_mb() -> float | None:
-    try:
-        import psutil
-    except ImportError:
-        return None
-    me = psutil.Process()
-    total = me.memory_info().rss
-    for child in me.children(recursive=True):
-        try:
-            total += child.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**20
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM, which `train.reset_for_next_cell` resets), else getrusage's."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -35,7 +35,7 @@ def half_ratio(step_end: list[float], elapsed: float) -> float | None:
 
 
 def step_durations(step_end: list[float]) -> list[float]:
-    return [b - a for a, b in zip([0.0, *step_end[:-1]], step_end)]
+    return [b - a for a, b in zip([0.0, *step_end[:-1]], step_end, strict=False)]
 
 
 # Each warning has a stable code (records.WARNINGS) beside its text, so tables and reports can group them.

@@ -27,6 +27,7 @@ class Dist:
     local_rank: int
     device: torch.device
     ctrl: object = None  # a gloo group for host-side agreement (stop flags, gathering results); None when world == 1
+    backend: str | None = None  # ddp's process group: nccl on GPUs, gloo on the CPU or with every rank on one GPU
 
     @property
     def is_main(self) -> bool:
@@ -37,8 +38,10 @@ def env_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def start(mode: str, gpus: int, timeout_s: float) -> Dist:
-    """Join the cell's process group (ddp) or describe the single dp process; picks this process's device."""
+def start(mode: str, processes: int, timeout_s: float, one_device: bool = False) -> Dist:
+    """Join the cell's process group (ddp) or describe the single dp process; picks this process's device: its local
+    rank's GPU, or with `one_device` (a ranks part) the first for every rank, whose group is then gloo's (NCCL takes
+    one rank a GPU; the ranks part runs no collective on the device)."""
     import torch.distributed as dist
 
     cuda = torch.cuda.is_available()
@@ -46,24 +49,25 @@ def start(mode: str, gpus: int, timeout_s: float) -> Dist:
         return Dist("dp", 0, 1, 0, torch.device("cuda:0" if cuda else "cpu"))
     rank, world = env_rank(), int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", str(rank)))
-    if world != gpus:
-        raise RuntimeError(f"ddp cell for {gpus} GPUs started with WORLD_SIZE={world}")
-    device = torch.device(f"cuda:{local}" if cuda else "cpu")
+    if world != processes:
+        raise RuntimeError(f"ddp cell of {processes} processes started with WORLD_SIZE={world}")
+    device = torch.device(f"cuda:{0 if one_device else local}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
+    nccl = cuda and not one_device
     timeout = datetime.timedelta(seconds=max(60.0, timeout_s))
     # the cell runner's rendezvous file (runcell), else torchrun's environment (MASTER_ADDR, MASTER_PORT)
     where = os.environ.get("LOADERBENCH_RENDEZVOUS")
     dist.init_process_group(
-        "nccl" if cuda else "gloo",
+        "nccl" if nccl else "gloo",
         init_method=f"file://{where}" if where else "env://",
         rank=rank,
         world_size=world,
         timeout=timeout,
-        device_id=device if cuda else None,
+        device_id=device if nccl else None,
     )
-    ctrl = dist.new_group(backend="gloo", timeout=timeout) if cuda else dist.group.WORLD
-    return Dist("ddp", rank, world, local, device, ctrl)
+    ctrl = dist.new_group(backend="gloo", timeout=timeout) if nccl else dist.group.WORLD
+    return Dist("ddp", rank, world, local, device, ctrl, "nccl" if nccl else "gloo")
 
 
 def stop(d: Dist) -> None:
@@ -234,7 +238,7 @@ class ReplicaThreads:
 
         futures = [
             pool.submit(run, m, a, k, d)
-            for pool, m, a, k, d in zip(self.pools, modules[1:], inputs[1:], kwargs[1:], devices[1:])
+            for pool, m, a, k, d in zip(self.pools, modules[1:], inputs[1:], kwargs[1:], devices[1:], strict=False)
         ]
         first = run(modules[0], inputs[0], kwargs[0], devices[0])
         return [first, *(f.result() for f in futures)]

@@ -2,7 +2,7 @@
 training code, and forks one fresh process per cell (per rank under ddp) on request.
 
 The child is still fresh (its own CUDA context, loader workers, random state; the server never touches CUDA) and
-renames itself `python -m loaderbench.engine.process.train --cell ID`; it dies with its runner and with the server.
+renames itself `python -m loaderbench.engine.process.entry --cell ID`; it dies with its runner and with the server.
 With `host.reuse_processes` a dp cell's process is kept for the next dp cell of another configuration. A runner that cannot
 use the server starts the process itself and says why in `process_start`. Details: docs/internals.md,
 "engine.warmstart".
@@ -23,7 +23,7 @@ from pathlib import Path
 from loaderbench.core.util import die_with_parent, kill_tree, stable_hash
 
 from .. import placement
-from ..contract import MAX_MESSAGE, TRAIN_MODULE, key
+from ..contract import ENTRY_MODULE, MAX_MESSAGE, key
 
 PRELOAD = (
     "torch",
@@ -33,7 +33,7 @@ PRELOAD = (
     "PIL.Image",
     "cv2",
     "psutil",
-    "loaderbench.engine.process.train",
+    ENTRY_MODULE,
     "loaderbench.engine.process.window",
     "loaderbench.engine.process.metrics",
 )
@@ -77,7 +77,7 @@ def serve(path: str | os.PathLike, reuse: bool = False) -> int:
         listener.listen(64)
         started = time.perf_counter()
         own_key = key()  # before the imports: OpenCV's adds to LD_LIBRARY_PATH
-        for name in placement.THREAD_ENV:  # torch picks its own thread count, noted for the children (`train`)
+        for name in placement.THREAD_ENV:  # torch picks its own thread count, noted for the children (`entry`)
             os.environ.pop(name, None)
         for name in PRELOAD:
             try:
@@ -260,12 +260,12 @@ def _child(conn: socket.socket, request: dict, fds: list[int], ctl: socket.socke
     ):
         signal.signal(sig, handler)
     cpus = os.sched_getaffinity(0)
-    from . import train
+    from . import entry
 
     while True:
         code = _run_cell(request, fds)
-        if ctl is None or code != 0 or train.LAST_STATUS[0] != "ok":
-            train.exit_now(code)  # a failed cell's process is not kept: its state is not known
+        if ctl is None or code != 0 or entry.LAST_STATUS[0] != "ok":
+            entry.exit_now(code)  # a failed cell's process is not kept: its state is not known
         _RUNNER[0] = None
         devnull = os.open(os.devnull, os.O_RDWR)
         for target in (0, 1, 2):  # the finished job's streams: its log must see their end
@@ -273,16 +273,16 @@ def _child(conn: socket.socket, request: dict, fds: list[int], ctl: socket.socke
         os.close(devnull)
         try:
             ctl.send(json.dumps({"done": code}).encode())  # the runner has its cell; what follows is this process's
-            train.reset_for_next_cell(cpus)  # a next cell handed over meanwhile waits for it (its start-up phase)
+            entry.reset_for_next_cell(cpus)  # a next cell handed over meanwhile waits for it (its start-up phase)
             data, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 3)
-            train.CELL_START[0] = time.time()
+            entry.CELL_START[0] = time.time()
             request = json.loads(data)
         except (OSError, ValueError):
             data = b""
         except BaseException:  # not fit for another cell: the server reaps it, no runner waits on it
-            train.exit_now(0)
+            entry.exit_now(0)
         if not data or len(fds) != 3:
-            train.exit_now(0)  # the server let go of this process
+            entry.exit_now(0)  # the server let go of this process
 
 
 def _run_cell(request: dict, fds: list[int]) -> int:
@@ -297,15 +297,15 @@ def _run_cell(request: dict, fds: list[int]) -> int:
     import random
 
     random.seed()
-    sys.argv = [f"-m {TRAIN_MODULE}", *request["args"]]
+    sys.argv = [f"-m {ENTRY_MODULE}", *request["args"]]
     _set_cmdline(
-        f"{sys.executable} -m loaderbench.engine.process.train --cell {request.get('title', '?')} (forked by the "
+        f"{sys.executable} -m {ENTRY_MODULE} --cell {request.get('title', '?')} (forked by the "
         f"warm-start server {os.getppid()})"
     )
-    from . import train
+    from . import entry
 
     try:
-        return train.main(request["args"])
+        return entry.main(request["args"])
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 1
     except BaseException:

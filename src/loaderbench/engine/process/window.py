@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from time import thread_time  # the main thread's CPU time: a clock of its own, beside the window's
 
 from .batchmeans import MIN_BATCHES, relative_halfwidth
 from .bursts import BURST_WAIT_SHARE, at_burst_start, drained, rebased, whole_bursts_cut
@@ -67,6 +68,8 @@ class WindowResult:
     steps: int
     waits: list[float]  # host seconds blocked on the loader, per step
     computes: list  # per step: seconds (CPU) or a pair of CUDA events, resolved by `resolve`
+    host_steps: list[float]  # per step: host seconds from the batch in hand to the step function's return
+    main_cpu_s: float | None  # the main thread's CPU seconds per step over the steps kept (time.thread_time)
     step_end: list[float]  # seconds from the window's start, host clock
     loss: object
     last_batch: object
@@ -184,6 +187,9 @@ class _Window:
         self.waits: list[float] = []
         self.starts: list[float] = []  # each step's start on the host's clock (perf_counter), for the trace
         self.computes: list = []
+        self.host_steps: list[float] = []
+        self.cpu_end: list[float] = []  # the main thread's CPU time (time.thread_time) at each step's end
+        self.cpu0 = 0.0  # ... and at the window's start
         self.step_end: list[float] = []
         self.loss = self.images_labels = None
         self.cycles_hw = None  # the precision of a worker-fed loader's whole cycles, at its last burst start
@@ -200,9 +206,12 @@ class _Window:
             self.start.record()  # the device's clock starts where the window's first step is queued
         self.t0 = time.perf_counter()
         self.t0_epoch = time.time()
+        self.cpu0 = thread_time()
 
     def step(self, step, batches) -> None:
-        """One step: its wait for the batch, its compute (CUDA events on a GPU), its end on the host's clock."""
+        """One step: its wait for the batch, its compute (CUDA events on a GPU), its host time (the step function's
+        call, no synchronisation added: on the CPU its compute), its end on the host's clock and the main thread's
+        CPU time at its end."""
         tw = time.perf_counter()
         self.images_labels = next(batches)
         tc = time.perf_counter()
@@ -211,12 +220,15 @@ class _Window:
             ev0, ev1 = self.cuda_timer(), self.cuda_timer()
             ev0.record()
             self.loss = step(*self.images_labels)
+            self.host_steps.append(time.perf_counter() - tc)
             ev1.record()
             self.computes.append((ev0, ev1))
         else:
             self.loss = step(*self.images_labels)
-            self.computes.append(time.perf_counter() - tc)
+            self.host_steps.append(time.perf_counter() - tc)
+            self.computes.append(self.host_steps[-1])
         self.step_end.append(time.perf_counter() - self.t0)
+        self.cpu_end.append(thread_time())
         self.starts.append(tw)  # after the clocks are read: outside the step's wait and compute
         self.waited += self.waits[-1]
 
@@ -269,9 +281,11 @@ class _Window:
             computes = [a.elapsed_time(b) / 1000.0 for a, b in computes]
         timings = self.step_timings(cut, step_end if self.cuda_timer else None, computes)
         extra, cycles = {}, None
+        host_steps, kept = self.host_steps, (-1, len(computes) - 1)  # kept: the steps after the first to the last
         if cut is not None:
             first, last, elapsed, cycles, extra["whole_bursts"] = cut
             waits, computes = waits[first + 1 : last + 1], computes[first + 1 : last + 1]
+            host_steps, kept = host_steps[first + 1 : last + 1], (first, last)
             step_end = rebased(step_end, first, last)
             if cycles:
                 extra["bounds"] = cycles  # the burst starts of the steps kept: batch means over whole cycles
@@ -284,6 +298,8 @@ class _Window:
             len(step_end),
             waits,
             computes,
+            host_steps,
+            self.main_cpu_s(*kept),
             step_end,
             self.loss,
             self.images_labels,
@@ -292,6 +308,13 @@ class _Window:
             extra,
             timings,
         )
+
+    def main_cpu_s(self, first: int, last: int) -> float | None:
+        """The main thread's CPU seconds per step over steps first+1..last (first -1: from the window's start)."""
+        if last <= first:
+            return None
+        start = self.cpu0 if first < 0 else self.cpu_end[first]
+        return (self.cpu_end[last] - start) / (last - first)
 
     def step_timings(self, cut, device_end: list[float] | None, computes: list[float]) -> dict:
         """Every step the window ran, in seconds from its start (`t0` on the host's clock, `t0_epoch`): host start, wait and end, and on a GPU
@@ -309,7 +332,7 @@ class _Window:
             "kept": [first, last],
         }
         if device_end is not None:
-            out["device_start"] = [e - c for e, c in zip(device_end, computes)]
+            out["device_start"] = [e - c for e, c in zip(device_end, computes, strict=True)]
             out["device_end"] = list(device_end)
         return out
 

@@ -91,7 +91,7 @@ def own_work(pid: int, run_id: str | None, ancestors: set[int]) -> bool:
 def foreign_gpu_processes(nv, handles: list, indices: list[int], tree: set[int]) -> list[dict]:
     """NVML's running compute and graphics processes on the cell's GPUs whose pid is not in `tree`."""
     out, seen = [], set()
-    for handle, index in zip(handles, indices):
+    for handle, index in zip(handles, indices, strict=True):
         procs = []
         for call in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
             try:

@@ -112,7 +112,7 @@ def _host_steps(steps: dict, us) -> list[dict]:
     first, last = steps["window"].get("kept", [0, len(steps["window"]["end"])])
     out = []
     for phase, part in (("warm-up", steps["warmup"]), ("window", steps["window"])):
-        for i, (s, w, e) in enumerate(zip(part["start"], part["wait"], part["end"])):
+        for i, (s, w, e) in enumerate(zip(part["start"], part["wait"], part["end"], strict=True)):
             a, b = us(t0 + s), us(t0 + e)
             mid = min(us(t0 + s + w), b)
             counted = phase == "window" and first <= i < last
@@ -128,7 +128,7 @@ def _device_steps(steps: dict, us) -> list[dict]:
     to it (queued by the loader on the step's stream) or nothing, the two not told apart by these events."""
     t0, part = steps["t0_epoch"], steps["window"]
     out, prev = [], us(t0)
-    for i, (s, e) in enumerate(zip(part["device_start"], part["device_end"])):
+    for i, (s, e) in enumerate(zip(part["device_start"], part["device_end"], strict=True)):
         a, b = us(t0 + s), us(t0 + e)
         if a > prev:
             out.append(_span("before the step: copy to the device or idle", "device-gap", prev, a, DEVICE_TID))

@@ -207,7 +207,7 @@ def spawn(
     args: list[str], env: dict, title: str, wait_s: float = 180.0, reuse_config: str | None = None
 ) -> tuple[WarmProcess | None, str, int]:
     """Ask the run's server (LOADERBENCH_WARM_SOCKET) for a measuring process running
-    `python -m loaderbench.engine.process.train ARGS` with `env`, this process's cwd and standard streams (`title`: the cell, for its
+    `python -m loaderbench.engine.process.entry ARGS` with `env`, this process's cwd and standard streams (`title`: the cell, for its
     command line). `reuse_config` (a dp cell: its configuration, the cell id but for its repeat) lets a server that
     keeps processes hand it to one of its kept processes. Returns (process, how it started, cells that process
     measured before this one) or (None, why not, 0) - the caller then starts the process itself. `wait_s` bounds the

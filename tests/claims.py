@@ -27,10 +27,9 @@ import pandas as pd
 
 from loaderbench.core.comparable import SEVERAL
 from loaderbench.core.records import read_record
+from loaderbench.core.registry import DEFAULT_MODEL
 from loaderbench.core.uncertainty import Ratio, quotient, ratio
-
-from .aggregate import add_tier_rates, cells_table, repeats_table
-from .columns import DEFAULT_MODEL
+from loaderbench.report.aggregate import add_tier_rates, cells_table, repeats_table
 
 MARKER = re.compile(r"<!--c:([A-Za-z0-9_.\-]+)-->")
 NUM = r"\d[\d,]*(?:\.\d+)?"
@@ -198,7 +197,7 @@ class Run:
     def row(self, sel: str) -> pd.Series:
         key = parse_cell(sel)
         t = self.table
-        hit = t[np.logical_and.reduce([t[k] == v for k, v in zip(KEYS, key)])]
+        hit = t[np.logical_and.reduce([t[k] == v for k, v in zip(KEYS, key, strict=True)])]
         if len(hit) != 1:
             raise KeyError(f"{self.folder}: {len(hit)} cells match {sel!r}")
         return hit.iloc[0]
@@ -289,7 +288,9 @@ def crosscheck(
     if len(rows) != 1 or rows[0].get("status") != "ok":
         raise KeyError(f"{path}: no ok row {loader}/{precision}" + (f"/{model}" if model else ""))
     r = rows[0]
-    pairs = list(zip(r["cell_samples_per_s"], r["bare_samples_per_s"], r["cell_halfwidth"], r["bare_halfwidth"]))
+    pairs = list(
+        zip(r["cell_samples_per_s"], r["bare_samples_per_s"], r["cell_halfwidth"], r["bare_halfwidth"], strict=True)
+    )
     q = ratio(pairs)
     return Value(q.value, q.halfwidth, comparison=True)
 

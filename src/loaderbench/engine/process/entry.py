@@ -1,7 +1,7 @@
 """The measuring process of a cell: measure it (`measure`), write its outcome, and end at once; a process kept for
 the next cell (warmstart) is reset here.
 
-Run as `python -m loaderbench.engine.process.train --order FILE` by the cell runner (`engine.runner.runcell`) in a
+Run as `python -m loaderbench.engine.process.entry --order FILE` by the cell runner (`engine.runner.runcell`) in a
 fresh process (one per rank under ddp), which watches its heartbeat (`watchdog`) and writes the final record.
 """
 
@@ -21,7 +21,7 @@ from loaderbench.core.util import WriteError
 from loaderbench.data.manifest import Staged
 
 from .. import placement
-from ..contract import TRAIN_MODULE, Order, Outcome
+from ..contract import ENTRY_MODULE, Order, Outcome
 from ..step import available_devices
 from ..watchdog import Heartbeat, heartbeat_path, stacks_path
 from . import parallel
@@ -45,7 +45,7 @@ def measure(
     heartbeat = heartbeat or Heartbeat(None)
     heartbeat.phase("setup")
     kind, count = available_devices()
-    dist = parallel.start(spec.parallel, spec.gpus, timeout_s)
+    dist = parallel.start(spec.parallel, spec.processes, timeout_s, one_device=spec.ranks > 1)
     try:
         # the step's threads as a plain script on this host gets them, not the job's OMP_NUM_THREADS
         placement.set_intra_op_threads(spec.parallel, dist.world)
@@ -137,7 +137,7 @@ def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"python -m {TRAIN_MODULE}")
+    p = argparse.ArgumentParser(prog=f"python -m {ENTRY_MODULE}")
     p.add_argument("--order", required=True, type=Path, help="the runner's order (engine.contract.Order) as JSON")
     order = Order.read(p.parse_args(argv).order)
     rank = env_rank()
