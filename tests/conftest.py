@@ -129,14 +129,14 @@ def simulated_clock(monkeypatch) -> SimulatedClock:
     return clock
 
 
-_STAGED: dict[Path, Path] = {}  # dataset -> the folder it was checked and staged in, once a session
+_STAGED: dict[Path, Path] = {}  # dataset -> the folder it was checked and staged in, once a test run
 
 
 def staged_disk(tmp_path_factory, dataset: Path, name: str, **settings) -> tuple[Path, dict]:
     """`dataset` checked and staged (as dataset "ds" on a tier "disk"), and a validated config of that tier with the
     small CPU cells' settings (batch 4, 32 px crops, 1 worker, a 3-step window), `settings` over them. Returns
     (folder, config); the tier's manifest is `folder / "disk.json"`. The check and the staging are done once a
-    session for each dataset (the first caller's `name` names the folder): cells only read them, and a test that
+    test run for each dataset (the first caller's `name` names the folder): cells only read them, and a test that
     changes the tier works on a copy."""
     from loaderbench.core.config import validate_config
     from loaderbench.data.check import check_dataset
@@ -306,9 +306,9 @@ def finished_run(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def warm_server(tmp_path_factory) -> Path:
-    """The session's warm-start server (`loaderbench.engine.process.warmstart`, as the workflow's `onstart` starts one
+    """The test run's warm-start server (`loaderbench.engine.process.warmstart`, as the workflow's `onstart` starts one
     for a run): it imports torch and the training code once, and forks a measuring process per cell of the tests that
-    ask for `warm_cells`. Stopped at the session's end."""
+    ask for `warm_cells`. Stopped at the run's end."""
     sock = tmp_path_factory.mktemp("warm") / "s.sock"
     proc = subprocess.Popen(
         [sys.executable, "-m", "loaderbench.engine.process.warmstart", str(sock)], stdin=subprocess.DEVNULL
@@ -325,7 +325,7 @@ def warm_server(tmp_path_factory) -> Path:
 @pytest.fixture
 def warm_cells(warm_server, monkeypatch) -> Path:
     """Cells run by this test (in its process, or by the Snakemake or CLI it starts) fork their measuring processes
-    from the session's warm-start server, as a pipeline's cells do, instead of each starting an interpreter and
+    from the test run's warm-start server, as a pipeline's cells do, instead of each starting an interpreter and
     importing torch. Not for a test of process starts themselves (which process, whose child, which server)."""
     from loaderbench.engine.contract import ENV_SOCKET
 
