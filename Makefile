@@ -9,7 +9,7 @@ SMK    := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 # the pipeline with a quiet terminal: a line per cell, Snakemake's output in logs/snakemake/, then the verdict
 RUN    := $(BIN)/loaderbench run --config $(CONFIG) --cores $(CORES)
 
-.PHONY: quickstart test test-dev plan bench ceiling tune engine-report report rerun respread cells lint clean
+.PHONY: quickstart test test-fast test-dev plan bench ceiling tune engine-report report rerun respread cells lint clean
 
 # The install says one line; the installer's output goes to logs/install.log, whose last lines are shown if it fails.
 # scripts/install-venv.sh installs with uv where it honours pip's configuration, else with pip
@@ -34,6 +34,12 @@ quickstart: $(STAMP)
 test: lint
 	-scripts/install-test-deps.sh
 	$(BIN)/python -m pytest -q -ra -m "not dev"
+
+## test-fast: the tests that run no real cell, Snakemake, FUSE mount or browser (`-m "not slow"`: a few minutes on 2
+## cores), then the time they took; for a loop of changes to the report or the tables. `make test` runs them all.
+test-fast: $(STAMP)
+	@start=$$(date +%s); $(BIN)/python -m pytest -q -ra -m "not dev and not slow"; status=$$?; \
+	  echo "test-fast: $$(( $$(date +%s) - start )) s"; exit $$status
 
 ## test-dev: the tests of the offline-GPU-host tooling in dev/ (not the product's)
 test-dev: $(STAMP)

@@ -32,6 +32,22 @@ def _skip_reason(report) -> str:
     return text.removeprefix("Skipped: ")
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test of the real pipeline (`e2e`) is slow too: `-m "not slow"` (make test-fast) leaves out both."""
+    for item in items:
+        if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
+UNMARKED_SLOW_S = 15.0  # a test without the slow mark that runs longer is named at the end (make test-fast)
+_UNMARKED_SLOW: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and "slow" not in report.keywords and report.duration > UNMARKED_SLOW_S:
+        _UNMARKED_SLOW[report.nodeid] = report.duration
+
+
 def pytest_report_teststatus(report, config):
     if report.skipped and not hasattr(report, "wasxfail"):
         reason = _skip_reason(report).lower()
@@ -42,7 +58,8 @@ def pytest_report_teststatus(report, config):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The skips counted by cause above, listed with their reasons (they leave pytest's own 'skipped' list)."""
+    """The skips counted by cause above, listed with their reasons (they leave pytest's own 'skipped' list), and the
+    tests without the slow mark that took long."""
     for _, label in NEEDS:
         reports = terminalreporter.stats.get(f"skipped ({label})", [])
         if reports:
@@ -52,6 +69,13 @@ def pytest_terminal_summary(terminalreporter):
             )
             for r in reports:
                 terminalreporter.write_line(f"  SKIPPED {r.nodeid}")
+    if _UNMARKED_SLOW:
+        terminalreporter.write_line(
+            f"{len(_UNMARKED_SLOW)} test(s) without the slow mark ran over {UNMARKED_SLOW_S:g} s: mark them "
+            "@pytest.mark.slow if they run cells, Snakemake, a FUSE mount or a browser (make test-fast leaves those out)"
+        )
+        for nodeid, seconds in sorted(_UNMARKED_SLOW.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"  {seconds:.0f} s {nodeid}")
 
 
 @pytest.fixture(scope="session")
@@ -76,18 +100,55 @@ class BacklogLoader:
         return (self.given,)
 
 
+class SimulatedClock:
+    """Time for tests of the window's logic on constructed traces: `sleep` moves it on at once and each reading by
+    1 us (the code between two readings), so a trace of sleeps is timed as designed however loaded the machine is."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+    monotonic = perf_counter
+
+    def time(self) -> float:
+        return 1.7e9 + self.perf_counter()
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+@pytest.fixture
+def simulated_clock(monkeypatch) -> SimulatedClock:
+    """The `time` module's clocks and sleep replaced by a SimulatedClock for the test (pytest's own timing is not)."""
+    clock = SimulatedClock()
+    for name in ("perf_counter", "monotonic", "time", "sleep"):
+        monkeypatch.setattr(time, name, getattr(clock, name))
+    return clock
+
+
+_STAGED: dict[Path, Path] = {}  # dataset -> the folder it was checked and staged in, once a test run
+
+
 def staged_disk(tmp_path_factory, dataset: Path, name: str, **settings) -> tuple[Path, dict]:
-    """`dataset` checked and staged (as dataset "ds" on a tier "disk") in a new folder, and a validated config of
-    that tier with the small CPU cells' settings (batch 4, 32 px crops, 1 worker, a 3-step window), `settings` over
-    them. Returns (folder, config); the tier's manifest is `folder / "disk.json"`."""
+    """`dataset` checked and staged (as dataset "ds" on a tier "disk"), and a validated config of that tier with the
+    small CPU cells' settings (batch 4, 32 px crops, 1 worker, a 3-step window), `settings` over them. Returns
+    (folder, config); the tier's manifest is `folder / "disk.json"`. The check and the staging are done once a
+    test run for each dataset (the first caller's `name` names the folder): cells only read them, and a test that
+    changes the tier works on a copy."""
     from loaderbench.core.config import validate_config
     from loaderbench.data.check import check_dataset
     from loaderbench.data.stage import stage
 
-    tmp = tmp_path_factory.mktemp(name)
-    check_dataset(dataset, tmp / "check.json", tmp / "q", jobs=2)
-    (tmp / "tier").mkdir()
-    stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
+    tmp = _STAGED.get(dataset)
+    if tmp is None:
+        tmp = tmp_path_factory.mktemp(name)
+        check_dataset(dataset, tmp / "check.json", tmp / "q", jobs=2)
+        (tmp / "tier").mkdir()
+        stage(tmp / "check.json", "disk", tmp / "tier", "ds", tmp / "disk.json")
+        _STAGED[dataset] = tmp
     base = {
         "dataset": {"name": "ds"},
         "storage": {"disk": str(tmp / "tier")},
@@ -119,6 +180,7 @@ def tiny_config(tmp: Path, **overrides) -> dict:
         "workers": 1,
         "prefetch_factor": 1,
         "baseline": {"loader": "torchvision", "tier": "disk-a", "gpus": 1, "batch_size": 4, "precision": "fp32"},
+        "probe": {"sequential_mb": 8},  # the tiers' streaming read: 8 MB of random bytes written and read, not 64
     }
     for tier in cfg["storage"].values():
         Path(tier).mkdir(parents=True, exist_ok=True)
@@ -253,6 +315,35 @@ def finished_run(tmp_path_factory) -> tuple[Path, Path]:
     cfg_path = write_config(work, cfg)
     snakemake(work, "--configfile", str(cfg_path))
     return work, cfg_path
+
+
+@pytest.fixture(scope="session")
+def warm_server(tmp_path_factory) -> Path:
+    """The test run's warm-start server (`loaderbench.engine.process.warmstart`, as the workflow's `onstart` starts one
+    for a run): it imports torch and the training code once, and forks a measuring process per cell of the tests that
+    ask for `warm_cells`. Stopped at the run's end."""
+    sock = tmp_path_factory.mktemp("warm") / "s.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loaderbench.engine.process.warmstart", str(sock)], stdin=subprocess.DEVNULL
+    )
+    deadline = time.time() + 120  # the socket is bound before the imports; a cell that asks early waits for them
+    while not sock.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert sock.exists(), f"the warm-start server did not open {sock} (exit status {proc.poll()})"
+    yield sock
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def warm_cells(warm_server, monkeypatch) -> Path:
+    """Cells run by this test (in its process, or by the Snakemake or CLI it starts) fork their measuring processes
+    from the test run's warm-start server, as a pipeline's cells do, instead of each starting an interpreter and
+    importing torch. Not for a test of process starts themselves (which process, whose child, which server)."""
+    from loaderbench.engine.contract import ENV_SOCKET
+
+    monkeypatch.setenv(ENV_SOCKET, str(warm_server))
+    return warm_server
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -104,6 +104,7 @@ def shrinking_on_path(tmp_path, monkeypatch):
     monkeypatch.delenv("LOADERBENCH_WARM_SOCKET", raising=False)  # a server started elsewhere has another path
 
 
+@pytest.mark.slow
 def test_a_plugin_whose_later_batches_shrink_fails_its_cell_naming_the_batch(
     tmp_path_factory, small_dataset, shrinking_on_path, tmp_path
 ):
@@ -131,6 +132,7 @@ def plugin_cell(tmp_path_factory, small_dataset, tmp_path, reference: str, name:
     return run_cell(cell_spec(cfg, cell), folder / "disk.json", tmp_path / "cell.json")
 
 
+@pytest.mark.slow
 def test_a_plugin_that_switches_to_float16_after_batch_3_fails_its_cell_naming_the_batch_and_both_dtypes(
     tmp_path_factory, small_dataset, shrinking_on_path, tmp_path
 ):
@@ -145,6 +147,7 @@ def test_a_plugin_that_switches_to_float16_after_batch_3_fails_its_cell_naming_t
     assert not record.get("metrics")
 
 
+@pytest.mark.slow
 def test_a_plugin_that_delivers_float16_throughout_is_measured_and_its_record_says_so(
     tmp_path_factory, small_dataset, shrinking_on_path, tmp_path
 ):

@@ -20,6 +20,8 @@ from loaderbench.engine.runner.runcell import run_cell
 from loaderbench.engine.watchdog import StallRule
 from tests.conftest import staged_disk
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory, small_dataset):
@@ -28,6 +30,7 @@ def staged(tmp_path_factory, small_dataset):
     )
 
 
+@pytest.mark.usefixtures("warm_cells")
 @pytest.mark.parametrize("loader", ["torchvision", "opencv"])
 @pytest.mark.parametrize("precision", ["fp32", "amp"])
 def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loader, precision):
@@ -59,6 +62,7 @@ def test_ok_cell_trains_and_records_metrics_and_provenance(staged, tmp_path, loa
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no temp file left behind
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_the_plain_optimizer_cell_trains_and_says_so_and_keeps_the_hash_of_records_before_the_setting(staged, tmp_path):
     """optimizer.fused (SGD's fused implementation, on by default: under amp on a GPU it keeps GradScaler's check on
     the device) set false: the seed's plain SGD, the cell every record made before the setting measured - its spec
@@ -74,6 +78,7 @@ def test_the_plain_optimizer_cell_trains_and_says_so_and_keeps_the_hash_of_recor
     assert "optimizer_fused" not in rec["spec"] and fused.to_dict()["optimizer_fused"] is True
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_a_process_that_runs_cell_after_cell_keeps_its_cpus(staged, tmp_path, monkeypatch):
     """The runner moves its own threads off a cell's launch cores while the cell measures, and gives them their CPUs
     back after: a sweep (cell after cell in one process) on the H200 lost a core a cell, down to 4 for the 12th. This
@@ -101,6 +106,7 @@ def test_more_gpus_than_the_host_has_is_a_skip_record(staged, tmp_path):
     assert rec["metrics"] is None
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_an_exception_in_the_cell_is_a_failed_record(staged, tmp_path):
     tmp, cfg = staged
     out = tmp_path / "c.json"
@@ -143,6 +149,7 @@ def test_a_measurement_process_killed_by_a_signal_is_a_failed_record(staged, tmp
     assert not any(Path(tmp_path).glob(".*.child"))
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_a_compiled_cell_trains_under_torch_compile(staged, tmp_path):
     """compile: true wraps the model in torch.compile (inductor, compiled during the warm-up) and records it."""
     tmp, cfg = staged
@@ -158,6 +165,7 @@ def test_a_compiled_cell_trains_under_torch_compile(staged, tmp_path):
     assert m["warmup_s"] > 0 and m["setup_s"] > 0 and m["startup_s"] > 0
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_ceiling_pairs_the_synthetic_cell_with_a_bare_loop_of_as_many_steps(staged, tmp_path):
     from loaderbench.experiments.ceiling import ceiling
 
@@ -238,6 +246,7 @@ def test_sweep_runs_each_variant_as_real_cells_and_reuses_synthetic_for_loader_o
         parse_variant("x:no_such_setting=1")
 
 
+@pytest.mark.usefixtures("warm_cells")
 @pytest.mark.parametrize(
     "loader, sharding",
     [("torchvision", None), ("opencv", None), ("dali-mc", "shard 0 of 2"), ("dali-sc", "scatter from rank 0")],
@@ -266,6 +275,7 @@ def test_ddp_cell_runs_one_gloo_process_per_rank_on_the_cpu(staged, tmp_path, lo
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no rank or temp file left behind
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_dp_cell_goes_through_dataparallel_and_needs_gpus_for_more_than_one(staged, tmp_path):
     tmp, cfg = staged
     rec = run_cell(

@@ -100,6 +100,7 @@ def test_unusable_dataset_paths_are_named(tmp_path, layout, words, capsys):
     assert rc == 2 and str(src) in err and words in err and "dataset.path" in err
 
 
+@pytest.mark.slow
 def test_staged_files_decode_with_every_loader(tmp_path, messy_source):
     """Odd files that staging keeps are decodable by both loaders, and labels agree for the same file."""
     import torch
@@ -224,6 +225,7 @@ def test_check_report_is_the_same_on_every_run_and_names_the_file(tmp_path, mess
     assert "cannot identify image file 'class_0001/notes.JPEG'" in line, line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", ["torchvision", "opencv", "nvjpeg", "dali-cpu"])
 def test_cells_take_files_and_labels_from_the_manifest_not_a_scan_of_the_tier(
     tmp_path, small_dataset, loader, monkeypatch
@@ -358,6 +360,7 @@ def test_verify_restages_a_file_corrupted_in_place(tmp_path, small_dataset, caps
     assert sha256_file(victim) == man["files"][5]["sha256"]
 
 
+@pytest.mark.slow
 def test_staging_verify_config_key_reaches_the_stage_job(tmp_path):
     from tests.conftest import snakemake, tiny_config, write_config
 
@@ -388,6 +391,7 @@ def test_tiers_on_the_same_or_nested_paths_are_refused_at_validation(tmp_path, s
     )
 
 
+@pytest.mark.slow
 def test_a_name_that_is_not_utf8_is_flagged_and_staged_under_a_safe_name(tmp_path, small_dataset, monkeypatch):
     """It passed check and stage, then dali-cpu failed: 'Unsupported argument type with name files'."""
     from loaderbench.core.cells import cell_spec

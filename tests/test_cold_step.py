@@ -96,6 +96,7 @@ def _counted_measure(monkeypatch, spec, tmp):
     return metrics, calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "amp"])
 def test_cold_step_true_runs_one_step_on_its_own_batch_before_the_warm_up_and_the_window(
     staged, monkeypatch, precision
@@ -112,6 +113,7 @@ def test_cold_step_true_runs_one_step_on_its_own_batch_before_the_warm_up_and_th
     assert m["steps"] == 3
 
 
+@pytest.mark.slow
 def test_cold_step_auto_runs_none_on_the_cpu(staged, monkeypatch):
     tmp, cfg = staged
     spec = cell_spec(cfg, "synthetic_disk_g1_b4_fp32_dp_r0", in_grid=False)
@@ -123,6 +125,8 @@ def test_cold_step_auto_runs_none_on_the_cpu(staged, monkeypatch):
     assert not replace(spec, cold_step=False).cold_step_on("cuda")
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_a_cells_cold_step_is_in_its_record_and_in_its_setup_phase(staged, tmp_path):
     """A real cell process (torchvision, one worker): the record keeps cold_step_s, the runner's phases count it in
     setup, and the warm-up and the window ran as many steps as without it."""

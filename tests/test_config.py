@@ -128,6 +128,7 @@ def test_missing_or_unparsable_config_file(tmp_path):
     assert str(err.value) == f"config file {bad}, line 2, column 7: not valid YAML: mapping values are not allowed here"
 
 
+@pytest.mark.slow
 def test_empty_config_file_is_refused_as_snakemake_refuses_it(tmp_path, capsys):
     from loaderbench.cli import main as cli
     from tests.conftest import snakemake
@@ -153,6 +154,7 @@ def test_yaml_syntax_error_names_file_line_and_column_before_make_runs_snakemake
     assert recipe.index("validate-config --config $(CONFIG)") < recipe.index("$(RUN)"), recipe
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["dataset missing", "dataset is a file", "tier is a file", "tier outside missing"])
 def test_bad_paths_fail_at_plan_time_naming_the_key(tmp_path, case):
     from tests.conftest import snakemake, tiny_config, write_config
@@ -177,6 +179,7 @@ def test_bad_paths_fail_at_plan_time_naming_the_key(tmp_path, case):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_a_missing_tier_inside_the_project_plans_fine_staging_creates_it(tmp_path):
     """As the quickstart's resources/tiers/local on a fresh clone."""
     from tests.conftest import snakemake, tiny_config, write_config

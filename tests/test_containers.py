@@ -43,6 +43,7 @@ def test_definition_pins_an_ngc_pytorch_base_and_tests_dali_on_the_cpu():
     assert any(label.startswith("org.loaderbench.base " + recipe.fromHeader) for label in recipe.labels)
 
 
+@pytest.mark.slow
 def test_the_definitions_test_section_runs_here():
     """%test's Python (imports and one CPU-only DALI batch) run outside the container, with this project's packages."""
     import subprocess

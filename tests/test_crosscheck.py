@@ -34,6 +34,8 @@ def staged(tmp_path_factory, small_dataset):
     )
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_every_loader_kind_is_crosschecked_against_its_bare_loop(staged, tmp_path):
     tmp, cfg = staged
     rows = crosscheck(
@@ -52,6 +54,7 @@ def test_every_loader_kind_is_crosschecked_against_its_bare_loop(staged, tmp_pat
     assert bare["samples_per_s"] == rows[0]["bare_samples_per_s"][0] and bare["workers"] == 1
 
 
+@pytest.mark.slow
 def test_a_harness_slowed_on_purpose_reads_below_one_with_an_interval_that_excludes_it(staged, tmp_path, monkeypatch):
     tmp, cfg = staged
     site = tmp_path / "site"

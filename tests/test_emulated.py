@@ -107,6 +107,7 @@ def mounts():
             cleanup_stale(m.mountpoint)
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_one_head_pays_every_access_and_nothing_is_cached(tmp_path, mounts):
     backing, rels = make_tree(tmp_path)
@@ -123,6 +124,7 @@ def test_one_head_pays_every_access_and_nothing_is_cached(tmp_path, mounts):
     assert m.final_stats["final"] and m.final_stats["requests"] == second["requests"]
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_more_heads_serve_concurrent_readers_in_parallel(tmp_path, mounts):
     backing, rels = make_tree(tmp_path)
@@ -133,6 +135,7 @@ def test_more_heads_serve_concurrent_readers_in_parallel(tmp_path, mounts):
     assert t_eight * 2.5 < t_one, f"8 heads took {t_eight:.3f} s, 1 head {t_one:.3f} s (the model expects ~8x)"
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_content_matches_backing_and_sequential_reads_do_not_seek(tmp_path, mounts):
     backing, rels = make_tree(tmp_path, n=6)
@@ -153,6 +156,7 @@ def test_content_matches_backing_and_sequential_reads_do_not_seek(tmp_path, moun
     assert e.value.errno == errno.EROFS
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_rereading_what_the_head_just_read_needs_no_second_positioning(tmp_path, mounts):
     """OpenCV's imread opens a file twice (a few bytes to sniff the format, then the decode): a real drive serves
@@ -171,6 +175,7 @@ def test_rereading_what_the_head_just_read_needs_no_second_positioning(tmp_path,
     assert m.stats()["seeks"] - after["seeks"] == 1
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_small_reads_of_files_read_in_turn_pay_one_positioning_per_file(tmp_path, mounts):
     """Two workers reading their files 4 KB at a time, in turn (OpenCV's reads): a disk's readahead fetches each file
@@ -196,6 +201,7 @@ def test_small_reads_of_files_read_in_turn_pay_one_positioning_per_file(tmp_path
         assert after["readahead_hits"] - before["readahead_hits"] >= len(rels) * 4  # ~20 KB: 5 reads, 1 fetched
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_stale_mount_of_a_killed_owner_is_cleaned_by_the_next_mount(tmp_path, mounts):
     backing, rels = make_tree(tmp_path, n=4)
@@ -236,6 +242,7 @@ def test_stale_mount_of_a_killed_owner_is_cleaned_by_the_next_mount(tmp_path, mo
             cleanup_stale(mp)
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_unmount_cleans_after_the_server_was_killed(tmp_path, mounts):
     backing, _ = make_tree(tmp_path, n=2)
@@ -252,6 +259,7 @@ def test_unmount_cleans_after_the_server_was_killed(tmp_path, mounts):
     assert cleanup_stale(m.mountpoint) is None
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_server_unmounts_itself_on_sigterm(tmp_path, mounts):
     backing, rels = make_tree(tmp_path, n=2)

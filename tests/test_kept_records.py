@@ -57,6 +57,7 @@ def run_cell_in(work: Path, staged, out: Path, fill_disk: Path | None = None) ->
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
 def test_a_record_the_full_disk_cannot_take_is_kept_under_logs_and_restored_by_the_next_run(
     staged, tmp_path, small_filesystem
 ):
@@ -161,6 +162,7 @@ def loaderbench_run(work: Path, config: Path, *more: str) -> subprocess.Complete
     return subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=900, env=own_places(work))
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_forced_rerun_whose_cell_fails_puts_the_previous_record_back(tmp_path):
     """A real pipeline of one cell, then `loaderbench run -- --forcerun <its record>` (what `make rerun` runs) with a

@@ -247,6 +247,7 @@ def staged(tmp_path_factory, small_dataset):
     return folder, {k: v for k, v in cfg.items() if k not in ("parts", "plugins", "model_plugins")}
 
 
+@pytest.mark.slow
 def test_a_plugin_model_is_trained_by_a_real_cell_and_its_record_names_it(staged, on_path, tmp_path):
     folder, base = staged
     cfg = validate_config({**base, "loaders": ["torchvision"], "models": ["tiny_net:build"]})
@@ -272,6 +273,7 @@ def test_editing_a_plugin_model_changes_its_cells_spec(on_path, tmp_path, monkey
     assert cell_spec(cfg, cid).to_dict()["model_identity"] != before["model_identity"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module, reason",
     [
@@ -290,6 +292,7 @@ def test_a_broken_model_fails_its_cell_with_a_reason_naming_it(staged, on_path, 
     assert record["status"] == "failed" and reason in record["reason"], record["reason"]
 
 
+@pytest.mark.slow
 def test_a_model_failing_mid_cell_names_the_phase_step_model_loader_and_its_own_line(staged, on_path, tmp_path):
     """The reason says where: the phase, the step, the model and loader, the user's line that raised; the detail keeps
     the whole traceback (the user's frames too) and the trace the phases so far, the last one ending failed."""
@@ -312,6 +315,8 @@ def test_a_model_failing_mid_cell_names_the_phase_step_model_loader_and_its_own_
     assert phases[0] == "setup" and phases[-1].endswith("(failed)") and len(phases) >= 2, phases
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_the_loader_alone_delivers_batches_and_runs_no_model(staged, tmp_path):
     folder, base = staged
     cfg = validate_config({**base, "loaders": ["torchvision"], "models": ["none"]})
@@ -324,6 +329,8 @@ def test_the_loader_alone_delivers_batches_and_runs_no_model(staged, tmp_path):
     assert m["optimizer"] is None and m["parallel"]["wrapper"] is None and record["spec"]["model"] == "none"
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_a_vision_transformer_cell_of_another_crop_fails_naming_it(staged, tmp_path):
     folder, base = staged
     spec = cell_spec(validate_config({**base, "loaders": ["torchvision"]}), "torchvision_disk_g1_b4_fp32_dp_r0")

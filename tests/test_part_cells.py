@@ -16,6 +16,8 @@ from loaderbench.core.registry import reference_name
 from loaderbench.engine.runner.runcell import run_cell
 from tests.conftest import staged_disk
 
+pytestmark = pytest.mark.slow
+
 SLEEP_S = 0.4  # what the slow plugin's main thread sleeps for each batch: far above a CPU step's noise
 
 # batches of NaN images, each after a sleep in `__next__`, on the main thread: a model trained on them diverges
@@ -82,6 +84,7 @@ def measure(staged, tmp_path, cid: str) -> dict:
     return record
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_a_real_cells_record_carries_the_steps_host_time_and_the_main_threads_cpu_time(staged, tmp_path):
     m = measure(staged, tmp_path, "torchvision_disk_g1_b4_fp32_dp_r0")["metrics"]
     assert set(m["host_step_ms"]) == {"mean", "p50"}
@@ -114,6 +117,7 @@ def test_a_beside_part_steps_its_model_on_a_synthetic_batch_and_pays_the_loaders
     assert any(w["code"] == "diverged" for w in trained["warnings"])  # the same loader trained on: NaN
 
 
+@pytest.mark.usefixtures("warm_cells")
 def test_a_ddp_ranks_part_runs_its_ranks_as_processes_each_on_its_share_of_the_host(staged, tmp_path):
     record = measure(staged, tmp_path, "torchvision_disk_g1_b4_fp32_ddp_none_ranks2_r0")
     m, par = record["metrics"], record["metrics"]["parallel"]
@@ -129,6 +133,7 @@ def test_a_ddp_ranks_part_runs_its_ranks_as_processes_each_on_its_share_of_the_h
     assert m["global_batch"] == 8 and m["samples"] == m["steps"] * 8  # both ranks' batches a step
 
 
+@pytest.mark.usefixtures("warm_cells")
 @pytest.mark.parametrize("loader, pipelines", [("torchvision", 1), ("dali-mc", 2)])
 def test_a_dp_ranks_part_makes_every_ranks_batches_in_one_process(staged, tmp_path, loader, pipelines):
     """dp: one process; a loader with one pipeline under dp makes the ranks' batches as one, one that builds a pipeline

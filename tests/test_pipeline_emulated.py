@@ -3,6 +3,8 @@ around its cells: telemetry, the tier probe, the diagnosis of every cell. Skippe
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -79,9 +81,15 @@ def test_the_tier_probe_measures_the_emulated_tier_with_1_and_8_readers_under_it
     assert set(probed_hdd["Readers"]) == {1, 8} and (probed_hdd["Model"] == "test-hdd").all()
 
 
-def test_the_probed_read_rate_of_the_emulated_tier_is_close_to_its_models_prediction(probed_hdd):
-    ratio = probed_hdd["Measured/predicted"]
-    assert ((ratio > 0.5) & (ratio < 1.2)).all(), probed_hdd
+def test_the_probed_read_rate_of_the_emulated_tier_is_paced_by_its_model(finished_run, probed_hdd):
+    """Every file the probe read through the mount paid the model's 5 ms positioning (its counters say so whatever
+    the host's speed): no run read faster than the model predicts. How much slower a loaded host reads is not
+    asserted."""
+    work, _ = finished_run
+    assert (probed_hdd["Measured/predicted"] < 1.2).all(), probed_hdd
+    probe = json.loads((work / "results/probe/disk-b.json").read_text())
+    files, stats = sum(run["files"] for run in probe["runs"]), probe["emulated_stats"]
+    assert files > 0 and stats["seeks"] >= files and stats["busy_s"] >= files * 0.005, stats
 
 
 def test_every_cell_is_diagnosed_with_a_bottleneck_and_its_evidence(diagnosis):

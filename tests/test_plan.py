@@ -81,16 +81,6 @@ def test_rules_predict_overhead_first_step_warmup_and_window(project):
     assert {"stage disk-a", "stage disk-b"} <= set(names) and any(n.startswith("probe disk-a") for n in names)
 
 
-def test_dataset_generation_is_predicted_from_the_last_generations_log(project):
-    (project / "logs").mkdir()
-    (project / "logs/make_dataset.log").write_text(
-        "make-dataset: 16/16\nwrote 16 images to resources/datasets/x/train: mean 85.2 KB, in 2.0 s\n"
-    )
-    cfg = validate_config(tiny_config(project), base_dir=project)  # 32 images
-    generate = make_plan(cfg, [], host=CPU2).fixed[0]
-    assert (generate.basis, generate.seconds) == ("log", pytest.approx(4.0))
-
-
 def test_an_adaptive_window_of_unknown_rate_is_predicted_at_its_maximum(project):
     cfg = validate_config(tiny_config(project, window={"max_seconds": 8}), base_dir=project)
     cell = make_plan(cfg, [], host=CPU2).cells[0]

@@ -95,6 +95,7 @@ def staged(tmp_path_factory, small_dataset):
     return folder, {k: v for k, v in cfg.items() if k not in ("parts", "plugins")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module, reason",
     [
@@ -112,6 +113,7 @@ def test_a_broken_plugin_fails_its_cell_with_the_reason(staged, on_path, tmp_pat
     assert record["status"] == "failed" and reason in record["reason"], record["reason"]
 
 
+@pytest.mark.slow
 def test_a_plugin_that_keeps_the_contract_is_measured(staged, on_path, tmp_path):
     folder, base = staged
     cfg = validate_config({**base, "loaders": ["good_plugin:build"]})
@@ -159,6 +161,7 @@ def test_the_installed_example_plugin_runs_through_the_pipeline_beside_built_ins
     assert "threaded-pil" in (tmp_path / "results/bundle/index.html").read_text()
 
 
+@pytest.mark.slow
 def test_a_plugin_is_crosschecked_against_a_bare_loop_of_it(staged, on_path, tmp_path):
     from loaderbench.core.resolve import resolve_loaders
     from loaderbench.experiments.crosscheck import crosscheck, render

@@ -12,8 +12,12 @@ import textwrap
 from itertools import takewhile
 from pathlib import Path
 
+import pytest
+
 from loaderbench.cli.run import CELLS_FAILED
 from tests.conftest import REPO, tiny_config, write_config
+
+pytestmark = pytest.mark.slow
 
 RAISING_MODEL = """
 def build(num_classes):

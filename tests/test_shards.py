@@ -187,6 +187,7 @@ def test_shards_are_staged_when_a_shard_loader_is_measured_and_refused_off_with_
         validate_config({**base, "loaders": ["dali-wds"], "shards": {"stage": False}})
 
 
+@pytest.mark.slow
 def test_the_probe_streams_a_file_it_writes_or_the_tiers_shards(tmp_path, staged):
     man, tier = staged
     entry = {"kind": "path", "path": str(tier), "cache": "cold", "mount": None}
@@ -216,6 +217,7 @@ def big_shards(tmp_path_factory) -> tuple[dict, Path]:
     return stage(tmp / "check.json", "t", tmp / "tier", "ds", tmp / "t.json", shards=shards), tmp
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_wds_workers_read_in_turn_so_a_one_head_disk_streams(big_shards):
     """Two workers reading their ~3 MB shards one at a time (`shards.readers: 1`, 16 MB a read): each shard costs one
@@ -344,8 +346,11 @@ def test_a_run_stages_shards_on_every_tier_and_measures_both_shard_loaders(shard
 @needs_fuse
 def test_on_the_emulated_hdd_files_are_seek_bound_and_the_shards_recommended(shard_run):
     probe = pd.read_csv(shard_run / "results/tables/tier_probe.csv")
-    seq = probe[probe["Tier"] == "hdd"]["Sequential MB/s"].iloc[0]
-    assert 40 < seq <= 101  # 8 MB at 100 MB/s after one positioning of 40 ms: 67 MB/s
+    hdd = probe[probe["Tier"] == "hdd"]
+    seq, files = hdd["Sequential MB/s"].iloc[0], hdd[hdd["Readers"] == 1]["MB/s"].iloc[0]
+    # 8 MB front to back at 100 MB/s after one positioning of 40 ms: 67 MB/s, never more than the model's 100; the
+    # files at random pay a positioning each (~2 MB/s). A loaded host slows both: their ratio, ~30x, is asserted
+    assert seq <= 101 and seq > 3 * files, hdd
     d = pd.read_csv(shard_run / "results/tables/diagnosis.csv")
     tv = d[(d["Dataloader"] == "torchvision") & (d["Disk"] == "hdd")].iloc[0]
     assert tv["Bottleneck"] == "seek-bound", tv["Evidence"]

@@ -114,6 +114,8 @@ def _run(staged, tmp_path, cid: str, **settings) -> dict:
     return rec
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_a_cell_records_the_step_settings_it_ran_with(staged, tmp_path):
     rec = _run(staged, tmp_path, "torchvision_disk_g1_b4_fp32_dp_r0")
     assert rec["status"] == "ok", rec.get("reason")
@@ -123,6 +125,8 @@ def test_a_cell_records_the_step_settings_it_ran_with(staged, tmp_path):
     assert "step_stream_priority" not in rec["spec"]
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 @pytest.mark.parametrize(
     ("settings", "reason"),
     [

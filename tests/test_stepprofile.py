@@ -100,6 +100,8 @@ def test_a_profile_that_fails_says_why_and_keeps_the_cell():
     assert p["steps"] == 2 and p["error"] == "RuntimeError: CUPTI is not there" and "step" in p["traceback"]
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_a_cpu_cell_with_profile_steps_records_its_host_profile(staged, tmp_path):
     tmp, cfg = staged
     spec = replace(cell_spec(cfg, "synthetic_disk_g1_b4_fp32_dp_r0", in_grid=False), profile_steps=2)

@@ -52,6 +52,7 @@ def snakemake_threads(monkeypatch):
     monkeypatch.delenv(contract.ENV_SOCKET, raising=False)
 
 
+@pytest.mark.slow
 def test_a_fresh_cell_under_omp_num_threads_1_trains_on_the_hosts_default(
     staged, tmp_path, host_threads, snakemake_threads
 ):
@@ -63,6 +64,7 @@ def test_a_fresh_cell_under_omp_num_threads_1_trains_on_the_hosts_default(
     assert rec["metrics"]["loader_info"]["workers"] == 1  # the loader's own settings are not the step's threads
 
 
+@pytest.mark.slow
 def test_a_warm_cell_under_omp_num_threads_1_trains_on_the_hosts_default(
     staged, tmp_path, host_threads, snakemake_threads, monkeypatch
 ):
@@ -86,6 +88,7 @@ def test_a_warm_cell_under_omp_num_threads_1_trains_on_the_hosts_default(
     assert rec["metrics"]["intra_op_threads"] == host_threads
 
 
+@pytest.mark.slow
 def test_a_ddp_rank_gets_its_share_of_the_cpus_not_omp_num_threads(staged, tmp_path, host_threads, snakemake_threads):
     tmp, cfg = staged
     rec = run_cell(
@@ -95,6 +98,7 @@ def test_a_ddp_rank_gets_its_share_of_the_cpus_not_omp_num_threads(staged, tmp_p
     assert rec["metrics"]["intra_op_threads"] == len(os.sched_getaffinity(0))  # one rank: every CPU
 
 
+@pytest.mark.slow
 def test_the_crosschecks_bare_loop_runs_the_cells_threads(staged, host_threads, snakemake_threads):
     tmp, cfg = staged
     spec = dataclasses.replace(cell_spec(cfg, "synthetic_disk_g1_b4_fp32_dp_r0", in_grid=False), window_steps=None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from loaderbench.core.cells import cell_spec
 from loaderbench.core.config import validate_config
 from loaderbench.engine.runner.runcell import run_cell
@@ -35,9 +37,8 @@ def test_emulated_tier_without_fuse_gives_a_skipped_record_naming_the_fix(tmp_pa
     assert saved["tier"]["kind"] == "emulated" and (tmp_path / "telemetry/x.csv").is_file()
 
 
+@pytest.mark.slow
 def test_a_refused_mount_stays_a_failed_record(tmp_path):
-    import pytest
-
     from loaderbench.data.emulated import fuse_available
 
     if fuse_available():

@@ -66,8 +66,12 @@ def test_evict_makes_a_read_file_cold(tmp_path):
     assert resident_fraction([empty]) == 0.0 and resident_fraction([]) == 0.0
 
 
+@pytest.mark.slow
 @needs_fuse
-def test_probe_of_an_emulated_tier_matches_the_model(emulated):
+def test_probe_of_an_emulated_tier_is_paced_by_the_model(emulated):
+    """Every file the probe reads through the mount pays the model's 20 ms positioning (the mount's counters say so
+    whatever the host's speed), so no run reads faster than the model predicts; how much slower a loaded host reads
+    is not asserted."""
     m, entries = emulated
     result = probe(m.mountpoint, entries, readers=(1, 4), model=SLOW_DISK)
     assert result["files_selected"] == 30
@@ -75,10 +79,13 @@ def test_probe_of_an_emulated_tier_matches_the_model(emulated):
         assert run["files"] == 30 and run["bytes"] == sum(e["size"] for e in entries)
         expected = predict(SLOW_DISK, run["mean_file_bytes"], run["readers"])["files_per_s"]
         assert run["predicted"]["files_per_s"] == pytest.approx(expected)
-        assert 0.85 <= run["ratio"] <= 1.15, f"{run['readers']} readers: measured/predicted = {run['ratio']:.3f}"
+        assert run["ratio"] <= 1.15, f"{run['readers']} readers: measured/predicted = {run['ratio']:.3f}"
         assert run["eviction"]["files"] == 30
+    stats = m.stats()
+    assert stats["seeks"] >= 2 * 30 and stats["busy_s"] >= 2 * 30 * SLOW_DISK.access_ms / 1e3, stats
 
 
+@pytest.mark.slow
 @needs_fuse
 def test_probe_stops_issuing_files_after_max_seconds(emulated):
     m, entries = emulated

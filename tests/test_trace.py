@@ -37,6 +37,8 @@ def spans(trace: dict, **match) -> list[dict]:
     return [e for e in trace["traceEvents"] if e["ph"] == "X" and all(e.get(k) == v for k, v in match.items())]
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 @pytest.mark.parametrize("loader", ["torchvision", "opencv"])
 def test_a_cells_trace_has_its_steps_in_its_window_and_its_telemetry(staged, tmp_path, loader):
     tmp, cfg = staged
@@ -93,6 +95,7 @@ def test_a_cells_trace_has_its_steps_in_its_window_and_its_telemetry(staged, tmp
     assert any(us(marks["window_start"]) <= e["ts"] <= us(marks["window_end"]) for e in counters)
 
 
+@pytest.mark.slow
 def test_a_skipped_cell_writes_a_trace_without_steps(staged, tmp_path):
     """A cell that is not measured still leaves a valid trace (Snakemake needs the output): no steps in it."""
     tmp, cfg = staged

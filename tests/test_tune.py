@@ -69,6 +69,8 @@ def staged(tmp_path_factory, small_dataset):
     return staged_disk(tmp_path_factory, small_dataset, "tune", workers="auto")
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_the_cli_tunes_at_the_configs_precision_and_an_explicit_one_wins(staged, tmp_path):
     _folder, cfg = staged
     config = tmp_path / "config.yaml"
@@ -105,6 +107,8 @@ def test_the_cli_tunes_at_the_configs_precision_and_an_explicit_one_wins(staged,
         assert f"batch 4 {expected}:" in proc.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_tune_measures_every_setting_beside_the_ceiling_and_says_what_to_paste(staged, tmp_path):
     folder, cfg = staged
     rep = tune(cfg, "torchvision", "disk", 4, None, 600, folder / "disk.json", tmp_path, cpus=2)
@@ -129,6 +133,8 @@ def test_tune_measures_every_setting_beside_the_ceiling_and_says_what_to_paste(s
         assert "no tried setting was measurably faster" in render(rep)
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_a_real_tune_trains_the_model_it_is_given_ceiling_and_all(staged, tmp_path):
     folder, cfg = staged
     rep = tune(cfg, "opencv", "disk", 4, None, 50, folder / "disk.json", tmp_path, cpus=2, model="resnet18")
@@ -140,6 +146,8 @@ def test_a_real_tune_trains_the_model_it_is_given_ceiling_and_all(staged, tmp_pa
     assert ", model resnet18, batch 4 fp32:" in render(rep)
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_cells")
 def test_a_budget_too_small_for_one_cell_measures_nothing_and_says_so(staged, tmp_path):
     folder, cfg = staged
     rep = tune(cfg, "opencv", "disk", 4, "fp32", 1, folder / "disk.json", tmp_path, cpus=2)

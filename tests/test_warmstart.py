@@ -23,6 +23,8 @@ from loaderbench.engine.runner.runcell import run_cell
 from tests.conftest import cell_record, snakemake, staged_disk, tiny_config, write_config
 from tests.test_threads import host_default_threads
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory, small_dataset):

@@ -88,7 +88,7 @@ def test_script_names_fit_the_cell_id_grammar():
     assert script_name(["torchrun", "--nproc-per-node=2", "ddp.py"]) == "script-ddp"
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.parametrize(("sample_s", "step_s"), [(0.005, 0.020), (0.002, 0.024)])
 def test_wait_share_matches_the_known_delays(tmp_path, sample_s, step_s):
     batch = 4
@@ -111,7 +111,7 @@ def test_wait_share_matches_the_known_delays(tmp_path, sample_s, step_s):
     assert len(waits) == 59  # every batch but the last, whose step has no end
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_workers_hide_the_step_in_the_loaders_time(tmp_path):
     """2 workers, 4 samples of 20 ms a batch: a batch every 40 ms; the 10 ms step leaves 1 - 10 x 2 / 80 = 75%."""
     path = script(tmp_path, "train.py", SCRIPT.format(sample_s=0.02, step_s=0.01, workers=2, batches=60, batch=4))
@@ -123,7 +123,7 @@ def test_workers_hide_the_step_in_the_loaders_time(tmp_path):
     assert abs(m["samples_per_s"] - 100) < 15, m["samples_per_s"]  # 4 samples every 40 ms
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_command_without_a_loader_is_said_so_and_its_status_passes(tmp_path):
     path = script(tmp_path, "plain.py", "print('no loader here')\n")
     done, record = watch(tmp_path, [sys.executable, str(path)])
@@ -140,7 +140,7 @@ def own_lines(stderr: str) -> str:
     return rest[: rest.index("\n" + PREFIX + "script-")]
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_crash_passes_its_status_and_output_through_unchanged(tmp_path):
     path = script(
         tmp_path,
@@ -158,7 +158,7 @@ def test_a_crash_passes_its_status_and_output_through_unchanged(tmp_path):
     assert record["watch"]["exit_status"] == 3 and record["status"] == "ok"
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_python_dash_m_is_watched(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
@@ -186,7 +186,7 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun")
 def test_torchrun_reports_every_rank_and_names_the_slowest(tmp_path):
     path = script(tmp_path, "ddp.py", DDP)
@@ -219,7 +219,7 @@ for epoch in range(4):
 """
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_dali_iterator_is_watched_on_the_cpu(tmp_path, small_dataset):
     """DALI in its CPU-only mode (device_id=None), as the loaders' CPU tests use it."""
     path = script(tmp_path, "dali_train.py", DALI_SCRIPT)
@@ -231,7 +231,7 @@ def test_the_dali_iterator_is_watched_on_the_cpu(tmp_path, small_dataset):
     assert record["metrics"]["steps"] >= 5
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_seconds_stops_a_hanging_script_even_one_that_ignores_sigterm(tmp_path):
     path = script(
         tmp_path,
@@ -265,7 +265,7 @@ for x, y in DataLoader(Sleepy(), batch_size=4):
 """
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_records_rank_this_hosts_grid_against_the_script(tmp_path):
     """The grid's records are made here through make_record at stated rates (a measured grid takes minutes): two
     configurations at the script's model, batch and precision on this host, one at another batch, one of another
@@ -318,7 +318,7 @@ for epoch in range(2):
 """
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_emit_config_writes_a_grid_validate_config_accepts(tmp_path, small_dataset):
     import yaml
 
@@ -336,7 +336,7 @@ def test_emit_config_writes_a_grid_validate_config_accepts(tmp_path, small_datas
     assert "valid (" in valid.stdout
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_an_existing_sitecustomize_still_runs(tmp_path):
     """The watch's sitecustomize comes first on PYTHONPATH and imports the one it hides."""
     theirs = tmp_path / "theirs"
@@ -367,7 +367,7 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_ctrl_c_to_the_watch_reaches_the_command(tmp_path):
     """SIGINT to the watch alone (the command runs in its own process group) is passed on to the command's group."""
     body = textwrap.indent(SCRIPT.format(sample_s=0.001, step_s=0.002, workers=0, batches=20, batch=2), "    ")

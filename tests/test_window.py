@@ -22,7 +22,7 @@ def _window(loader, rule, step, sync=lambda: None, cuda_timer=None, lead_wait=0.
     )
 
 
-def test_a_backlog_of_30_fast_steps_is_spent_before_the_window():
+def test_a_backlog_of_30_fast_steps_is_spent_before_the_window(simulated_clock):
     """30 batches made during setup, then one each 20 ms for a 2 ms step: the warm-up runs until a step waits (the
     31st), so the window sees the loader's rate - 1/22 ms - and none of the backlog."""
     step = lambda *b: time.sleep(0.002)
@@ -38,7 +38,7 @@ def test_a_backlog_of_30_fast_steps_is_spent_before_the_window():
     assert early.steps / early.elapsed_s > 1.5 / 0.022
 
 
-def test_equal_steps_converge_at_the_minimum():
+def test_equal_steps_converge_at_the_minimum(simulated_clock):
     rule = StopRule(max_seconds=5, min_seconds=0.5, precision=0.02)
     win = _window(BacklogLoader(10**6, 0.0), rule, lambda *b: time.sleep(0.01))
     assert win.converged and win.halfwidth < 0.02 and win.elapsed_s < rule.max_seconds  # stopped by its precision
@@ -80,7 +80,7 @@ class _Event:
         return 1000.0 * (other.t - self.t)
 
 
-def test_the_devices_clock_keeps_a_queue_ahead_of_the_host_out_of_the_batch_means():
+def test_the_devices_clock_keeps_a_queue_ahead_of_the_host_out_of_the_batch_means(simulated_clock):
     """10 ms steps with 6 queued ahead: on the host's clock the first batch holds 6 steps it never waited for; on the
     device's clock every batch is the same and the window converges at its minimum."""
     rule = StopRule(max_seconds=3, min_seconds=0.5, precision=0.02)
@@ -129,7 +129,7 @@ class _Stalls:
         return (self.given,)
 
 
-def test_a_worker_fed_loader_that_stalls_now_and_then_keeps_every_step():
+def test_a_worker_fed_loader_that_stalls_now_and_then_keeps_every_step(simulated_clock):
     """15 workers, 10 ms steps, 30 ms stalls at irregular steps (about 4% of the time): not bursts, so nothing is cut
     - a cut from the first stall to the last would drop most of the window - and the rate is that of every step."""
     step = lambda *b: time.sleep(0.01)
@@ -159,7 +159,7 @@ def test_delivery_in_bursts_needs_long_waits_in_a_rhythm():
     assert not delivers_in_bursts([0.0] * 5, [0.1, 0.2, 0.3, 0.4, 0.5], None)
 
 
-def test_a_worker_fed_loader_faster_than_its_step_stops_at_the_minimum():
+def test_a_worker_fed_loader_faster_than_its_step_stops_at_the_minimum(simulated_clock):
     """15 workers always ahead of a 10 ms step (no step waits): its window is judged as a stream and stops at its
     minimum once converged, not at its maximum."""
     rule = StopRule(max_seconds=5, min_seconds=0.5, precision=0.02, burst=15)

@@ -138,6 +138,7 @@ def run_cell_cli(staged, out: Path, timeline: Path, when_measuring=None) -> subp
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_up_during_the_cell_keeps_its_record_and_says_so_in_one_line(staged, tmp_path, full_disk):
     """The cell was measured in full, then thrown away with a 40-line traceback when its timeline could not be
     written: the record comes first now, says it has no timeline, and the job succeeds (Snakemake would delete a
@@ -166,6 +167,7 @@ def test_a_disk_that_fills_up_during_the_cell_keeps_its_record_and_says_so_in_on
     assert timeline.stat().st_size == 0
 
 
+@pytest.mark.slow
 def test_a_cell_whose_record_cannot_be_kept_is_not_measured_and_ends_with_one_line(staged, tmp_path, full_disk):
     """A full results disk: the measuring process could not even start its heartbeat there (a traceback), and a
     measurement would be lost. The job ends before measuring, naming the record and the free space."""

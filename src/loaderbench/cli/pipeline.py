@@ -25,7 +25,10 @@ def register(add) -> None:
 
 def _add_data_steps(add) -> None:
     """make-dataset, check and stage: the dataset made, checked and staged onto a tier."""
-    s = add("make-dataset", help="write a deterministic ImageNet-like JPEG class-folder tree")
+    s = add(
+        "make-dataset",
+        help="write a deterministic ImageNet-like JPEG class-folder tree (and, beside its log, what it took)",
+    )
     s.add_argument("--out", required=True)
     for name, default in (("--images", 256), ("--classes", 4), ("--seed", 0), ("--quality", 90), ("--jobs", None)):
         s.add_argument(name, type=int, default=default)
@@ -138,15 +141,19 @@ def cmd_make_dataset(a) -> int:
     import time
 
     from loaderbench.data.dataset import DatasetParams, make_dataset
+    from loaderbench.plan.fixedcosts import record_generation
 
     t0 = time.monotonic()
     stats = make_dataset(
         DatasetParams(images=a.images, classes=a.classes, seed=a.seed, quality=a.quality), Path(a.out), jobs=a.jobs
     )
-    # the duration is read back by `loaderbench plan` (fixedcosts.GENERATED_LOG_RE) to predict the next generation here
+    seconds = time.monotonic() - t0
+    try:  # read back by `loaderbench plan`; the line below is for people
+        record_generation(stats["files"], seconds)
+    except OSError as e:  # a hint for the next plan, not worth the dataset
+        print(f"make-dataset: {e}; the next plan predicts generation by its rule", file=sys.stderr)
     print(
-        f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB, in "
-        f"{time.monotonic() - t0:.1f} s",
+        f"wrote {stats['files']} images to {a.out}/train: mean {stats['mean_file_kb']} KB, in {seconds:.1f} s",
         file=sys.stderr,
     )
     return 0

@@ -1,12 +1,11 @@
 """What a study costs beside its cells: making and checking the dataset, staging it onto each tier, the tier probes
-and the workflow's own jobs (start, aggregate, figures, bundle) - each done already (0 s), as its log or a host's
-records measured it, or by the rules below."""
+and the workflow's own jobs (start, aggregate, figures, bundle) - each done already (0 s), as the last generation's
+record or a host's records measured it, or by the rules below."""
 
 from __future__ import annotations
 
 import csv
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +20,9 @@ STAGE_MB_S = 300.0  # copying onto a tier (tmpfs is faster, disks slower)
 MEAN_FILE_BYTES = 110e3  # a generated ImageNet-like JPEG, when no staging manifest, check or dataset.json says
 # Snakemake's start and the jobs after the cells: aggregate, diagnose, figures, bundle.
 WORKFLOW_S = {"gpu": 15.0, "cpu": 40.0}
-# `loaderbench make-dataset`'s last line, which its log keeps (commands.cmd_make_dataset)
-GENERATED_LOG_RE = re.compile(r"wrote (\d+) images to .* in ([0-9.]+) s")
+# What the last `loaderbench make-dataset` in this project generated and how long it took, beside its log: the next
+# generation on this host is predicted from it
+GENERATION_RECORD = f"{LOGS}/make_dataset.json"
 
 
 @dataclass
@@ -126,14 +126,15 @@ def fixed_costs(cfg: dict, host: Host, results: Layout, host_dirs) -> list[Fixed
 
 
 def _generate_cost(ds: dict, cores: int) -> FixedCost:
-    """Generating the dataset: done, as long as its log says the last generation took, or by the rule per image."""
+    """Generating the dataset: done, as long as the last generation took (GENERATION_RECORD), or by the rule per
+    image."""
     name = f"generate dataset ({ds['images']} images)"
     if Path(DATASETS, ds["name"], "dataset.json").is_file():
         return FixedCost(name, 0.0, "done", f"{DATASETS}/{ds['name']}")
-    logged = GENERATED_LOG_RE.search(_text(Path(LOGS, "make_dataset.log")))
-    if logged:
-        s = float(logged[2]) * ds["images"] / int(logged[1])
-        return FixedCost(name, s, "log", f"{logged[2]} s for {logged[1]} images in {LOGS}/make_dataset.log")
+    last = _json(GENERATION_RECORD)
+    if last and last.get("images") and isinstance(last.get("seconds"), (int, float)):
+        s = last["seconds"] * ds["images"] / last["images"]
+        return FixedCost(name, s, "log", f"{last['seconds']:.1f} s for {last['images']} images in {GENERATION_RECORD}")
     s = ds["images"] * GENERATE_CORE_S_PER_IMAGE / cores
     return FixedCost(name, s, "rules", f"{GENERATE_CORE_S_PER_IMAGE} CPU-s per image on {cores} CPUs")
 
@@ -166,8 +167,7 @@ def _probe_cost(cfg: dict, tier: str, results: Layout, host_dirs, images: int | 
     return FixedCost(name, s, "rules", f"at most {probe['max_seconds']:g} s per reader count")
 
 
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
+def record_generation(images: int, seconds: float, path: str | Path = GENERATION_RECORD) -> None:
+    """Write GENERATION_RECORD: `images` generated in `seconds` (the planner's basis for the next generation)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"images": images, "seconds": round(seconds, 3)}) + "\n")
