@@ -47,7 +47,7 @@ def test_a_locked_directory_is_explained_by_whether_a_snakemake_runs_there(tmp_p
     import subprocess
     import sys
 
-    from loaderbench.cli.run import lock_advice
+    from loaderbench.cli.follow import lock_advice
 
     root = tmp_path / "my run"
     root.mkdir()
@@ -71,7 +71,7 @@ def test_a_locked_directory_is_explained_by_whether_a_snakemake_runs_there(tmp_p
 
 def test_the_time_left_follows_the_pace_the_finished_cells_kept(tmp_path):
     """Cells predicted at 10 s that take 30 s each: after the second, the time left is three times the plan's."""
-    from loaderbench.cli.run import Follower
+    from loaderbench.cli.follow import Follower
 
     follow = Follower(tmp_path, {f"c{i}": 10.0 for i in range(5)}, started=0.0)
     assert follow.time_left() == 50.0  # nothing measured yet: the plan's own
