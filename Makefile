@@ -100,5 +100,7 @@ lint: $(STAMP)
 	$(BIN)/snakefmt --check Snakefile workflow
 	$(SMK) --lint
 
+## clean: this project's results, logs and Snakemake state, and its staged copies on CONFIG's tiers (RAM included)
 clean:
+	if [ -x $(BIN)/loaderbench ]; then $(BIN)/loaderbench unstage --config $(CONFIG); fi
 	rm -rf results logs .snakemake

@@ -81,3 +81,27 @@ def test_the_time_left_follows_the_pace_the_finished_cells_kept(tmp_path):
     assert follow.time_left() == 90.0
     follow.pace(follow.predicted.pop("c2"), now=135.0)  # faster now: the pace is the mean over the cells
     assert follow.time_left() == (35.0 / 20.0) * 20.0
+
+
+def test_unstage_removes_this_projects_copies_from_each_tier_and_no_other_projects(tmp_path, monkeypatch):
+    """Staged copies (on /dev/shm: memory) outlive a run; `unstage` removes this project's folder on each tier of the
+    config, another project's on the same tier stays."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from loaderbench.core.layout import staged_root
+
+    mine, other, tier = tmp_path / "mine", tmp_path / "other", tmp_path / "tier"
+    for project in (mine, other):
+        project.mkdir()
+        root = staged_root(tier, "ds", project)
+        (root / "c0").mkdir(parents=True)
+        (root / "c0" / "a.JPEG").write_bytes(b"x" * 1000)
+    (mine / "c.yaml").write_text(yaml.safe_dump({"storage": {"disk": str(tier), "ram": str(tmp_path / "empty")}}))
+    cmd = [sys.executable, "-m", "loaderbench", "unstage", "--config", "c.yaml"]
+    out = subprocess.run(cmd, cwd=mine, capture_output=True, text=True, check=True).stdout.splitlines()
+    gone = staged_root(tier, "ds", mine).parents[1]
+    assert out == [f"disk: removed {gone} (0.0 MB)", "ram: nothing staged here"]
+    assert not gone.exists() and staged_root(tier, "ds", other).is_dir()

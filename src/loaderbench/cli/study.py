@@ -100,6 +100,10 @@ def _add_results_commands(add) -> None:
     s.add_argument("--results", default=RESULTS.root)
     s.set_defaults(func=cmd_where)
 
+    s = add("unstage", help="remove this project's staged copies from the config's tiers (`make clean` runs it)")
+    config_option(s)
+    s.set_defaults(func=cmd_unstage)
+
     s = add(
         "respread",
         help="requeue (once) configurations whose repeats spread over spread_warn or that have a contended cell",
@@ -348,6 +352,16 @@ def cmd_where(a) -> int:
         print(where(a.name, a.arg, a.results))
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    return 0
+
+
+def cmd_unstage(a) -> int:
+    from loaderbench.data.stage import unstage
+
+    cfg = load_config(a.config)
+    for tier, spec in cfg["storage"].items():
+        gone = unstage(Path(spec["path"]))
+        print(f"{tier}: removed {gone[0]} ({gone[1] / 1e6:.1f} MB)" if gone else f"{tier}: nothing staged here")
     return 0
 
 

@@ -239,3 +239,15 @@ def _prune_empty(path: Path, stop: Path) -> None:
         except OSError:
             return
         d = d.parent
+
+
+def unstage(tier_path: Path, project_dir: Path = Path(".")) -> tuple[Path, int] | None:
+    """Remove this project's staged copies from a tier (its own folder, `<tier>/loaderbench/<project_key>`: every
+    dataset and shard set staging put there, no other project's); the folder and the bytes it held, None where it
+    had none."""
+    folder = staged_root(tier_path, "-", project_dir).parents[1]
+    if not folder.is_dir():
+        return None
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+    shutil.rmtree(folder)
+    return folder, size
