@@ -376,3 +376,14 @@ def test_a_batch_larger_than_a_path_sources_images_is_refused_when_paths_are_che
     assert cli(["validate-config", "--config", str(path), "--skip-paths"]) == 0
     assert "valid (2 cells)" in capsys.readouterr().out
     assert validate_config({**raw, "batch_sizes": [24]}, check_paths=True)["batch_sizes"] == [24]  # exactly enough
+
+
+def test_a_crop_whose_batches_in_flight_exceed_the_memory_is_refused_naming_its_size():
+    from loaderbench.core import machine
+
+    cfg = validate_config({"crop_size": 100000, "batch_sizes": [16], "workers": 2, "prefetch_factor": 2})
+    with pytest.raises(
+        ConfigError, match=r"config key 'crop_size': 100000 at batch 16 with 2 workers x 2 .* ~11520\.0 GB"
+    ):
+        machine.check_memory(cfg, available=8 * 10**9)
+    machine.check_memory(validate_config({"batch_sizes": [256], "workers": 2}), available=8 * 10**9)  # 224: fits

@@ -132,6 +132,7 @@ def validate_config(
     _resolve_shards(cfg)
     if check_paths:
         machine.check_paths(cfg, base_dir)
+        machine.check_memory(cfg)
     machine.check_batches(cfg, raw or {}, count_files=check_paths)
     return cfg
 

@@ -163,3 +163,35 @@ def resolve_path(p: str, base_dir: Path) -> Path:
     """A config's path `p` with ~ and $VARS expanded, taken from `base_dir` unless absolute."""
     path = Path(os.path.expanduser(os.path.expandvars(p)))
     return path if path.is_absolute() else (base_dir / path)
+
+
+def check_memory(cfg: dict, available: int | None = None) -> None:
+    """Refuse a part whose batches in flight cannot fit this host's available memory: batch x 3 x crop^2 float32
+    images, each worker `prefetch_factor` batches ahead plus two in the loop - what a DataLoader cell holds at once
+    (a host without a memory limit would otherwise be OOM-killed mid-cell). `available`: bytes (default: MemAvailable)."""
+    available = _mem_available() if available is None else available
+    if available is None:
+        return
+    cpus = len(os.sched_getaffinity(0))
+    for part in cfg["parts"]:
+        s = part["settings"]
+        workers = max(1, cpus - 1) if s["workers"] == "auto" else int(s["workers"])
+        batch, crop = max(part["batch_sizes"]), s["crop_size"]
+        need = batch * 3 * crop * crop * 4 * (workers * s["prefetch_factor"] + 2)
+        if need > available:
+            raise ConfigError(
+                f"config key 'crop_size': {crop} at batch {batch} with {workers} workers x {s['prefetch_factor']} "
+                f"batches ahead (+2 in the loop) holds ~{need / 1e9:.1f} GB of float32 images, more than the "
+                f"{available / 1e9:.1f} GB this host has available (part {part['name']!r}); lower crop_size, "
+                "batch_sizes, workers or prefetch_factor"
+            )
+
+
+def _mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
