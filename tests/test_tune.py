@@ -386,3 +386,17 @@ def test_a_step_at_its_ceiling_is_the_limit_even_while_the_host_waits_for_data()
     assert limit(0.59, 0.99).startswith("the training step: it runs at AU 0.99; the host waits 59%")
     assert limit(0.59, 0.80) == limit(0.3, None) == "the loader: the step still waits for data"
     assert limit(0.02, 0.5) == "the training step: batches are ready" and limit(None, 0.9) is None
+
+
+def test_a_ceiling_that_moved_between_rounds_and_a_step_faster_beside_its_loader_are_flagged():
+    """The ceiling's rate a round at 4 and 26 samples/s, and a step 0.78x its time alone beside the loader: neither
+    passes without a word; a steady ceiling and a step slower beside the loader say nothing more."""
+    from loaderbench.experiments.tunereport import _why_lines, ceiling_warning
+
+    assert "moved 6.50x between rounds" in ceiling_warning([4.0, 26.0])
+    assert ceiling_warning([100.0, 102.0]) is None and ceiling_warning([100.0]) is None
+    usage = {"step_device_ms": None, "gpu_busy_pct": None, "jpeg_decoders_busy_pct": None, "cpu_cores_busy": None}
+    fast = _why_lines({"loader": usage, "ceiling": usage, "step_slowdown": 0.78})
+    assert fast[-2].endswith("0.78x its time alone on the device beside this loader")
+    assert "faster beside the loader than alone" in fast[-1]
+    assert len(_why_lines({"loader": usage, "ceiling": usage, "step_slowdown": 1.14})) == 3

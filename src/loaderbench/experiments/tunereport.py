@@ -9,6 +9,7 @@ import yaml
 
 from loaderbench.core.cells import CONFIG_KEY_OF
 from loaderbench.core.registry import DEFAULT_MODEL, NO_MODEL
+from loaderbench.core.uncertainty import DEFAULT_BETWEEN_NOISE, Z_95
 from loaderbench.report.diagnose import WAIT_SHARE  # a step waiting less than this share of itself had its batch
 from loaderbench.report.verdict import tuned_fix
 
@@ -128,7 +129,26 @@ def _why_lines(w: dict | None) -> list[str]:
     lines = [f"used by the best: {fmt(w['loader'])}", f"used by the ceiling: {fmt(w['ceiling'])}"]
     if w["step_slowdown"]:
         lines.append(f"the step takes {w['step_slowdown']:.2f}x its time alone on the device beside this loader")
+        if w["step_slowdown"] < 1 - NOISE:
+            lines.append(
+                "  warning: faster beside the loader than alone, beyond the noise between processes: the ceiling's "
+                "step was disturbed, or the two did not run the same step; trust neither this ratio nor the AU"
+            )
     return lines
+
+
+NOISE = Z_95 * DEFAULT_BETWEEN_NOISE  # two rates of one setting further apart than this moved beyond the noise
+
+
+def ceiling_warning(rates: list[float]) -> str | None:
+    """A ceiling that moved beyond the noise between rounds: the host was not steady, and every AU and gain against
+    it is less certain than its interval says."""
+    if len(rates) < 2 or min(rates) <= 0 or max(rates) / min(rates) - 1 <= NOISE:
+        return None
+    return (
+        f"  warning: the ceiling moved {max(rates) / min(rates):.2f}x between rounds (beyond the {100 * NOISE:.1f}% "
+        "noise between processes): the host was not steady; rerun tune on a quiet host before trusting AU or gains"
+    )
 
 
 def render(rep: dict) -> str:
@@ -149,6 +169,8 @@ def render(rep: dict) -> str:
         lines.append(
             f"  ceiling (synthetic{'' if step == 'start' else ', ' + step}): " + ", ".join(f"{v:.0f}" for v in rates)
         )
+        if warning := ceiling_warning(rates):
+            lines.append(warning)
     au = (
         f"AU {rep['au']:.2f}"
         if rep["au"] is not None
