@@ -204,7 +204,10 @@ def _search(t: Tuner, space: dict, cpus: int) -> tuple[dict, dict]:
         order.append(name)
         best, tried = _search_knob(t, name, space[name], best, cpus)
         if tried is None:
-            skipped[name] = "every value it takes runs as the start does on this host (`auto` resolved)"
+            skipped[name] = (
+                f"not searched: each value {name} can take comes out, once `auto` is resolved on this host, the same as "
+                "the starting setting's, so there is nothing to compare"
+            )
         elif tried:
             reached.append(name)
     progress = {
