@@ -293,9 +293,10 @@ def test_a_broken_model_fails_its_cell_with_a_reason_naming_it(staged, on_path, 
 
 
 @pytest.mark.slow
-def test_a_model_failing_mid_cell_names_the_phase_step_model_loader_and_its_own_line(staged, on_path, tmp_path):
-    """The reason says where: the phase, the step, the model and loader, the user's line that raised; the detail keeps
-    the whole traceback (the user's frames too) and the trace the phases so far, the last one ending failed."""
+def test_a_model_failing_mid_cell_names_the_phase_step_and_its_own_line(staged, on_path, tmp_path):
+    """The reason says where: the phase, the step, the user's line that raised (the cell's id names the model and the
+    loader); the detail keeps the whole traceback (the user's frames too) and the trace the phases so far, the last
+    one ending failed."""
     folder, base = staged
     cfg = validate_config({**base, "loaders": ["torchvision"], "models": ["late_raising_net:build"]})
     spec = cell_spec(cfg, f"torchvision_disk_g1_b4_fp32_dp_{cfg['models'][0]}_r0")
@@ -306,8 +307,8 @@ def test_a_model_failing_mid_cell_names_the_phase_step_model_loader_and_its_own_
     line = next(i for i, text in enumerate(source.read_text().splitlines(), 1) if "raise RuntimeError" in text)
     assert record["status"] == "failed", record["reason"]
     assert re.fullmatch(
-        r"RuntimeError: boom at call 4 \(in the (warm-up|window), at the cell's step 4; model 'late_raising_net:build', "
-        rf"loader 'torchvision'; raised at {re.escape(str(source))}:{line} in forward\)",
+        r"RuntimeError: boom at call 4 \(in the (warm-up|window), at the cell's step 4; "
+        rf"raised at {re.escape(str(source))}:{line} in forward\)",
         record["reason"],
     ), record["reason"]
     assert f'File "{source}", line {line}, in forward' in record["detail"]  # the user's frame, whole

@@ -24,6 +24,12 @@ EXPLODES = """
 from pathlib import Path
 
 Path(__file__).with_name("imported.mark").write_text("{name}")
+
+
+def build(ctx):  # found in the source by validation, never run
+    raise AssertionError("never called")
+
+
 raise RuntimeError("{name} was imported")
 """
 

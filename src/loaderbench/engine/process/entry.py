@@ -132,7 +132,7 @@ def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
         reason = f"{type(e).__name__}: {e}".strip()
         if "out of memory" in reason.lower():
             reason = "out of memory: " + reason
-        reason += f" ({failed_where(spec, heartbeat, e)})"
+        reason += f" ({failed_where(heartbeat, e)})"
         marks["failed_at"] = time.time()
         result = outcome(
             "failed", reason if rank == 0 else f"rank {rank}: {reason}", detail=traceback.format_exc(), marks=marks
@@ -144,14 +144,13 @@ def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
     return result
 
 
-def failed_where(spec: CellSpec, heartbeat: Heartbeat, error: BaseException) -> str:
-    """Where a cell failed, for its reason: the phase and step, the model and loader it ran, and the innermost frame
-    of the code outside this package, torch and Python's own library (a plugin's, a model's: the user's line)."""
-    model = spec.model_ref or spec.model
-    loader = spec.loader_ref or spec.loader
-    where = f"{heartbeat.where()}; model {model!r}, loader {loader!r}"
+def failed_where(heartbeat: Heartbeat, error: BaseException) -> str:
+    """Where a cell failed, for its reason: the phase and step, and the innermost frame of the code outside this
+    package, the standard library and the installed packages (a plugin's, a model's: the user's line). The cell's id
+    names its model and loader; the reason leaves them out, so one failure of a model reads alike in each of its
+    cells (the run's summary groups cells by reason)."""
     frame = _own_frame(error)
-    return where + (f"; raised at {frame}" if frame else "")
+    return heartbeat.where() + (f"; raised at {frame}" if frame else "")
 
 
 def _own_frame(error: BaseException) -> str | None:
