@@ -124,12 +124,12 @@ def validate_config(
             f"config key 'timeline_cells[{i}]': {c!r} is not a cell id (see `loaderbench cells --config ...`)"
         )
     _resolve_parts(raw or {}, cfg, base_dir, find_plugins)
-    _check_baseline(cfg, raw or {})
     resolve_whatif(cfg)
     _check_input_sizes(cfg, raw or {})
     _check_captured_step(cfg, raw or {})
     _check_ceiling_steps(cfg)
     _resolve_shards(cfg)
+    _check_baseline(cfg, raw or {})  # last: what the grid itself gets wrong is said first
     if check_paths:
         machine.check_paths(cfg, base_dir)
         machine.check_memory(cfg)
