@@ -62,14 +62,43 @@ def test_whatif_adds_beside_rank_and_check_parts_where_both_parts_are_measured()
         "whatif-ranks4",
         "whatif-check-opencv-resnet18",  # last: trim leaves the checks out first
     ]
-    assert cfg["whatif"]["reference_model"] == "mobilenet_v3_small" and cfg["whatif"]["ranks"]["parallel"] == [
-        "ddp",
-        "dp",
-    ]
+    assert cfg["whatif"]["reference_model"] == "mobilenet_v3_small"
+    assert cfg["whatif"]["ranks"] == [{"loaders": ["opencv"], "n": [2, 4], "parallel": ["ddp", "dp"], "repeats": None}]
     assert validate_config(cfg) == cfg  # a validated config validates to itself: the parts are added once
     assert matrix_gpus(cfg) == [1, 2, 4]
     # the matrix: 3 loaders x 2 models at batch 32, the one configuration both parts share
     assert matrix_size(cfg) == {"loaders": 3, "models": 2, "configurations": 6, "repeats": 2, "cells": 12}
+
+
+def test_a_check_or_a_rank_entry_can_say_its_own_repeats_and_rank_entries_their_own_loaders_and_counts():
+    raw = parts_config(
+        {
+            "checks": [["opencv", "resnet18", 3], ["torchvision", "resnet18"]],
+            "repeats": 2,
+            "ranks": [
+                {"loaders": ["opencv", "dali-cpu"], "n": [2], "parallel": ["ddp"]},
+                {"loaders": ["torchvision"], "n": [4], "repeats": 2},
+            ],
+        }
+    )
+    raw["repeats"] = 1
+    cfg = validate_config(raw)
+    runs = [c for c in cell_ids(cfg) if "ranks" in c or "_resnet18_r" in c and not c.startswith("synthetic")]
+    assert sorted(runs) == sorted(
+        [f"opencv_ram_g1_b32_fp32_dp_resnet18_r{r}" for r in range(3)]  # its own 3
+        + [f"torchvision_ram_g1_b32_fp32_dp_resnet18_r{r}" for r in range(2)]  # whatif.repeats
+        + [f"{lo}_ram_g1_b{b}_fp32_ddp_none_ranks2_r0" for lo in ("opencv", "dali-cpu") for b in (16, 32)]
+        + [
+            f"torchvision_ram_g1_b{b}_fp32_{par}_none_ranks4_r{r}"
+            for b in (16, 32)
+            for par in ("ddp", "dp")
+            for r in (0, 1)
+        ]
+    )
+    assert matrix_gpus(cfg) == [1, 2, 4]
+    assert "whatif-ranks4" in [p["name"] for p in cfg["parts"]]
+    with pytest.raises(ConfigError, match=r"'whatif.ranks\[1\].loaders\[0\]': 'wds' is not a loader"):
+        validate_config(parts_config({"ranks": [{"n": [2]}, {"loaders": ["wds"]}]}))
 
 
 def test_without_whatif_the_grid_is_the_parts_alone():
@@ -90,6 +119,8 @@ def test_without_whatif_the_grid_is_the_parts_alone():
         ({"reference_model": "vit_b_16"}, "'whatif.reference_model'", "'vit_b_16' is not a model of the config"),
         ({"ranks": {"n": [1]}}, "'whatif.ranks.n[0]'", "less than the minimum of 2"),
         ({"checks": [["opencv"]]}, "'whatif.checks[0]'", "is too short"),
+        ({"checks": [["opencv", "resnet18", 0]]}, "'whatif.checks[0][2]'", "less than the minimum of 1"),
+        ({"ranks": [{"n": [2], "tiers": ["ram"]}]}, "'whatif.ranks[0]'", "'tiers' was unexpected"),
         ({"tiers": ["ram"]}, "'whatif'", "'tiers' was unexpected"),
     ],
 )

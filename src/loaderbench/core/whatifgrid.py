@@ -103,10 +103,17 @@ def saving(cfg: dict) -> dict | None:
     return {"matrix": matrix, "measured": kinds, "measured_cells": measured, "saved": matrix["cells"] - measured}
 
 
+def rank_entries(ranks: dict | list | None) -> list[dict]:
+    """`whatif.ranks` as a list of entries: one object, a list of them, or none."""
+    if ranks is None:
+        return []
+    return [ranks] if isinstance(ranks, dict) else list(ranks)
+
+
 def matrix_gpus(cfg: dict) -> list[int]:
     """The GPU counts the matrix is predicted at: the config's own parts' and the rank parts' counts of ranks."""
-    ranks = (cfg.get(WHATIF) or {}).get("ranks") or {}
-    return sorted({g for p in own_parts(cfg) for g in p["gpus"]} | set(ranks.get("n") or []))
+    counts = {n for entry in rank_entries((cfg.get(WHATIF) or {}).get("ranks")) for n in entry.get("n") or []}
+    return sorted({g for p in own_parts(cfg) for g in p["gpus"]} | counts)
 
 
 def resolve_whatif(cfg: dict) -> None:
@@ -125,12 +132,14 @@ def resolve_whatif(cfg: dict) -> None:
     _check_keys(w, alone, ceilings)
     w["reference_model"] = w["reference_model"] or next(m for m in config_models(cfg) if m in ceilings)
     w["repeats"] = w["repeats"] or cfg["repeats"]
-    if w["ranks"] is not None:
-        w["ranks"]["loaders"] = w["ranks"]["loaders"] or list(alone)
+    w["ranks"] = rank_entries(w["ranks"])
+    for entry in w["ranks"]:
+        entry["loaders"] = entry["loaders"] or list(alone)
     taken = {p["name"] for p in cfg["parts"]}
     added = _beside_parts(cfg, w["reference_model"], taken) if w["beside"] else []
-    added += _rank_parts(cfg, w["ranks"], taken) if w["ranks"] is not None else []
-    for i, (loader, model) in enumerate(w["checks"]):
+    for entry in w["ranks"]:
+        added += _rank_parts(cfg, entry, taken)
+    for i, (loader, model, *own) in enumerate(w["checks"]):
         checks = [
             _derived(alone_part, axes, taken, f"check-{loader}-{model}", "check", loaders=[loader], models=[model])
             for alone_part, axes in pair_axes(cfg, loader, model)
@@ -138,7 +147,9 @@ def resolve_whatif(cfg: dict) -> None:
         if not checks:
             raise ConfigError(f"config key 'whatif.checks[{i}]': {_no_shared(cfg, loader, model)}")
         for part in checks:
-            part.update(repeats=w["repeats"], note=f"{loader} training {model}: checks its prediction")
+            part.update(
+                repeats=own[0] if own else w["repeats"], note=f"{loader} training {model}: checks its prediction"
+            )
         added += checks
     cfg["parts"] = [*cfg["parts"], *added]
 
@@ -147,7 +158,7 @@ def _check_keys(w: dict, alone: dict, ceilings: dict) -> None:
     """Every loader `whatif` names is measured alone and every model has its ceiling measured, named where not."""
     loaders = f"(measured alone: {', '.join(alone)})"
     models = f"(with a measured ceiling: {', '.join(ceilings)})"
-    for i, (loader, model) in enumerate(w["checks"]):
+    for i, (loader, model, *_) in enumerate(w["checks"]):
         if loader not in alone:
             raise ConfigError(
                 f"config key 'whatif.checks[{i}]': loader {loader!r} is not measured alone by any part {loaders}; a "
@@ -158,11 +169,14 @@ def _check_keys(w: dict, alone: dict, ceilings: dict) -> None:
                 f"config key 'whatif.checks[{i}]': model {model!r} has no ceiling (synthetic) in any part {models}; "
                 "a check is held against the prediction from its parts: measure its ceiling or drop the pair"
             )
-    for i, loader in enumerate((w["ranks"] or {}).get("loaders") or []):
-        if loader not in alone:
-            raise ConfigError(
-                f"config key 'whatif.ranks.loaders[{i}]': {loader!r} is not a loader of the config {loaders}"
-            )
+    entries = rank_entries(w["ranks"])
+    for j, entry in enumerate(entries):
+        key = "whatif.ranks" if isinstance(w["ranks"], dict) else f"whatif.ranks[{j}]"
+        for i, loader in enumerate(entry.get("loaders") or []):
+            if loader not in alone:
+                raise ConfigError(
+                    f"config key '{key}.loaders[{i}]': {loader!r} is not a loader of the config {loaders}"
+                )
     if w["reference_model"] is not None and w["reference_model"] not in ceilings:
         raise ConfigError(
             f"config key 'whatif.reference_model': {w['reference_model']!r} is not a model of the config {models}"
@@ -191,7 +205,8 @@ def _beside_parts(cfg: dict, model: str, taken: set[str]) -> list[dict]:
 
 
 def _rank_parts(cfg: dict, ranks: dict, taken: set[str]) -> list[dict]:
-    """Per count of ranks, per loader part: its loaders of `ranks.loaders` alone at that many ranks on 1 GPU."""
+    """Per count of ranks, per loader part: its loaders of the entry `ranks` (of `whatif.ranks`) alone at that many
+    ranks on 1 GPU, `ranks.repeats` times where it says (else as often as the loader's part)."""
     out = []
     for n in ranks["n"]:
         seen = []
@@ -204,6 +219,8 @@ def _rank_parts(cfg: dict, ranks: dict, taken: set[str]) -> list[dict]:
                 axes = {"tiers": alone_part["tiers"], "gpus": [1], "parallel": list(ranks["parallel"])}
                 part = _derived(alone_part, axes, taken, f"ranks{n}", "ranks", loaders=loaders, models=[NO_MODEL])
                 part.update(ranks=n, note=f"each loader alone at {n} ranks on this host")
+                if ranks.get("repeats"):
+                    part["repeats"] = ranks["repeats"]
                 out.append(part)
     return out
 
