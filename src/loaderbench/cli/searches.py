@@ -83,6 +83,12 @@ def add_searches(add) -> None:
         help="a folder holding cell records: every cells/*.json beneath it (repeatable)",
     )
     s.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4], help="GPU counts of the matrix (default 1 2 4)")
+    s.add_argument(
+        "--parts-from",
+        metavar="DIR",
+        help="records of another host whose loader parts (alone, rank, beside) stand in for those --records lacks, "
+        "carried by the cores rule (docs/method.md); only the rows they predict are shown and scored",
+    )
     s.add_argument("--out", help="write the matrix to this CSV")
     for gone in ("--fit-model", "--k"):  # refused with what replaced them (cmd_predict)
         s.add_argument(gone, help=argparse.SUPPRESS)
@@ -180,10 +186,8 @@ def cmd_engine_report(a) -> int:
 
 def cmd_predict(a) -> int:
     from loaderbench.core.comparable import group_of
-    from loaderbench.core.records import CorruptRecord, read_record
     from loaderbench.core.util import atomic_write_text
     from loaderbench.whatif import matrix, render_matrix
-    from loaderbench.whatif.measured import measurement
 
     if a.fit_model is not None or a.k is not None:
         raise ConfigError(
@@ -193,28 +197,20 @@ def cmd_predict(a) -> int:
         )
     if any(g < 1 for g in a.gpus):
         raise ConfigError("--gpus: GPU counts of 1 or more")
-    records, folders, commits, seen = [], {}, {}, set()
-    for d in a.records:
-        if not Path(d).is_dir():
-            raise ConfigError(f"--records {d}: no such folder")
-        files = sorted(p for p in Path(d).rglob("*.json") if p.parent.name == "cells")
-        if not files:
-            raise ConfigError(f"--records {d}: no cell record (cells/*.json) beneath it")
-        for p in files:
-            try:
-                r = read_record(p)
-            except CorruptRecord as e:
-                print(f"loaderbench predict: {e}; left out", file=sys.stderr)
-                continue
-            if measurement(r) in seen:  # the same record in two places (results/cells and the bundle's copy)
-                continue
-            seen.add(measurement(r))
-            records.append(r)
-            folders.setdefault(group_of(r), set()).add(d)
-            commit = ((r.get("provenance") or {}).get("git") or {}).get("commit")
-            commits.setdefault(group_of(r), set()).add(str(commit)[:7] if commit else "unknown")
-    df = matrix(records, tuple(a.gpus))
+    records, folders, commits = [], {}, {}
+    for d, r in _records_in(a.records, "--records"):
+        records.append(r)
+        folders.setdefault(group_of(r), set()).add(d)
+        commit = ((r.get("provenance") or {}).get("git") or {}).get("commit")
+        commits.setdefault(group_of(r), set()).add(str(commit)[:7] if commit else "unknown")
+    parts_from = [r for _, r in _records_in([a.parts_from], "--parts-from")] if a.parts_from else None
+    df = matrix(records, tuple(a.gpus), parts_from=parts_from)
     print(f"{len(records)} cell records from {', '.join(a.records)}")
+    if parts_from is not None:
+        print(
+            f"loader parts carried from {a.parts_from} ({len(parts_from)} records) by the cores rule: {len(df)} rows "
+            f"predicted from them; {df.attrs['left_out']} rows with no carried loader part left out"
+        )
     for group, dirs in sorted(folders.items()):
         if len(dirs) > 1:
             print(
@@ -231,3 +227,27 @@ def cmd_predict(a) -> int:
         atomic_write_text(Path(a.out), df.to_csv(index=False, float_format="%.6g"))
         print(f"wrote the matrix ({len(df)} rows) to {a.out}")
     return 0
+
+
+def _records_in(folders: list[str], option: str):
+    """(folder, record) for every cell record (cells/*.json) beneath each folder, each measurement once (a run's
+    cells and its bundle's copy are one); a corrupt record left out with a line on stderr."""
+    from loaderbench.core.records import CorruptRecord, read_record
+    from loaderbench.whatif.measured import measurement
+
+    seen = set()
+    for d in folders:
+        if not Path(d).is_dir():
+            raise ConfigError(f"{option} {d}: no such folder")
+        files = sorted(p for p in Path(d).rglob("*.json") if p.parent.name == "cells")
+        if not files:
+            raise ConfigError(f"{option} {d}: no cell record (cells/*.json) beneath it")
+        for p in files:
+            try:
+                r = read_record(p)
+            except CorruptRecord as e:
+                print(f"loaderbench predict: {e}; left out", file=sys.stderr)
+                continue
+            if measurement(r) not in seen:
+                seen.add(measurement(r))
+                yield d, r

@@ -37,6 +37,8 @@ class Configuration:
     device: str | None
     host_gpus: int | None = None  # GPUs on the run's host
     records: list[dict] = field(repr=False, default_factory=list)
+    carried: str = ""  # a loader part of another host carried here (`carried`): from where, and by what rule
+    reference_host_ms: dict = field(repr=False, default_factory=dict)  # carried: its host's ceilings' host times
 
     @property
     def rate(self) -> float:

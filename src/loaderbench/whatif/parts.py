@@ -33,7 +33,7 @@ class Found:
 def one_gpu(index: Index, alone: Configuration, ceil: Configuration) -> Found:
     """A 1-GPU row: loader X alone (its `none` cell) and model M's ceiling, the beside part for the consuming term."""
     found = Found(loader_part=alone.rate, ceiling=ceil.rate)
-    found.basis = {"loader": "the loader alone", "step": "the 1-GPU ceiling"}
+    found.basis = {"loader": _told("the loader alone", alone), "step": "the 1-GPU ceiling"}
     loader_core_s, device_s = _alone(alone, found.lacks)
     pool = alone.host_cores - alone.launch if alone.host_cores else None
     cap = cores_cap(pool, loader_core_s, _step_core_s(ceil, found.lacks))
@@ -126,11 +126,11 @@ def _loader_at(index: Index, rep: Configuration, n: int, mode: str, pipelines: i
     at = rep.fields(*AT)
     ranks = index.find(of=rep, loader=rep.loader, model=NO_MODEL, gpus=1, ranks=n, parallel=mode, **at)
     if ranks is not None:
-        found.basis["loader"] = f"the loader's {n}-rank {mode} part"
+        found.basis["loader"] = _told(f"the loader's {n}-rank {mode} part", ranks)
         return (ranks.rate, ranks.halfwidth, *_alone(ranks, found.lacks))
     alone = index.find(of=rep, loader=rep.loader, model=NO_MODEL, gpus=1, **at)
     if alone is not None:
-        found.basis["loader"] = f"today's rule, no rank part: {pipelines} pipeline(s) x the loader alone"
+        found.basis["loader"] = _told(f"today's rule, no rank part: {pipelines} pipeline(s) x the loader alone", alone)
         core_s, device_s = _alone(alone, found.lacks)
         return pipelines * alone.rate, alone.halfwidth, core_s, device_s
     return _inferred(index, rep, mode, pipelines, found)
@@ -171,27 +171,43 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
     if beside is None:
         found.lacks.append("a beside part of the loader (the consuming process's term unknown)")
         return None, 0.0
-    ceiling = {
-        m: index.find(of=rep, loader=CEILING, model=m, gpus=1, **rep.fields("batch_size", "precision"))
-        for m in (beside.model, model)
-    }
+    h = _host_ms(index, rep, beside, model)
     known = {
         "the beside part's host_step_ms": beside.host_step_ms,
         "the beside part's main_cpu_ms": beside.main_cpu_ms,
-        f"{beside.model}'s ceiling's host_step_ms": ceiling[beside.model] and ceiling[beside.model].host_step_ms,
-        f"{model}'s ceiling's host_step_ms": ceiling[model] and ceiling[model].host_step_ms,
+        f"{beside.model}'s ceiling's host_step_ms": h[beside.model],
+        f"{model}'s ceiling's host_step_ms": h[model],
     }
     missing = [name for name, v in known.items() if not v]
     if missing:
         found.lacks.append(f"{', '.join(missing)} (the consuming process's term unknown)")
         return None, 0.0
-    h0, hm = ceiling[beside.model].host_step_ms, ceiling[model].host_step_ms
+    h0, hm = h[beside.model], h[model]
     t_ms = consuming_ms(beside_ms(beside.host_step_ms, beside.main_cpu_ms, h0), hm, h0)
     per_step = rep.spec["batch_size"] * (n if mode == "ddp" else 1)  # ddp: a main thread per rank; dp: one for all
     found.consuming_ms = t_ms
-    found.basis["consuming"] = f"the loader's beside part (with {beside.model}) x h(model)/h({beside.model})"
+    found.basis["consuming"] = _told(
+        f"the loader's beside part (with {beside.model}) x h(model)/h({beside.model})", beside
+    )
     if n > 1:
         found.basis["consuming"] += (
             f", {n} ranks' main threads" if mode == "ddp" else f", one main thread for {n} GPUs' batches"
         )
     return 1000.0 * per_step / t_ms, beside.halfwidth
+
+
+def _host_ms(index: Index, rep: Configuration, beside: Configuration, model: str) -> dict[str, float | None]:
+    """h(.) of the beside part's model and of `model`: the run's 1-GPU ceilings' host times; for a beside part carried
+    from another host, that host's where it holds both (one host's ratio), else the run's."""
+    at = rep.fields("batch_size", "precision")
+    models = (beside.model, model)
+    own = beside.reference_host_ms
+    if beside.carried and all(own.get((m, at["batch_size"], at["precision"])) for m in models):
+        return {m: own[(m, at["batch_size"], at["precision"])] for m in models}
+    ceilings = {m: index.find(of=rep, loader=CEILING, model=m, gpus=1, **at) for m in models}
+    return {m: c.host_step_ms if c else None for m, c in ceilings.items()}
+
+
+def _told(basis: str, part: Configuration) -> str:
+    """A side's basis, with where its part came from when it was carried from another host."""
+    return f"{basis}, {part.carried}" if part.carried else basis

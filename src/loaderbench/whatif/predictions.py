@@ -14,6 +14,7 @@ from loaderbench.core.cells import cell_id, configuration
 from loaderbench.core.registry import NO_MODEL
 from loaderbench.core.util import stable_hash
 
+from .carried import carry
 from .intervals import MEASURED, coverage, widen
 from .measured import CEILING, Configuration, Index, by_run, configurations
 from .parts import AT, Found, n_gpu, one_gpu
@@ -63,21 +64,32 @@ MATRIX_COLUMNS = [
 ]
 
 
-def matrix(records: list[dict], gpus=(1, 2, 4), ratios: dict | None = None) -> pd.DataFrame:
+def matrix(
+    records: list[dict], gpus=(1, 2, 4), ratios: dict | None = None, parts_from: list[dict] | None = None
+) -> pd.DataFrame:
     """One row per loader x model x GPU count (1 as the loader-alone cells cover, each n > 1 under ddp and dp) in each
     run of `records`; measured rows first. `ratios`: the n-GPU ceiling ratios (default: MobileNetV2's, read from the
-    records kept under docs/results). df.attrs: scores (per class, as records), model_spread, spread, coverage."""
+    records kept under docs/results). `parts_from`: records of another host whose loader parts stand in for the runs'
+    own, carried by the cores rule (`carried`); then only the rows whose loader side was carried are kept. df.attrs:
+    scores (per class, as records), model_spread, spread, coverage (and left_out: the rows not carried)."""
     more = sorted(int(n) for n in gpus if int(n) > 1)
     if more and ratios is None:
         ratios = kept_ceiling_ratios()
+    configs = configurations(records)
+    if parts_from is not None:
+        configs = carry(configurations(parts_from), configs)
     rows = []
-    for mine in by_run(configurations(records)).values():
+    for mine in by_run(configs).values():
         index = Index(mine)
         if 1 in gpus:
             rows += _one_gpu_rows(index)
         if more:
             rows += _n_gpu_rows(index, more, ratios or {})
     df = pd.DataFrame(rows, columns=MATRIX_COLUMNS)
+    left_out = 0
+    if parts_from is not None:
+        carried = df["loader_basis"].str.contains("carried from", regex=False)
+        left_out, df = int((~carried).sum()), df[carried].reset_index(drop=True)
     checked = {(g, p) for g, p, s in zip(df["gpus"], df["parallel"], df["status"], strict=True) if s == MEASURED}
     df.loc[[s != MEASURED and g > 1 and (g, p) not in checked for g, p, s in _keys(df)], "status"] = UNCHECKED
     widen(df)
@@ -91,6 +103,7 @@ def matrix(records: list[dict], gpus=(1, 2, 4), ratios: dict | None = None) -> p
         spread=spread_of(per_model),
         coverage=coverage(df),
         consuming_unknown=int(df["consuming_side"].isna().sum()),
+        left_out=left_out,
     )
     return df
 
