@@ -247,24 +247,31 @@ def _records(folder) -> list[dict]:
 
 
 PUBLISHED = (  # each scores block docs/method.md prints: its records, the GPU counts of its command, its first class
-    (WHATIF / "bundle", (1, 2, 4), "loader"),  # one H100 with beside and rank parts: `loaderbench predict`'s default
-    (MODELS / "bundle", (1,), "loader"),
-    (STUDY, (1, 2), "loader"),
+    (WHATIF / "bundle", (1, 2, 4), "loader", None),  # one H100 with beside and rank parts: `predict`'s default
+    (MODELS / "bundle", (1,), "loader", None),
+    (STUDY, (1, 2), "loader", None),
+    (STUDY, (1, 2), "loader", WHATIF / "bundle/cells"),  # the 2 x H200 records from the H100's loader parts
 )
 
 
-def _scores_block(folder, gpus) -> list[str]:
+def _scores_block(folder, gpus, parts_from=None) -> list[str]:
     """The lines `loaderbench predict` prints for these records from its scores' head to its coverage line."""
-    printed = render_matrix(matrix(_records(folder), gpus=gpus)).splitlines()
+    carried = _records(parts_from) if parts_from else None
+    printed = render_matrix(matrix(_records(folder), gpus=gpus, parts_from=carried)).splitlines()
     start = printed.index(next(x for x in printed if x.startswith("scores of the ")))
     return printed[start : printed.index(next(x for x in printed if x.startswith("coverage: "))) + 1]
 
 
-@pytest.mark.parametrize(("folder", "gpus", "first"), PUBLISHED, ids=["h100-whatif", "h200-models", "h200x2-study"])
-def test_the_published_scores_are_what_their_records_give(folder, gpus, first):
+@pytest.mark.parametrize(
+    ("folder", "gpus", "first", "parts_from"),
+    PUBLISHED,
+    ids=["h100-whatif", "h200-models", "h200x2-study", "h200x2-from-h100-parts"],
+)
+def test_the_published_scores_are_what_their_records_give(folder, gpus, first, parts_from):
     """docs/method.md prints the per-class scores of the kept records (the H100 what-if run, the models run at 1 GPU,
-    the 2 x H200 study at 2): recomputed here from the records in the tree, as one block, line for line and in order."""
+    the 2 x H200 study at 2, and again from the H100's loader parts): recomputed here from the records in the tree, as
+    one block, line for line and in order."""
     method = (REPO / "docs/method.md").read_text()
-    block = _scores_block(folder, gpus)
+    block = _scores_block(folder, gpus, parts_from)
     assert block[2].split()[0] == first
     assert "\n".join(block) in method, (folder, "\n".join(block))
