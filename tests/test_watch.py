@@ -111,6 +111,46 @@ def test_wait_share_matches_the_known_delays(tmp_path, sample_s, step_s):
     assert len(waits) == 59  # every batch but the last, whose step has no end
 
 
+TRAIN_AND_EVALUATE = """
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Sleepy(Dataset):
+    def __init__(self, n, sample_s):
+        self.n, self.sample_s = n, sample_s
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        time.sleep(self.sample_s)
+        return torch.zeros(3), i
+
+train = DataLoader(Sleepy(120, 0.002), batch_size=4)  # 8 ms a batch
+val = DataLoader(Sleepy(40, 0.02), batch_size=8)  # 160 ms a batch: five of them, 0.8 s an evaluation
+for epoch in range(2):
+    for x, y in train:
+        time.sleep(0.008)  # the step: a period of 16 ms, half of it waiting
+    for x, y in val:
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_the_window_follows_the_training_loader_and_leaves_the_evaluation_out(tmp_path):
+    """Two epochs of 30 training batches, each followed by an evaluation of 5 slow batches: the window is the
+    training batches' steps (the step across the first evaluation left out), so the rate is a training step's and
+    the evaluation's 0.8 s count nowhere."""
+    path = script(tmp_path, "train_eval.py", TRAIN_AND_EVALUATE)
+    done, record = watch(tmp_path, [sys.executable, str(path)])
+    assert done.returncode == 0, done.stderr
+    m = record["metrics"]
+    assert m["window"]["other_batches"] == 10 and m["global_batch"] == 4
+    assert m["steps"] == 60 - 6 - 1  # after 10% warm-up, less the step the first evaluation interrupts
+    period = m["time_s"] / m["steps"]
+    assert 0.014 < period < 0.030, period  # a training step (16 ms), not diluted by 2 x 0.8 s of evaluation
+    assert abs(m["data_wait_fraction"] - 0.5) < 0.1, m["data_wait_fraction"]
+    assert "left out: 10 batch(es) of other iterables" in done.stderr
+
+
 @pytest.mark.slow
 def test_workers_hide_the_step_in_the_loaders_time(tmp_path):
     """2 workers, 4 samples of 20 ms a batch: a batch every 40 ms; the 10 ms step leaves 1 - 10 x 2 / 80 = 75%."""

@@ -98,6 +98,12 @@ def lines(record: dict, record_path, trace_path) -> list[str]:
             "whether the disk or the CPU's decoding is behind a wait: a grid's cells on this host tell them apart"
         )
         out.append(f"  window: {w['warmup_rule']}")
+        other = (m.get("window") or {}).get("other_batches")
+        if other:
+            out.append(
+                f"  left out: {other} batch(es) of other iterables (a validation loader) and the steps they "
+                "interrupted; the window follows the iterable with most batches"
+            )
         out.append(_probe_cost(ranks))
     gpu = (record.get("telemetry") or {}).get("gpu_reason")
     if gpu:

@@ -91,6 +91,9 @@ class Log:
             "dataset": type(dataset).__name__ if dataset is not None else None,
             "root": str(getattr(dataset, "root", "")) or None,
             "pin_memory": getattr(it, "_pin_memory", None),
+            # which iterable, one over all its epochs' iterators: a DataLoader's Dataset, a DALI iterator's first
+            # pipeline, else the iterator itself
+            "object": id(_source(it, dataset)),
         }
         self.lines.append(f"i {json.dumps(info)}\n")
 
@@ -129,6 +132,14 @@ class Log:
             self.file.flush()
             self.last_flush = end = time.perf_counter()
             self.cost_s += end - t
+
+
+def _source(it, dataset):
+    """What stays the same over the epochs of one iterable: its Dataset, else its first DALI pipeline, else itself."""
+    if dataset is not None:
+        return dataset
+    pipes = getattr(it, "_pipes", None)
+    return pipes[0] if isinstance(pipes, (list, tuple)) and pipes else it
 
 
 def patch_next(cls, kind: str, log: Log) -> None:

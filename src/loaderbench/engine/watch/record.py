@@ -115,7 +115,12 @@ def metrics(windows: list[Window], run: Run, ranks: list[dict]) -> dict:
         "compute_ms": _ms(compute),
         "data_wait_fraction": s["data_wait_fraction"],
         "data_wait_fraction_ci95": s["wait_halfwidth"],
-        "window": {"mode": "watch", "ci95_rel_halfwidth": s["halfwidth"], "warmup_rule": WARMUP_RULE},
+        "window": {
+            "mode": "watch",
+            "ci95_rel_halfwidth": s["halfwidth"],
+            "warmup_rule": WARMUP_RULE,
+            "other_batches": sum(x.other_batches for x in windows),
+        },
         "warmup_steps": w.warmup,
         "prefetch_backlog_batches": None,
         "half_ratio": (sum(w.periods[:half]) / sum(w.periods[half:])) if half else None,

@@ -1,13 +1,18 @@
 """The probe's lines read back, per process, and each process's window: warm-up skipped, rate and data-wait share with
 their 95% intervals, from the same batch means as a cell's window (`process.batchmeans`).
 
-Warm-up: a process's first WARMUP_SHARE of its batches, at least WARMUP_MIN of them, are left out (worker start-up,
+The window follows the iterable that delivered most of a process's batches (the training loader: one signature of
+kind, workers, dataset and root, over all its epochs); another iterable's batches (a validation loader) are left out,
+and so is a step its batches interrupt (from the training batch before them to the one after: an epoch's evaluation).
+Warm-up: the first WARMUP_SHARE of those batches, at least WARMUP_MIN of them, are left out (worker start-up,
 first-step initialisation, the prefetch backlog). The window's steps are the rest; a step's period is the time from
-one batch's delivery to the next's, its wait the time blocked in `__next__`; data_wait_fraction = their sums' ratio.
+one batch's delivery to the next's, its wait the time blocked in `__next__`; data_wait_fraction = their sums' ratio,
+and the rate is the steps' samples over the sum of their periods.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -36,6 +41,7 @@ class Process:
     starts: list[float] = field(default_factory=list)
     ends: list[float] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # each batch's iterable: its iterator line's signature
     probe_s: float = 0.0
     probe_batches: int = 0
     autocast: str | None = None
@@ -44,7 +50,7 @@ class Process:
 
 def read_probe(path: Path) -> Process | None:
     """A probe file's content; None for a file without its header (cut before its first write)."""
-    proc = None
+    proc, source = None, ""
     for line in Path(path).read_text().splitlines():
         tag, _, rest = line.partition(" ")
         if tag == "h":
@@ -60,8 +66,10 @@ def read_probe(path: Path) -> Process | None:
                 proc.starts.append(float(parts[0]))
                 proc.ends.append(float(parts[1]))
                 proc.sizes.append(int(parts[2]))
+                proc.sources.append(source)
         elif tag == "i":
             proc.iterators.append(json.loads(rest))
+            source = json.dumps(proc.iterators[-1], sort_keys=True)
         elif tag == "o":
             cost, n = rest.split()
             proc.probe_s, proc.probe_batches = float(cost), int(n)
@@ -92,10 +100,13 @@ class Window:
     periods: list[float]
     rate_halfwidth: float | None  # relative, of samples/s
     wait_halfwidth: float | None  # absolute, of the share
+    other_batches: int = 0  # batches of other iterables (a validation loader), left out with the steps they cut
+    first: int = 0  # the index of the window's first batch among all the process's batches
 
     @property
     def time_s(self) -> float:
-        return self.end_epoch - self.start_epoch
+        """The steps' time: the sum of their periods (a step another iterable interrupted left out)."""
+        return sum(self.periods)
 
     @property
     def samples_per_s(self) -> float:
@@ -115,28 +126,34 @@ class Window:
 
 def window(proc: Process) -> Window | None:
     """The window of a process with batches (None: too few to leave one step after warm-up)."""
-    n = len(proc.ends)
+    sources = proc.sources if len(proc.sources) == len(proc.ends) else [""] * len(proc.ends)
+    main = max(set(sources), key=sources.count) if sources else ""
+    mine = [i for i, src in enumerate(sources) if src == main]
+    n = len(mine)
     warmup = max(WARMUP_MIN, math.ceil(WARMUP_SHARE * n))
     if n - warmup < 1:
         return None
-    t0 = proc.ends[warmup - 1]
-    ends = proc.ends[warmup:]
-    waits = [e - s for s, e in zip(proc.starts[warmup:], ends, strict=True)]
-    periods = [b - a for a, b in zip(proc.ends[warmup - 1 :], ends, strict=False)]
-    step_end = [e - t0 for e in ends]
+    steps = [(a, b) for a, b in zip(mine[warmup - 1 :], mine[warmup:], strict=False) if b == a + 1]
+    if not steps:
+        return None
+    waits = [proc.ends[b] - proc.starts[b] for _, b in steps]
+    periods = [proc.ends[b] - proc.ends[a] for a, b in steps]
+    step_end = list(itertools.accumulate(periods))
     if step_end[-1] <= 0:
         return None
     return Window(
         proc,
         warmup,
-        t0 + proc.offset,
-        ends[-1] + proc.offset,
-        len(ends),
-        sum(proc.sizes[warmup:]),
+        proc.ends[mine[warmup - 1]] + proc.offset,
+        proc.ends[mine[-1]] + proc.offset,
+        len(steps),
+        sum(proc.sizes[b] for _, b in steps),
         waits,
         periods,
         relative_halfwidth(step_end),
         share_halfwidth(waits, periods),
+        len(sources) - n,
+        mine[warmup],
     )
 
 
@@ -155,7 +172,7 @@ def steps_trace(proc: Process, w: Window | None) -> dict:
     """The process's batches as the cells' trace takes them (`runner.trace.build`'s `steps`): each step from its
     call of `__next__` to the next call, its wait the time blocked in it, the rest the script's own step."""
     n = len(proc.starts)
-    warm = w.warmup if w else n
+    warm = w.first if w else n
     base = proc.starts[0] if n else 0.0
 
     def part(lo: int, hi: int) -> dict:
