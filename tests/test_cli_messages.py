@@ -37,7 +37,12 @@ def test_ctrl_c_ends_a_command_with_one_line_and_the_sigint_status(tmp_path, mon
     (tmp_path / "tables").mkdir()
     (tmp_path / "tables/verdict.json").write_text("[]")
     monkeypatch.setattr(verdict_module, "run_text", interrupted)
-    assert main(["verdict", "--results", str(tmp_path)]) == 130
+    # as a shell's foreground command has it (a background job of a non-interactive shell starts with SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main(["verdict", "--results", str(tmp_path)]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert capsys.readouterr().err == "\nloaderbench verdict: interrupted\n"
 
 

@@ -414,7 +414,14 @@ def test_ctrl_c_to_the_watch_reaches_the_command(tmp_path):
     path = script(tmp_path, "ctrlc.py", INTERRUPTED.format(body=body))
     out = tmp_path / "watch-out"
     cmd = [sys.executable, "-m", "loaderbench", "watch", "--out", str(out), "--", sys.executable, str(path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=tmp_path)
+    # SIGINT as a shell's foreground command has it, whatever this test run inherited: a background job of a
+    # non-interactive shell starts with it ignored, and an ignored SIGINT stays ignored across exec (a handled one
+    # does not)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 60
     while not list((out / "probe").glob("probe-*.log")) and time.monotonic() < deadline:
         time.sleep(0.1)
