@@ -337,4 +337,31 @@ def test_the_seed_table_gives_samples_speed_and_efficiency_with_their_intervals(
     seed = seed_table_frame(t).set_index(["Dataloader", "Disk", "Batch size", "Precision"])
     row = seed.loc[("dali-mc", "ram", 256, "amp")]
     assert re.fullmatch(r"\d+\.\d \(\+-\d+\.\d%\)", row["Samples/s"])
-    assert re.fullmatch(r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]", row["GPU Efficiency"])
+    # the table keeps dali-mc's 1-GPU ratio; the seed table shows GPU Efficiency only where it compares n GPUs with 1
+    assert row["GPU Efficiency"] == "- (1 GPU)"
+
+
+def test_the_seed_table_flags_what_the_diagnosis_holds_against_a_row_and_says_why_a_number_is_missing():
+    """Never a bare number the diagnosis refuses: a contended, implausible or unconverged row says so in its Flags; a
+    single window without an interval says "one window", a single repeat no spread, the reference its Speed, and
+    GPU Efficiency stays blank at 1 GPU, where it compares nothing."""
+    t = cells_table(
+        pd.DataFrame(
+            [row("torchvision", "hdd", 1, 100.0), row("opencv", "hdd", 1, 300.0), row("dali-cpu", "hdd", 2, 500.0)]
+        ),
+        BASELINE,
+    )
+    at = t.set_index("loader").index
+    t.loc[at == "opencv", ["contended", "warnings", "au"]] = [True, "implausible: AU 4.73 [3.02, 7.39]", 4.73]
+    t.loc[at == "dali-cpu", "converged"] = False
+    seed = seed_table_frame(t).set_index("Dataloader")
+    assert seed.loc["opencv", "Flags"] == "contended; implausible: AU 4.73 > 1"
+    assert seed.loc["dali-cpu", "Flags"] == "window not converged" and seed.loc["torchvision", "Flags"] == ""
+    assert seed.loc["torchvision", "Speed"] == "1.00 (reference)"
+    assert (
+        seed.loc["torchvision", "GPU Efficiency"] == "- (1 GPU)"
+        and seed.loc["dali-cpu", "GPU Efficiency"] != "- (1 GPU)"
+    )
+    assert seed.loc["torchvision", "Spread"] == "- (one repeat)"
+    assert seed.loc["torchvision", "Samples/s"] == "100.0 (one window)"
+    assert list(seed.columns).index("Flags") == list(seed.columns).index("Spread") + 1

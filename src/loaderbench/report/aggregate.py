@@ -185,6 +185,7 @@ def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
         + predicted
         + ["status", "repeats_ok", "spread", *extra]
     ].copy()
+    t.insert(t.columns.get_loc("spread") + 1, "flags", [_flags(r) for _, r in table.iterrows()])
     fmt = {
         "time_s": "{:.1f}",
         "steps": "{:.0f}",
@@ -196,13 +197,17 @@ def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
     if "device" in table:  # the seed's GPU column says where a cell trained on the CPU instead
         t["gpus"] = [f"{g} (CPU)" if not on_gpu(d) else g for g, d in zip(table["gpus"], table["device"], strict=True)]
     t["samples_per_s"] = [
-        _with_halfwidth(v, h) for v, h in zip(table["samples_per_s"], table.get("halfwidth", unknown), strict=True)
+        _with_halfwidth(v, h, n)
+        for v, h, n in zip(table["samples_per_s"], table.get("halfwidth", unknown), table["repeats_ok"], strict=True)
     ]
     for col in ("speed", "gpu_efficiency"):
         ends = zip(table[col], table.get(f"{col}_low", unknown), table.get(f"{col}_high", unknown), strict=True)
         t[col] = [_with_ends(v, lo, hi) for v, lo, hi in ends]
+    # GPU Efficiency compares n GPUs with 1: at 1 GPU it says nothing (a cell divided by itself, or dali-mc by dali-sc)
+    t.loc[(table["gpus"] == 1).to_numpy(), "gpu_efficiency"] = "- (1 GPU)"
     for col in ["spread", *rerun]:
         t[col] = [f"{100 * v:.1f}%" if pd.notna(v) else "-" for v in t[col]]
+    t.loc[(table["repeats_ok"] <= 1).to_numpy(), "spread"] = "- (one repeat)"
     if "prediction_role" in predicted:
         t["prediction_role"] = [x if isinstance(x, str) and x else "-" for x in t["prediction_role"]]
     if divided:
@@ -210,16 +215,37 @@ def seed_table_frame(table: pd.DataFrame) -> pd.DataFrame:
     return to_labels(t)
 
 
-def _with_halfwidth(value, halfwidth) -> str:
-    """A rate as the seed's table shows it, with its 95% interval where known: `277.1 (+-5.2%)`."""
+def _with_halfwidth(value, halfwidth, repeats=None) -> str:
+    """A rate as the seed's table shows it, with its 95% interval where known: `277.1 (+-5.2%)`; without one, why:
+    `(one window)` for a single repeat whose window gave none, else `(no interval)`."""
     if pd.isna(value):
         return "-"
-    return f"{float(value):.1f}" + (f" (+-{100 * float(halfwidth):.1f}%)" if pd.notna(halfwidth) else "")
+    if pd.notna(halfwidth):
+        return f"{float(value):.1f} (+-{100 * float(halfwidth):.1f}%)"
+    return f"{float(value):.1f} " + ("(one window)" if pd.notna(repeats) and repeats == 1 else "(no interval)")
 
 
 def _with_ends(value, low, high) -> str:
-    """A ratio with its 95% interval where known: `1.30 [1.22, 1.38]`."""
+    """A ratio with its 95% interval where known: `1.30 [1.22, 1.38]`; a row divided by itself (the reference) says
+    so instead of a zero-width interval."""
     if pd.isna(value):
         return "-"
+    if pd.notna(low) and pd.notna(high) and float(low) == float(high) == float(value) == 1.0:
+        return "1.00 (reference)"
     ends = f" [{float(low):.2f}, {float(high):.2f}]" if pd.notna(low) and pd.notna(high) else ""
     return f"{float(value):.2f}" + ends
+
+
+def _flags(row: pd.Series) -> str:
+    """What the diagnosis holds against a row's numbers, said beside them: contended, an AU above the ceiling
+    (implausible), a window that did not reach its precision; "" where nothing."""
+    flags = []
+    if row.get("contended") is True or row.get("contended") == "True":
+        flags.append("contended")
+    warnings = row.get("warnings")
+    if isinstance(warnings, str) and "implausible" in warnings:
+        au = row.get("au")
+        flags.append(f"implausible: AU {float(au):.2f} > 1" if pd.notna(au) else "implausible")
+    if row.get("converged") is False or row.get("converged") == "False":
+        flags.append("window not converged")
+    return "; ".join(flags)

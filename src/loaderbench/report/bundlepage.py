@@ -47,7 +47,7 @@ def index_html(
             "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#444}</style></head><body>"
         ),
         f"<h1>loaderbench results: {e(config['name'])}</h1>",
-        f"<p>{len(records)} cells: " + ", ".join(f"{v} {k}" for k, v in sorted(status.items())) + ". "
+        f"<p>{len(records)} cells: " + ", ".join(f"{v} {k}" for k, v in sorted(status.items())) + _held(records) + ". "
         f"Generated {e(provenance['generated_at'])}.</p>",
         *_reread_note(records, e),
         verdict,
@@ -244,3 +244,13 @@ def _cell_items(records: list, timelines: set[str]) -> list[str]:
             f"{warns}</li>"
         )
     return parts
+
+
+def _held(records: list) -> str:
+    """What the ok cells' own records hold against them, counted: contended windows, windows that did not reach their
+    precision (" (of the ok: 3 contended, 2 not converged)"); "" where none."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    contended = sum(any(w["code"] == "contended" for w in warnings_of(r.get("metrics") or {})) for r in ok)
+    loose = sum(((r.get("metrics") or {}).get("window") or {}).get("converged") is False for r in ok)
+    told = [f"{contended} contended" if contended else "", f"{loose} not converged" if loose else ""]
+    return f" (of the ok: {', '.join(t for t in told if t)})" if any(told) else ""

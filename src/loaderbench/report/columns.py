@@ -290,6 +290,7 @@ COLUMNS = (
     Column("gpu_efficiency_low", "GPU Efficiency low"),
     Column("gpu_efficiency_high", "GPU Efficiency high"),
     Column("not_divided", "Not divided because"),
+    Column("flags", "Flags"),  # the seed table's: what the diagnosis holds against the row (aggregate._flags)
     Column("spread_before_rerun", "Spread before rerun"),
     Column("image_mb_s", "Image MB/s"),  # the images the cell consumed: Samples/s x the tier's mean image size
     Column("tier_sequential_mb_s", "Tier sequential MB/s"),  # the tier probe: one reader streaming
