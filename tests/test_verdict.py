@@ -159,3 +159,22 @@ def test_the_verdict_names_the_cells_a_second_measurement_may_let_carry_it():
     ram, hdd = verdicts(d, BASELINE)
     assert ram["fix"]["verdict"] == "left out" and ram["rerun"] == ["torchvision/ram/g1/b128/fp32/dp"]
     assert hdd["fix"]["what"] == "dali-mc b128 fp32" and hdd["rerun"] == ["dali-sc/hdd/g1/b128/fp32/dp"]
+
+
+def test_a_data_bound_beside_a_small_data_wait_says_on_its_line_where_the_step_lost_its_time():
+    """CPU-prep-bound while waiting for data 2% of a step reads as a contradiction unless the line says why: the
+    batches were ready and the loader's workers took the CPU from the step (a CPU cell: no bus to cross)."""
+    d = diagnose(
+        table(
+            [
+                cell("synthetic", "ram", 100.0, kind="ram", device="cpu"),
+                cell("torchvision", "ram", 180.0, kind="ram", wait_ms=3.6, device="cpu"),
+            ]
+        )
+    )
+    (v,) = verdicts(d, BASELINE)
+    assert v["reference"]["bottleneck"] == "CPU-prep-bound"
+    line = render_text([v])[1]
+    assert (
+        "waits for data 2% of a step): its batches were ready, but the loader's workers or threads take the CPU" in line
+    )

@@ -25,6 +25,7 @@ from loaderbench.core.cells import CONFIG_KEY_OF
 from loaderbench.core.util import atomic_write_text
 
 from .columns import baseline_cell, read_table
+from .diagnose import WAIT_SHARE
 from .recommend import compare, disturbed_once, read_flag
 from .rows import cell_name, device_text, number, on_gpu, trains
 
@@ -187,10 +188,26 @@ def _limit_text(ref: dict) -> str:
     au = f"AU {ref['au']:.2f}" if ref["au"] is not None else "AU -"
     if ref.get("implausible"):
         return f"{ref['what']} is implausible ({au}: above the compute ceiling; check its batches and the ceiling cell)"
-    wait = ""
+    wait, share = "", None
     if ref["data_wait_ms"] is not None and ref["step_ms"]:
-        wait = f", waits for data {100 * ref['data_wait_ms'] / ref['step_ms']:.0f}% of a step"
-    return f"{ref['what']} is {ref['bottleneck']} ({au}{wait})"
+        share = ref["data_wait_ms"] / ref["step_ms"]
+        wait = f", waits for data {100 * share:.0f}% of a step"
+    return f"{ref['what']} is {ref['bottleneck']} ({au}{wait}){_ready_yet(ref['bottleneck'], share)}"
+
+
+# a bound named though the batches were ready: where the step lost its time instead, said on the same line
+READY_YET = {
+    "CPU-prep-bound": "the loader's workers or threads take the CPU from the training step",
+    "transfer-bound": "the step loses its time copying them to the GPU",
+    "GPU-prep-bound": "the loader's decoding takes the GPU from the training step",
+}
+
+
+def _ready_yet(bottleneck: str, share: float | None) -> str:
+    """Why a data bound stands beside a small data wait: the batches were ready, and where the step's time went."""
+    if share is None or share >= WAIT_SHARE or bottleneck not in READY_YET:
+        return ""
+    return f": its batches were ready, but {READY_YET[bottleneck]}"
 
 
 def why_none(table: pd.DataFrame | None) -> tuple[str, list[str]]:
