@@ -7,7 +7,7 @@ import pytest
 from conftest import REPO
 
 from loaderbench.report import figures
-from loaderbench.report.figure_list import FIGURES, INPUTS, REGISTRY, Figure, load_captions
+from loaderbench.report.figure_list import FIGURES, INPUTS, REGISTRY, Figure, load_captions, run_captions
 
 
 def test_every_figure_has_a_draw_function_taking_the_inputs_it_names():
@@ -37,3 +37,13 @@ def test_an_unknown_input_is_refused():
     with pytest.raises(ValueError, match="unknown inputs"):
         Figure("x", "Throughput", ("tabel",))
     assert "table" in INPUTS
+
+
+def test_the_captions_name_the_runs_own_baseline_and_models_never_a_default():
+    captions = load_captions(REPO / "workflow/report")
+    assert not any("MobileNetV2" in text or "torchvision on hdd" in text for text in captions.values())
+    config = {"baseline": {"loader": "opencv", "tier": "ram", "gpus": 1, "batch_size": 256, "precision": "amp"}}
+    run = run_captions(captions, config, ["resnet18", "vit_b_16"])
+    assert run["speed_heatmap"].endswith("This run's baseline: opencv on ram, 1 GPU(s), batch 256, amp.")
+    assert run["throughput"].endswith("Models: resnet18, vit_b_16.")
+    assert run["au_bars"] == captions["au_bars"]

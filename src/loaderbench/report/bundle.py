@@ -14,11 +14,12 @@ from pathlib import Path
 import pandas as pd
 
 from loaderbench.core.records import read_record
+from loaderbench.core.registry import NO_MODEL
 from loaderbench.core.util import writing
 
 from .bundlepage import crosscheck_html, index_html
 from .columns import read_table
-from .figure_list import EXTRA_FILES, FORMATS, INDEX, load_captions, read_index
+from .figure_list import EXTRA_FILES, FORMATS, INDEX, load_captions, read_index, run_captions
 from .verdict import render_html
 from .whatiftables import MATRIX, SCORES, whatif_html
 
@@ -98,7 +99,8 @@ def make_bundle(
     }
     _write_text(out_dir / "provenance.json", json.dumps(provenance, indent=2))
     table = read_table(tables["cells.csv"])
-    captions = load_captions(captions_dir)
+    models = [m for m in dict.fromkeys(table["model"]) if isinstance(m, str) and m != NO_MODEL]
+    captions = run_captions(load_captions(captions_dir), config, models)
     diagnosis = read_table(tables["diagnosis.csv"], "diagnosis")
     recs = json.loads(tables["recommendations.json"].read_text())
     verdict = render_html(json.loads(tables["verdict.json"].read_text()), table)

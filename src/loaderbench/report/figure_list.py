@@ -65,3 +65,19 @@ def read_index(folder: Path | str) -> dict:
 def load_captions(captions_dir: Path | str, figures: tuple[Figure, ...] = REGISTRY) -> dict[str, str]:
     """Each figure's caption as one line of text (from its .rst file, its inline literals ``x`` shown as x)."""
     return {f.name: re.sub(r"``(.+?)``", r"\1", " ".join(f.caption(captions_dir).read_text().split())) for f in figures}
+
+
+def run_captions(captions: dict[str, str], config: dict, models: list[str]) -> dict[str, str]:
+    """The captions with what their general words leave to the run said after them: its baseline cell (Speed) and
+    the models it trained (throughput)."""
+    b = config.get("baseline") or {}
+    said = {
+        "speed_heatmap": (
+            f"This run's baseline: {b.get('loader')} on {b.get('tier')}, {b.get('gpus')} GPU(s), batch "
+            f"{b.get('batch_size')}, {b.get('precision')}."
+            if b
+            else ""
+        ),
+        "throughput": f"Models: {', '.join(models)}." if models else "",
+    }
+    return {name: f"{text} {said[name]}" if said.get(name) else text for name, text in captions.items()}
