@@ -110,3 +110,34 @@ def test_unstage_removes_this_projects_copies_from_each_tier_and_no_other_projec
     gone = staged_root(tier, "ds", mine).parents[1]
     assert out == [f"disk: removed {gone} (0.0 MB)", "ram: nothing staged here"]
     assert not gone.exists() and staged_root(tier, "ds", other).is_dir()
+
+
+def test_a_cell_waiting_for_the_host_is_said_on_the_terminal_once_with_its_holder(tmp_path, capsys):
+    """The cell's log says every few seconds that it waits for the host lock; the quiet terminal says it once."""
+    from loaderbench.cli.follow import Follower
+    from loaderbench.engine.runner.hostlock import exclusive
+
+    follower = Follower(tmp_path, {}, 0.0)
+    for line in ["rule cell:", "    jobid: 5", "    wildcards: cell=opencv_ram_g1_b4_fp32_dp_r0", "    log: cell.log"]:
+        follower.feed(line)
+    follower.tick()
+    assert capsys.readouterr().out == ""  # no log yet: nothing to say
+    lines = (tmp_path / "cell.log").open("w")
+    # a real wait: a holder in this process, a waiter in another, its stderr where Snakemake puts a cell's log
+    with exclusive("test holder", [], directory=tmp_path / "locks"):
+        import subprocess
+        import sys
+
+        code = (
+            "from loaderbench.engine.runner.hostlock import exclusive, HostBusy\n"
+            f"try:\n    exclusive('cell opencv', [], directory={str(tmp_path / 'locks')!r}, wait_s=1.5, report_s=0.5)"
+            ".__enter__()\nexcept HostBusy:\n    pass\n"
+        )
+        subprocess.run([sys.executable, "-c", code], stderr=lines, check=True)
+    lines.close()
+    follower.tick()
+    follower.tick()
+    out = capsys.readouterr().out
+    assert out.count("waiting for the host") == 1, out
+    assert "opencv_ram_g1_b4_fp32_dp_r0: waiting for the host (cpus.lock held by pid " in out
+    assert "(test holder, for " in out and "another measurement holds it" in out

@@ -110,6 +110,8 @@ class Follower:
     nothing_to_do: bool = False
     done: list[float] = field(default_factory=lambda: [0.0, 0.0])  # finished cells' predicted and taken seconds
     last_cell: float | None = None  # when the last cell finished
+    waiting: set[str] = field(default_factory=set)  # cells said to wait for the host
+    _open: set[str] = field(default_factory=set)  # job ids started and not finished
     _block: Job | None = None
     _in_stats: bool = False
     _in_error: bool = False
@@ -148,12 +150,32 @@ class Follower:
         job = self._block
         if name == "jobid" and not self._in_error:
             self.jobs[value] = job
+            self._open.add(value)
         elif name == "wildcards":
             job.wildcards = value
         elif name == "log":
             job.log = value.split(" (check log file")[0]
 
+    def tick(self) -> None:
+        """Between Snakemake's lines: a running cell that waits for the host (another measurement holds its lock),
+        said once, with who holds it; its log says so every few seconds, the terminal otherwise would not."""
+        for jobid in sorted(self._open):
+            job = self.jobs[jobid]
+            cell = job.wildcards.removeprefix("cell=")
+            if job.rule != "cell" or not job.log or cell in self.waiting:
+                continue
+            try:
+                with open(self.root / job.log, "rb") as f:
+                    f.seek(max(0, f.seek(0, 2) - 4096))
+                    tail = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if m := re.search(r": waiting for the host \((.+?); waited", tail):
+                self.waiting.add(cell)
+                say(f"  {cell}: waiting for the host ({m[1]}): another measurement holds it")
+
     def _finished(self, jobid: str) -> None:
+        self._open.discard(jobid)
         job = self.jobs.get(jobid)
         if job is None:
             return

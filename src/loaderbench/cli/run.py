@@ -117,6 +117,7 @@ def snakemake(command: list[str], log: Path, follower: Follower, started: float,
                 follower.feed(line.rstrip("\n"))
             if ended:
                 break
+            follower.tick()
             time.sleep(0.5)
     rc = proc.returncode
     for line in forcerun.put_back(follower.root):  # a forced cell whose new measurement failed: its record back
