@@ -46,6 +46,21 @@ def messy_source(tmp_path, small_dataset) -> Path:
     return src
 
 
+def test_the_terminal_says_what_the_check_quarantined_and_kept(tmp_path, messy_source, capsys):
+    """The quiet run's line when the check finishes counts the undecodable images quarantined, the odd ones kept, and
+    points at the report; a clean dataset's line says only that it was checked."""
+    from loaderbench.cli.follow import Follower
+    from loaderbench.core.layout import RESULTS
+
+    check_dataset(messy_source, tmp_path / RESULTS.check, tmp_path / RESULTS.quarantine, jobs=2)
+    follower = Follower(tmp_path, {}, 0.0)
+    for line in ["rule check_dataset:", "    jobid: 3", "Finished jobid: 3 (Rule: check_dataset)"]:
+        follower.feed(line)
+    out = capsys.readouterr().out
+    assert "dataset checked (31 files: 3 undecodable image(s) quarantined in results/dataset/quarantine (never " in out
+    assert "staged); 4 odd image(s) kept; see results/dataset/check.txt)" in out
+
+
 def test_check_classifies_every_bad_file_class(tmp_path, messy_source):
     out = tmp_path / "results/check.json"
     result = check_dataset(messy_source, out, tmp_path / "quarantine", jobs=2)

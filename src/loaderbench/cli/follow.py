@@ -183,7 +183,10 @@ class Follower:
         if job.rule == "cell":
             self._cell(job)
         elif job.rule not in SILENT and self.finished[job.rule] == self.counts.get(job.rule, 1):
-            say(f"  [{clock(time.time() - self.started)}] {STAGES.get(job.rule, job.rule + ': done')}")
+            what = STAGES.get(job.rule, job.rule + ": done")
+            if job.rule == "check_dataset":
+                what += check_summary(self.root)
+            say(f"  [{clock(time.time() - self.started)}] {what}")
 
     def _cell(self, job: Job) -> None:
         cell = job.wildcards.removeprefix("cell=")
@@ -211,6 +214,25 @@ class Follower:
         over their predicted seconds): a plan that was off by half says so after the first cells, not at the end."""
         pace = self.done[1] / self.done[0] if self.done[0] > 0 else 1.0
         return pace * sum(self.predicted.values())
+
+
+def check_summary(root: Path) -> str:
+    """What the dataset check found, where it found more than good images: odd ones kept, undecodable ones
+    quarantined (never staged), stray files and empty class folders left out; "" where all were good."""
+    try:
+        counts = json.loads((root / RESULTS.check).read_text())["counts"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    said = [
+        f"{counts['bad']} undecodable image(s) quarantined in {RESULTS.quarantine} (never staged)"
+        if counts["bad"]
+        else "",
+        f"{counts['odd']} odd image(s) kept" if counts["odd"] else "",
+        f"{counts['stray']} stray file(s) left out" if counts.get("stray") else "",
+        f"{counts['empty_classes']} empty class folder(s) left out" if counts.get("empty_classes") else "",
+    ]
+    said = [x for x in said if x]
+    return f" ({counts['files']} files: {'; '.join(said)}; see {RESULTS.check_report})" if said else ""
 
 
 def clock(seconds: float) -> str:
