@@ -39,6 +39,7 @@ rule probe_tier:
         R.probe("{tier}"),
     log:
         "logs/probe/{tier}.log",
+    priority: 50  # before the cells, which are ready as soon as the tier is staged: said first, measured first
     conda:
         HOST_ENV
     resources:
