@@ -76,9 +76,9 @@ def test_the_terminal_says_a_line_per_cell_a_failed_cell_with_its_log_and_ends_o
     assert "failed: " in failed and "raised ValueError: no width for 3 classes" in failed
     cell_log = Path(failed.split("; log: ")[1])
     assert cell_log.is_file() and "no width for 3 classes" in cell_log.read_text()
-    assert any(line.endswith("dataset staged on the tiers") for line in out)
-    probed = out.index(next(line for line in out if line.endswith("tiers probed")))
-    assert probed < out.index(cells[0])  # the tier is probed before the first cell, as the terminal says
+    staged = out.index(next(line for line in out if line.endswith("dataset staged on disk-a")))
+    probed = out.index(next(line for line in out if line.endswith("disk-a probed")))
+    assert staged < probed < out.index(cells[0])  # the tier is probed before its first cell, as the terminal says
     # the end: the bundle's path, then the verdict (a CPU here: named so)
     at = next(i for i, line in enumerate(out) if line.startswith("bundle: "))
     assert Path(out[at].split()[1]).is_file()

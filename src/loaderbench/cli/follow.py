@@ -21,8 +21,8 @@ from loaderbench.plan.predict import duration as human_duration
 STAGES = {
     "make_dataset": "dataset made",
     "check_dataset": "dataset checked",
-    "stage": "dataset staged on the tiers",
-    "probe_tier": "tiers probed",
+    "stage": "dataset staged on {tier}",
+    "probe_tier": "{tier} probed",
     "aggregate": "tables written",
     "diagnose": "cells diagnosed",
     "figures": "figures drawn",
@@ -31,6 +31,7 @@ STAGES = {
 
 
 SILENT = {"all", "resolved_config"}
+PER_TIER = {"stage", "probe_tier"}  # said per tier (the wildcard `tier`)
 
 
 ERROR_LINES = 12  # of a failed job's log
@@ -182,6 +183,9 @@ class Follower:
         self.finished[job.rule] = self.finished.get(job.rule, 0) + 1
         if job.rule == "cell":
             self._cell(job)
+        elif job.rule in PER_TIER:  # each tier as it is ready: its cells follow it, not the last tier
+            tier = job.wildcards.removeprefix("tier=")
+            say(f"  [{clock(time.time() - self.started)}] {STAGES[job.rule].format(tier=tier)}")
         elif job.rule not in SILENT and self.finished[job.rule] == self.counts.get(job.rule, 1):
             what = STAGES.get(job.rule, job.rule + ": done")
             if job.rule == "check_dataset":
