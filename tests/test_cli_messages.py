@@ -141,3 +141,33 @@ def test_a_cell_waiting_for_the_host_is_said_on_the_terminal_once_with_its_holde
     assert out.count("waiting for the host") == 1, out
     assert "opencv_ram_g1_b4_fp32_dp_r0: waiting for the host (cpus.lock held by pid " in out
     assert "(test holder, for " in out and "another measurement holds it" in out
+
+
+def test_a_contended_cells_line_on_the_terminal_says_so(tmp_path):
+    """The verdict leaves a contended cell out; its own line says it was contended, never a bare rate."""
+    import json
+
+    from loaderbench.cli.follow import cell_line
+    from loaderbench.core.layout import RESULTS
+
+    def record(warnings):
+        return {
+            "cell_id": "opencv_ram_g1_b4_fp32_dp_r0",
+            "status": "ok",
+            "metrics": {
+                "samples_per_s": 51.0,
+                "window": {"ci95_rel_halfwidth": 0.27},
+                "data_wait_fraction": 0.04,
+                "warnings": warnings,
+            },
+        }
+
+    path = tmp_path / RESULTS.cell("opencv_ram_g1_b4_fp32_dp_r0")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record([{"code": "contended", "text": "other processes used 0.9 cores"}])))
+    line = cell_line(tmp_path, "opencv_ram_g1_b4_fp32_dp_r0", "")
+    assert line.endswith(
+        "51 samples/s (+-27%), waits for data 4% of a step; CONTENDED: other processes used the CPU in its window"
+    )
+    path.write_text(json.dumps(record([])))
+    assert cell_line(tmp_path, "opencv_ram_g1_b4_fp32_dp_r0", "").endswith("waits for data 4% of a step")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loaderbench.core.layout import RESULTS
+from loaderbench.core.records import warnings_of
 from loaderbench.plan.predict import duration as human_duration
 
 # What a finished stage says, by rule; a rule not named here is said by its name. `all` and `resolved_config` say
@@ -259,7 +260,13 @@ def cell_line(root: Path, cell: str, log: str) -> str:
     interval = f" (+-{100 * hw:.0f}%)" if isinstance(hw, (int, float)) else f" (no interval: {m.get('steps')} steps)"
     wait = m.get("data_wait_fraction")
     waits = f", waits for data {100 * wait:.0f}% of a step" if isinstance(wait, (int, float)) else ""
-    return f"{cell}  {m.get('samples_per_s', float('nan')):.0f} samples/s{interval}{waits}"
+    held = [w for w in warnings_of(m) if w["code"] in FLAGGED]
+    flags = "".join(f"; {FLAGGED[w['code']]}" for w in held)
+    return f"{cell}  {m.get('samples_per_s', float('nan')):.0f} samples/s{interval}{waits}{flags}"
+
+
+# what a cell's own record holds against its rate, said on its line (the verdict leaves such a cell out)
+FLAGGED = {"contended": "CONTENDED: other processes used the CPU in its window"}
 
 
 def say_error(root: Path, job: Job) -> None:
