@@ -178,3 +178,19 @@ def test_a_data_bound_beside_a_small_data_wait_says_on_its_line_where_the_step_l
     assert (
         "waits for data 2% of a step): its batches were ready, but the loader's workers or threads take the CPU" in line
     )
+
+
+def test_a_contended_references_rate_is_flagged_on_its_own_line():
+    d = diagnose(
+        table(
+            [
+                cell("synthetic", "ram", 100.0, kind="ram"),
+                cell("torchvision", "ram", 250.0, kind="ram", wait_ms=150.0, contended=True, repeats=1),
+                cell("dali-cpu", "ram", 125.0, kind="ram", wait_ms=20.0),
+            ]
+        )
+    )
+    (v,) = verdicts(d, BASELINE)
+    assert v["reference"]["contended"] is True
+    first = render_text([v])[1]
+    assert first.endswith(" samples/s (CONTENDED)"), first

@@ -61,6 +61,7 @@ def verdicts(d: pd.DataFrame, baseline: dict) -> list[dict]:
                     "implausible": ref["bottleneck"] == "implausible",
                     "data_wait_ms": number(ref.get("data_wait_ms")),
                     "step_ms": number(ref.get("step_ms")),
+                    "contended": read_flag(ref.get("contended")) is True,
                 },
                 "fix": fix,
                 "rerun": _rerun(ref, ref_why, faster, fix),
@@ -264,7 +265,8 @@ def render_text(vs: list[dict], limit: int = 12, table: pd.DataFrame | None = No
     several = _several_models(vs)
     for v in shown:
         head = f"{v['model']}, " * several + f"{_device(v)}, {v['tier']}"
-        lines.append(f"  {head}: {_limit_text(v['reference'])}; {v['reference']['samples_per_s']:.0f} samples/s")
+        held = " (CONTENDED)" if v["reference"].get("contended") else ""
+        lines.append(f"  {head}: {_limit_text(v['reference'])}; {v['reference']['samples_per_s']:.0f} samples/s{held}")
         lines.append(f"  {' ' * len(head)}  fix: {v['fix']['text']}. Trust: {_trust_text(v['trust'])}")
     if len(shown) < len(vs):
         lines.append(f"  ... {len(vs) - len(shown)} more ({'model, ' * several}device, tier) in the bundle")
