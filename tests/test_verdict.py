@@ -194,3 +194,4 @@ def test_a_contended_references_rate_is_flagged_on_its_own_line():
     assert v["reference"]["contended"] is True
     first = render_text([v])[1]
     assert first.endswith(" samples/s (CONTENDED)"), first
+    assert " samples/s <b>(contended)</b></td>" in render_html([v])

@@ -314,7 +314,9 @@ def render_html(vs: list[dict], table: pd.DataFrame | None = None) -> str:
             "<tr>"
             + (f"<td>{e(str(v.get('model')))}</td>" if several else "")
             + f"<td>{e(_device(v))}</td><td>{e(v['tier'])}</td><td>{e(ref['what'])}: "
-            f"<b>{e(ref['bottleneck'])}</b>, {ref['samples_per_s']:.0f} samples/s</td><td>{au}</td>"
+            f"<b>{e(ref['bottleneck'])}</b>, {ref['samples_per_s']:.0f} samples/s"
+            + (" <b>(contended)</b>" if ref.get("contended") else "")
+            + f"</td><td>{au}</td>"
             f"<td>{wait}</td><td>{e(fix['text'])}</td><td>{e(_trust_text(v['trust']))}</td></tr>"
         )
     return (
