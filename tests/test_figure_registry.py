@@ -47,3 +47,24 @@ def test_the_captions_name_the_runs_own_baseline_and_models_never_a_default():
     assert run["speed_heatmap"].endswith("This run's baseline: opencv on ram, 1 GPU(s), batch 256, amp.")
     assert run["throughput"].endswith("Models: resnet18, vit_b_16.")
     assert run["au_bars"] == captions["au_bars"]
+
+
+def test_the_au_bars_hatch_the_contended_and_the_implausible_bars_only(tmp_path, monkeypatch):
+    """On the contended quickstart's table with all but two rows made clean: exactly those two bars are hatched, and
+    the title says what the hatching means."""
+    from loaderbench.report.columns import read_table
+    from loaderbench.report.figures import limits
+
+    t = read_table(REPO / "docs/results/2026-12-07-cpu2/contended-quickstart/results/tables/cells.csv")
+    t["contended"] = (t["loader"] == "opencv") & (t["tier"] == "ram")
+    t["warnings"] = [
+        "implausible: AU 1.53" if (lo, ti) == ("dali-mc", "hdd") else ""
+        for lo, ti in zip(t["loader"], t["tier"], strict=True)
+    ]
+    drawn = {}
+    monkeypatch.setattr(limits, "save", lambda fig, out, name: drawn.setdefault(name, fig))
+    assert limits.au_bars(t, tmp_path) is None
+    fig = drawn["au_bars"]
+    hatched = [p for ax in fig.axes for c in ax.containers for p in c.patches if p.get_hatch() == "///"]
+    assert len(hatched) == 2
+    assert "Hatched in red: contended or implausible" in fig._suptitle.get_text()

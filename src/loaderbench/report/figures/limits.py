@@ -68,12 +68,14 @@ def au_bars(table: pd.DataFrame, out_dir: Path) -> str | None:
         )
         return not_drawn(out_dir, "au_bars", f"no AU: {why}")
     t["config"] = config_label(t)
+    tiers = list(dict.fromkeys(t["tier"]))
     g = sns.catplot(
         data=with_ends(t, "au"),
         kind="bar",
         x="loader",
         y="au",
         hue="tier",
+        hue_order=tiers,
         col="config",
         col_wrap=2,
         height=3.2,
@@ -84,14 +86,40 @@ def au_bars(table: pd.DataFrame, out_dir: Path) -> str | None:
         capsize=0.15,
     )
     g.set_titles("{col_name}")
-    for ax in g.axes.flat:
+    marked = 0
+    for config, ax in g.axes_dict.items():
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.axhline(0.9, color="grey", lw=0.6, ls=":")
         ax.tick_params(axis="x", labelrotation=30)
+        marked += mark_flagged(ax, flagged(t[t["config"] == config]), tiers)
+    held = " Hatched in red: contended or implausible (above 1 beyond its interval), as the seed table's Flags say." * (
+        marked > 0
+    )
     suptitle(
         g.figure,
         "AU: share of the compute ceiling each loader delivers, whiskers its 95% interval (dotted: 0.9; above it "
-        "the model's compute is the limit)",
+        "the model's compute is the limit)." + held,
     )
     save(g.figure, out_dir, "au_bars")
     return None
+
+
+def flagged(t: pd.DataFrame) -> set[tuple[str, str]]:
+    """(loader, tier) of the rows whose numbers the diagnosis holds against: contended, or an implausible AU."""
+    held = t["contended"].map(lambda c: str(c) == "True") if "contended" in t else False
+    held = held | t.get("warnings", pd.Series("", index=t.index)).astype(str).str.contains("implausible")
+    return {(str(lo), str(tier)) for lo, tier in zip(t.loc[held, "loader"], t.loc[held, "tier"], strict=True)}
+
+
+def mark_flagged(ax, flags: set[tuple[str, str]], tiers: list) -> int:
+    """Hatch the bars of `flags` ((loader, tier): seaborn draws one container per tier of `tiers`, its hue order, and
+    in it a bar per loader tick); the number hatched."""
+    loaders = [t.get_text() for t in ax.get_xticklabels()]
+    n = 0
+    for tier, container in zip(map(str, tiers), ax.containers, strict=False):
+        for loader, bar in zip(loaders, container.patches, strict=False):
+            if (loader, tier) in flags:
+                bar.set_hatch("///")
+                bar.set_edgecolor("red")
+                n += 1
+    return n
