@@ -345,6 +345,47 @@ def test_records_rank_this_hosts_grid_against_the_script(tmp_path):
     assert "torchvision_ram_g1_b4_fp32_dp: 2000.0 samples/s" in done.stderr
 
 
+@pytest.mark.slow
+def test_records_of_parts_alone_give_the_whatifs_predictions_for_the_scripts_model(tmp_path):
+    """A grid that measured only parts (two loaders alone, the model's ceiling) on this host: the watch ranks the
+    ceiling, then each loader's predicted rate for the script's model against the script's; the run's other JSON
+    files (config, tables) are no records and are not counted as unreadable."""
+    from dataclasses import replace
+
+    from conftest import ok_metrics, record_parts
+    from test_part_ids import SPEC
+
+    from loaderbench.core import provenance
+    from loaderbench.core.cells import CellSpec
+    from loaderbench.core.records import make_record
+
+    here = provenance.host()
+    spec = replace(CellSpec(**SPEC), batch_size=4, precision="fp32", model="none")
+    made = [
+        (spec, 3000.0),  # torchvision alone
+        (replace(spec, loader="opencv"), 60.0),
+        (replace(spec, loader="synthetic", model="mobilenet_v2"), 900.0),  # the ceiling
+    ]
+    grid = tmp_path / "run"
+    (grid / "cells").mkdir(parents=True)
+    (grid / "config.json").write_text(json.dumps({"name": "parts"}))
+    for k, (s, rate) in enumerate(made):
+        window = {"ci95_rel_halfwidth": 0.02}
+        record = make_record(s, "ok", ok_metrics(samples_per_s=rate, window=window), **record_parts(here))
+        (grid / "cells" / f"{k}.json").write_text(json.dumps(record))
+    path = script(tmp_path, "train.py", MOBILENET)
+    done, record = watch(tmp_path, [sys.executable, str(path)], "--records", str(grid))
+    assert done.returncode == 0, done.stderr
+    assert "synthetic_ram_g1_b4_fp32_dp: 900.0 samples/s" in done.stderr  # the ceiling: the one cell of its model
+    assert "unreadable" not in done.stderr
+    assert "predicted from this host's parts, not measured" in done.stderr
+    lines = [x for x in done.stderr.splitlines() if "samples/s predicted" in x]
+    assert len(lines) == 2 and "torchvision_ram_g1_b4_fp32_dp:" in lines[0] and "opencv_ram_g1_b4_fp32_dp:" in lines[1]
+    assert "60.0 samples/s predicted" in lines[1]  # opencv alone is slower than the ceiling: the loader binds
+    kept = record["watch"]["predicted"]
+    assert [p["configuration"] for p in kept] == ["torchvision_ram_g1_b4_fp32_dp", "opencv_ram_g1_b4_fp32_dp"]
+
+
 IMAGEFOLDER = """
 import sys, time, torch, torchvision
 from torch.utils.data import DataLoader

@@ -81,6 +81,10 @@ def cmd_watch(a) -> int:
         records, unreadable = watchrank.read_grid(Path(a.records))
         rows = watchrank.ranking(records, record) if record["status"] == "ok" else []
         record["watch"]["grid"] = [{"configuration": c, "samples_per_s": r, "ratio": q.to_dict()} for c, r, q in rows]
+        guessed = watchrank.predicted(records, record) if record["status"] == "ok" else []
+        record["watch"]["predicted"] = [
+            {"configuration": c, "samples_per_s": r, "ratio": q.to_dict()} for c, r, q in guessed
+        ]
         validate_record(record)
         grid = watchrank.lines(records, unreadable, record, Path(a.records))
     record_path = out / f"{record['cell_id']}.json"

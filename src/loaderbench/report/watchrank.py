@@ -21,11 +21,11 @@ from .watchtext import PREFIX
 
 
 def read_grid(folder: Path) -> tuple[list[dict], int]:
-    """The cell records (kind cell) under `folder`, recursively, and how many JSON files there were not readable
-    records (left where they are)."""
+    """The cell records (kind cell) under `folder`, recursively (every `cells/*.json`: a run's tables, config and
+    bundle pages are no records), and how many of those were not readable records (left where they are)."""
     records, unreadable = [], 0
     for path in sorted(Path(folder).rglob("*.json")):
-        if path.name.endswith(".trace.json"):
+        if path.name.endswith(".trace.json") or path.parent.name != "cells":
             continue
         try:
             record = read_record(path)
@@ -93,7 +93,8 @@ def lines(records: list[dict], unreadable: int, watched: dict, folder: Path, top
         return [f"{PREFIX}grid records: no torchvision model was recognised in the script, so none compares{skipped}"]
     rows = ranking(records, watched)
     if not rows:
-        return [f"{PREFIX}grid records in {folder}: no ok cell of this host at {what} ({len(records)} read){skipped}"]
+        none = f"{PREFIX}grid records in {folder}: no ok cell of this host at {what} ({len(records)} read){skipped}"
+        return [none, *_predicted_lines(records, watched, top)]
     out = [f"{PREFIX}grid records in {folder} at {what} on this host, fastest first, against the script's rate:"]
     for config, rate, ratio in rows[:top]:
         verdict = "" if ratio.differs_from(1.0) else ", no measurable difference"
@@ -102,4 +103,46 @@ def lines(records: list[dict], unreadable: int, watched: dict, folder: Path, top
         out.append(f"{PREFIX}  and {len(rows) - top} more{skipped}")
     elif skipped:
         out.append(f"{PREFIX} {skipped.strip()}")
+    return out + _predicted_lines(records, watched, top)
+
+
+def predicted(records: list[dict], watched: dict) -> list[tuple[str, float, Ratio]]:
+    """The what-if's predictions (`whatif.matrix`, 1 GPU) from this host's parts for the script's model, batch and
+    precision where no training cell measured the pair: (configuration, samples/s, its rate over the script's, its
+    interval from the prediction's), fastest first."""
+    from loaderbench.whatif import matrix
+
+    spec, m = watched["spec"], watched["metrics"]
+    mine = [r for r in records if same_host(r, watched)]
+    if not spec.get("model") or not mine:
+        return []
+    df = matrix(mine, gpus=(1,))
+    if df.empty:
+        return []
+    rows = df[
+        (df["status"] != "measured")
+        & (df["model"] == spec["model"])
+        & (df["batch_size"] == spec["batch_size"])
+        & (df["precision"] == spec["precision"])
+        & df["predicted"].notna()
+    ]
+    script_hw = widened((m.get("window") or {}).get("ci95_rel_halfwidth") or 0.0, None)
+    out = []
+    for _, r in rows.iterrows():
+        hw = max(r["predicted_hi"] / r["predicted"] - 1, 1 - r["predicted_lo"] / r["predicted"], 0.0)
+        out.append(
+            (r["configuration"], float(r["predicted"]), quotient(r["predicted"], hw, m["samples_per_s"], script_hw))
+        )
+    return sorted(out, key=lambda row: -row[1])
+
+
+def _predicted_lines(records: list[dict], watched: dict, top: int) -> list[str]:
+    rows = predicted(records, watched)
+    if not rows:
+        return []
+    out = [f"{PREFIX}predicted from this host's parts, not measured (the what-if: loader alone and model ceiling):"]
+    for config, rate, ratio in rows[:top]:
+        out.append(f"{PREFIX}  {config}: {rate:.1f} samples/s predicted, {ratio.text(2)}x the script's")
+    if len(rows) > top:
+        out.append(f"{PREFIX}  and {len(rows) - top} more")
     return out
