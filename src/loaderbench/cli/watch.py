@@ -86,7 +86,7 @@ def cmd_watch(a) -> int:
             {"configuration": c, "samples_per_s": r, "ratio": q.to_dict()} for c, r, q in guessed
         ]
         validate_record(record)
-        grid = watchrank.lines(records, unreadable, record, Path(a.records))
+        grid = watchrank.lines(len(records), unreadable, record, Path(a.records), rows, guessed)
     record_path = out / f"{record['cell_id']}.json"
     trace_path = out / f"{record['cell_id']}.trace.json"
     atomic_write_json(record_path, record)

@@ -17,7 +17,7 @@ from loaderbench.core.util import atomic_write_text
 
 from .columns import COMBINED, KEYS, RECORD_COLUMNS, SEED_COLUMNS, Repeats, table_csv, to_labels
 from .ratios import divide
-from .rows import on_gpu
+from .rows import implausible, on_gpu, read_flag
 
 
 def repeats_table(records: list[dict]) -> pd.DataFrame:
@@ -240,12 +240,11 @@ def _flags(row: pd.Series) -> str:
     """What the diagnosis holds against a row's numbers, said beside them: contended, an AU above the ceiling
     (implausible), a window that did not reach its precision; "" where nothing."""
     flags = []
-    if row.get("contended") is True or row.get("contended") == "True":
+    if read_flag(row.get("contended")) is True:
         flags.append("contended")
-    warnings = row.get("warnings")
-    if isinstance(warnings, str) and "implausible" in warnings:
+    if implausible(row):
         au = row.get("au")
         flags.append(f"implausible: AU {float(au):.2f} > 1" if pd.notna(au) else "implausible")
-    if row.get("converged") is False or row.get("converged") == "False":
+    if read_flag(row.get("converged")) is False:
         flags.append("window not converged")
     return "; ".join(flags)

@@ -13,7 +13,7 @@ from loaderbench.core.uncertainty import DEFAULT_BETWEEN_NOISE, Ratio, quotient,
 from loaderbench.data.cache import COLD_SHARE
 
 from .columns import CEILING_BY, SETUP, baseline_cell
-from .rows import cell_name, fmt, number, row_facts, trains
+from .rows import cell_name, fmt, number, read_flag, row_facts, trains
 
 COMPUTE_LABELS = ("GPU-bound", "compute-bound")  # the labels of a cell its compute limits (diagnose.label)
 
@@ -65,15 +65,6 @@ def _halfwidth(r: pd.Series) -> float:
     if isinstance(basis, str) and basis.startswith("window only"):
         return widened(float(r["halfwidth"]), DEFAULT_BETWEEN_NOISE)
     return float(r["halfwidth"])
-
-
-def read_flag(value) -> bool | None:
-    """A table's yes/no cell as True, False or None (not recorded; a fixed window has no convergence)."""
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return None
-    if isinstance(value, str):
-        return {"true": True, "false": False}.get(value.strip().lower())
-    return bool(value)
 
 
 def _rec(out: list[dict], topic: str, cells: list, q: Ratio | None, why: str | None, text) -> None:

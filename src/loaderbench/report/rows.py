@@ -15,6 +15,21 @@ from loaderbench.core.registry import DEFAULT_MODEL, LoaderRecord
 from .columns import LOADER_ALONE
 
 
+def read_flag(value) -> bool | None:
+    """A table's yes/no cell as True, False or None (not recorded; a fixed window has no convergence)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, str):
+        return {"true": True, "false": False}.get(value.strip().lower())
+    return bool(value)
+
+
+def implausible(row) -> bool:
+    """Whether a cells-table row's AU is above its ceiling beyond its interval: the warning `ratios.divide` gave it."""
+    warnings = row.get("warnings")
+    return isinstance(warnings, str) and "implausible" in warnings
+
+
 def on_gpu(device) -> bool:
     """Whether a cell's `device` (the records' device type: "cuda", "cpu"; several joined by commas) is a GPU;
     unknown (a table without the column) counts as one, as the seed's tables were."""

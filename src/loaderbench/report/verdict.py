@@ -26,8 +26,8 @@ from loaderbench.core.util import atomic_write_text
 
 from .columns import baseline_cell, read_table
 from .diagnose import WAIT_SHARE
-from .recommend import compare, disturbed_once, read_flag
-from .rows import cell_name, device_text, number, on_gpu, trains
+from .recommend import compare, disturbed_once
+from .rows import cell_name, device_text, number, on_gpu, read_flag, trains
 
 
 def _describe(r: pd.Series) -> str:

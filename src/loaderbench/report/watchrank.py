@@ -19,6 +19,8 @@ from loaderbench.core.uncertainty import Ratio, quotient, repeats_halfwidth, wid
 
 from .watchtext import PREFIX
 
+Ranked = list[tuple[str, float, Ratio]]  # (configuration, samples/s, its rate over the script's), fastest first
+
 
 def read_grid(folder: Path) -> tuple[list[dict], int]:
     """The cell records (kind cell) under `folder`, recursively (every `cells/*.json`: a run's tables, config and
@@ -68,7 +70,7 @@ def _rate(group: list[dict]) -> tuple[float, float]:
     return rates[0], widened(window, None)
 
 
-def ranking(records: list[dict], watched: dict) -> list[tuple[str, float, Ratio]]:
+def ranking(records: list[dict], watched: dict) -> Ranked:
     """(configuration, samples/s, its rate over the script's), fastest first."""
     groups: dict[str, list[dict]] = {}
     for r in comparable(records, watched):
@@ -82,8 +84,11 @@ def ranking(records: list[dict], watched: dict) -> list[tuple[str, float, Ratio]
     return sorted(out, key=lambda row: -row[1])
 
 
-def lines(records: list[dict], unreadable: int, watched: dict, folder: Path, top: int = 10) -> list[str]:
-    """What the grid's records say against the script, for the watch's last screen."""
+def lines(
+    read: int, unreadable: int, watched: dict, folder: Path, rows: Ranked, guessed: Ranked, top: int = 10
+) -> list[str]:
+    """What the grid's records say against the script, for the watch's last screen: `rows` its measured cells
+    (`ranking`), `guessed` the what-if's predictions (`predicted`), of `read` records."""
     spec = watched["spec"]
     what = f"{spec.get('model') or 'unknown model'} b{spec.get('batch_size')} {spec.get('precision')}"
     skipped = f" ({unreadable} unreadable JSON file(s) left out)" if unreadable else ""
@@ -91,10 +96,9 @@ def lines(records: list[dict], unreadable: int, watched: dict, folder: Path, top
         return [f"{PREFIX}grid records: nothing to compare, the script has no rate{skipped}"]
     if not spec.get("model"):
         return [f"{PREFIX}grid records: no torchvision model was recognised in the script, so none compares{skipped}"]
-    rows = ranking(records, watched)
     if not rows:
-        none = f"{PREFIX}grid records in {folder}: no ok cell of this host at {what} ({len(records)} read){skipped}"
-        return [none, *_predicted_lines(records, watched, top)]
+        none = f"{PREFIX}grid records in {folder}: no ok cell of this host at {what} ({read} read){skipped}"
+        return [none, *_predicted_lines(guessed, top)]
     out = [f"{PREFIX}grid records in {folder} at {what} on this host, fastest first, against the script's rate:"]
     for config, rate, ratio in rows[:top]:
         verdict = "" if ratio.differs_from(1.0) else ", no measurable difference"
@@ -103,10 +107,10 @@ def lines(records: list[dict], unreadable: int, watched: dict, folder: Path, top
         out.append(f"{PREFIX}  and {len(rows) - top} more{skipped}")
     elif skipped:
         out.append(f"{PREFIX} {skipped.strip()}")
-    return out + _predicted_lines(records, watched, top)
+    return out + _predicted_lines(guessed, top)
 
 
-def predicted(records: list[dict], watched: dict) -> list[tuple[str, float, Ratio]]:
+def predicted(records: list[dict], watched: dict) -> Ranked:
     """The what-if's predictions (`whatif.matrix`, 1 GPU) from this host's parts for the script's model, batch and
     precision where no training cell measured the pair: (configuration, samples/s, its rate over the script's, its
     interval from the prediction's), fastest first."""
@@ -136,8 +140,7 @@ def predicted(records: list[dict], watched: dict) -> list[tuple[str, float, Rati
     return sorted(out, key=lambda row: -row[1])
 
 
-def _predicted_lines(records: list[dict], watched: dict, top: int) -> list[str]:
-    rows = predicted(records, watched)
+def _predicted_lines(rows: Ranked, top: int) -> list[str]:
     if not rows:
         return []
     out = [f"{PREFIX}predicted from this host's parts, not measured (the what-if: loader alone and model ceiling):"]

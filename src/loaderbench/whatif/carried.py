@@ -19,6 +19,7 @@ from .measured import CEILING, Configuration, by_run, field_of
 
 CORES_BOUND = 0.85  # a part kept its pool busy at or above this share of it: the cores bound it
 KEY = ("loader", "model", "tier", "batch_size", "precision", "parallel", "gpus", "beside", "ranks")
+CARRIED_FROM = "carried from"  # how a side's basis begins to say where its carried part came from
 
 
 def is_loader_part(c: Configuration) -> bool:
@@ -54,7 +55,7 @@ def _carried(part: Configuration, run: str, cores: int, host_ms: dict[tuple, flo
         host_cores=cores,
         spec=copy.deepcopy(part.spec),
     )
-    c.carried = f"carried from the {part.host_cores}-core host of run '{part.run}': {why}"
+    c.carried = f"{CARRIED_FROM} the {part.host_cores}-core host of run '{part.run}': {why}"
     c.reference_host_ms = host_ms
     return c
 

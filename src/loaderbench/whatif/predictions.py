@@ -14,7 +14,7 @@ from loaderbench.core.cells import cell_id, configuration
 from loaderbench.core.registry import NO_MODEL
 from loaderbench.core.util import stable_hash
 
-from .carried import carry
+from .carried import CARRIED_FROM, carry
 from .intervals import MEASURED, coverage, widen
 from .measured import CEILING, Configuration, Index, by_run, configurations
 from .parts import AT, Found, n_gpu, one_gpu
@@ -88,7 +88,7 @@ def matrix(
     df = pd.DataFrame(rows, columns=MATRIX_COLUMNS)
     left_out = 0
     if parts_from is not None:
-        carried = df["loader_basis"].str.contains("carried from", regex=False)
+        carried = df["loader_basis"].str.contains(CARRIED_FROM, regex=False)
         left_out, df = int((~carried).sum()), df[carried].reset_index(drop=True)
     checked = {(g, p) for g, p, s in zip(df["gpus"], df["parallel"], df["status"], strict=True) if s == MEASURED}
     df.loc[[s != MEASURED and g > 1 and (g, p) not in checked for g, p, s in _keys(df)], "status"] = UNCHECKED

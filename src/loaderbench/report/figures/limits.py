@@ -10,7 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..columns import label
-from ..rows import trains
+from ..rows import implausible, read_flag, trains
 from .common import config_label, no_training, not_drawn, save, suptitle, with_ends
 
 
@@ -106,9 +106,11 @@ def au_bars(table: pd.DataFrame, out_dir: Path) -> str | None:
 
 def flagged(t: pd.DataFrame) -> set[tuple[str, str]]:
     """(loader, tier) of the rows whose numbers the diagnosis holds against: contended, or an implausible AU."""
-    held = t["contended"].map(lambda c: str(c) == "True") if "contended" in t else False
-    held = held | t.get("warnings", pd.Series("", index=t.index)).astype(str).str.contains("implausible")
-    return {(str(lo), str(tier)) for lo, tier in zip(t.loc[held, "loader"], t.loc[held, "tier"], strict=True)}
+    return {
+        (str(r["loader"]), str(r["tier"]))
+        for _, r in t.iterrows()
+        if read_flag(r.get("contended")) is True or implausible(r)
+    }
 
 
 def mark_flagged(ax, flags: set[tuple[str, str]], tiers: list) -> int:
