@@ -34,8 +34,8 @@ def _run(scaled: tuple | None = None, factor: float = 1.0) -> list[dict]:
     """Three loaders alone and two models' ceilings (with host times), torchvision's beside part and rank parts, and
     the CHECKS - the one named `scaled` measured `factor` times its rate - plus a 2-GPU check."""
     recs = [
-        record("synthetic", 9300.0, host_ms=15.0, cores=1.0),
-        record("synthetic", 6150.0, model="resnet50", host_ms=18.0, cores=1.0),
+        record("synthetic", 9300.0, host_ms=15.0, main_cpu_ms=14.0, cores=1.0),
+        record("synthetic", 6150.0, model="resnet50", host_ms=18.0, main_cpu_ms=17.0, cores=1.0),
         record("synthetic", 14000.0, gpus=2, parallel="ddp", host_ms=16.0, cores=2.0),
         record("torchvision", 3300.0, model="none", util=0.0, cores=15.0),
         record("torchvision", 2700.0, beside=True, host_ms=20.0, main_cpu_ms=85.0, cores=15.0),
@@ -139,7 +139,7 @@ def test_each_batch_size_takes_its_own_ceiling_and_beside_part():
     recs = []
     for batch, ceiling, host_ms, cpu in ((128, 3000.0, 10.0, 30.0), (256, 4000.0, 16.0, 50.0)):
         recs += [
-            record("synthetic", ceiling, batch=batch, host_ms=host_ms),
+            record("synthetic", ceiling, batch=batch, host_ms=host_ms, main_cpu_ms=host_ms / 2),
             record("torchvision", 3500.0, model="none", util=0.0, cores=4.0, batch=batch),
             record("torchvision", 3400.0, cores=4.0, batch=batch),
             record("torchvision", 3000.0, beside=True, host_ms=host_ms, main_cpu_ms=cpu, batch=batch),
@@ -148,21 +148,23 @@ def test_each_batch_size_takes_its_own_ceiling_and_beside_part():
     assert df.loc[128, "ceiling"] == 3000.0 and df.loc[256, "ceiling"] == 4000.0
     assert df.loc[128, "predicted"] == 3000.0 and df.loc[128, "class"] == MODEL
     assert df.loc[256, "predicted"] == 3500.0 and df.loc[256, "class"] == LOADER
-    assert df.loc[128, "consuming_side"] == pytest.approx(128 / 0.030)  # 10 + (30 - 10) ms: its own batch's times
-    assert df.loc[256, "consuming_side"] == pytest.approx(256 / 0.050)
+    # c(M) + (s + (m - h0) - h0), each of its own batch: 5 + (10 + 20 - 10) and 8 + (16 + 34 - 16) ms
+    assert df.loc[128, "consuming_side"] == pytest.approx(128 / 0.025)
+    assert df.loc[256, "consuming_side"] == pytest.approx(256 / 0.042)
 
 
-# ---- the consuming process: the beside part carried to the model by the host-time ratio
+# ---- the consuming process: the model's own main-thread work plus the loader's consuming work
 
 
-def test_the_consuming_term_is_the_beside_part_carried_by_the_host_time_ratio():
-    """The beside part (torchvision with MobileNetV2, h = 15 ms) spent 20 ms in the step call and 95 ms of main-thread
-    CPU a step: T_beside = 20 + (95 - 15) = 100 ms. ResNet-50's step call takes 30 ms on the host: t_cons = 100 x
-    30/15 = 200 ms, 1280 samples/s at batch 256. Wrong readings give 2560 (no ratio), 1347 (the CPU time alone), 1113
-    (the CPU time not less the step's own) or 12800 (the step call alone)."""
+def test_the_consuming_term_adds_the_loaders_consuming_work_to_the_models_main_thread():
+    """The beside part (torchvision with MobileNetV2, h0 = 15 ms) spent 20 ms in the step call and 95 ms of main-thread
+    CPU a step: T_beside = 20 + (95 - 15) = 100 ms, of which 100 - 15 = 85 ms is consuming. ResNet-50's main thread
+    takes 115 ms a step on its own (its step call 30 ms: the GPU's wait is not the main thread's work): t_cons = 115
+    + 85 = 200 ms, 1280 samples/s at batch 256. Wrong readings give 2560 (T_beside alone), 853 (T_beside x h/h0),
+    2226 (h(M) + 85), 1113 (c(M) + T_beside) or 1347 (the CPU time alone)."""
     recs = [
-        record("synthetic", 9000.0, host_ms=15.0),
-        record("synthetic", 6000.0, model="resnet50", host_ms=30.0),
+        record("synthetic", 9000.0, host_ms=15.0, main_cpu_ms=12.0),
+        record("synthetic", 6000.0, model="resnet50", host_ms=30.0, main_cpu_ms=115.0),
         record("torchvision", 3300.0, model="none", util=0.0, cores=15.0),
         record("torchvision", 2700.0, beside=True, host_ms=20.0, main_cpu_ms=95.0),
         record("torchvision", 1300.0, model="resnet50", cores=15.0),
@@ -172,10 +174,24 @@ def test_the_consuming_term_is_the_beside_part_carried_by_the_host_time_ratio():
     assert mine["consuming_side"] == pytest.approx(1280.0) and mine["predicted"] == pytest.approx(1280.0)
     assert mine["class"] == CONSUMING and mine["naive"] == 3300.0
     assert mine["error"] == pytest.approx(1300 / 1280 - 1)
-    assert row(df, "torchvision", "mobilenet_v2")["consuming_side"] == pytest.approx(2560.0)
+    assert row(df, "torchvision", "mobilenet_v2")["consuming_side"] == pytest.approx(256 / 0.097)  # 12 + 85 ms
     # at 2 GPUs: a main thread per rank under ddp, one for both GPUs' batches under dp
     assert row(df, "torchvision", "resnet50", 2, "ddp")["consuming_side"] == pytest.approx(2 * 1280.0)
     assert row(df, "torchvision", "resnet50", 2, "dp")["consuming_side"] == pytest.approx(1280.0)
+
+
+def test_a_gpu_bound_models_wait_does_not_count_as_main_thread_work():
+    """The model's step call waits 110 ms for its GPU while its main thread works 65 ms: with 31 ms of consuming the
+    main thread (96 ms) stays under the GPU's time, and the row is the model's, not the consuming process's."""
+    recs = [
+        record("synthetic", 8000.0, host_ms=32.0, main_cpu_ms=25.0),
+        record("synthetic", 2316.0, model="resnet152", host_ms=110.4, main_cpu_ms=65.3),
+        record("torchvision", 3000.0, model="none", util=0.0, cores=15.0),
+        record("torchvision", 2500.0, beside=True, host_ms=62.8, main_cpu_ms=32.0),
+    ]
+    mine = row(matrix(recs, gpus=(1,)), "torchvision", "resnet152")
+    assert mine["consuming_ms"] == pytest.approx(65.3 + 62.8 - 32.0)
+    assert mine["class"] == MODEL and mine["predicted"] == pytest.approx(2316.0)
 
 
 # ---- intervals

@@ -117,7 +117,9 @@ def test_the_beside_time_is_the_step_call_plus_the_main_threads_cpu_outside_it()
     # the step call took 20 ms beside the loader; the main thread ran 95 ms of CPU a step, 15 of them the step's own
     assert beside_ms(20.0, 95.0, 15.0) == 100.0
     assert beside_ms(20.0, 10.0, 15.0) == 20.0  # no CPU outside the step: its wall time alone
-    assert consuming_ms(100.0, 30.0, 15.0) == 200.0  # a model with twice the host time: twice the main thread's time
+    # the model's own 30 ms of main thread, plus what the beside part's main thread spent beyond the step alone
+    assert consuming_ms(100.0, 30.0, 15.0) == 115.0
+    assert consuming_ms(10.0, 30.0, 15.0) == 30.0  # a beside part faster than the step alone adds nothing
 
 
 # ---- the 1-GPU rows
@@ -172,8 +174,8 @@ def test_on_a_cpu_host_the_step_takes_the_loaders_cores():
 
 def test_a_beside_part_gives_the_consuming_term_and_can_bind():
     recs = [
-        record("synthetic", 9000.0, host_ms=15.0),
-        record("synthetic", 6000.0, model="resnet50", host_ms=18.0),
+        record("synthetic", 9000.0, host_ms=15.0, main_cpu_ms=15.0),
+        record("synthetic", 6000.0, model="resnet50", host_ms=18.0, main_cpu_ms=18.0),
         record("torchvision", 3300.0, model="none", util=0.0, cores=15.0),
         record("torchvision", 2660.0, cores=16.0),
         record("torchvision", 2650.0, model="resnet50", cores=16.0),
@@ -184,9 +186,9 @@ def test_a_beside_part_gives_the_consuming_term_and_can_bind():
     mine = row(df, "torchvision")
     assert mine["measured"] == 2660.0 and mine["configuration"] == "torchvision_ram_g1_b256_amp_dp"
     t_ms = 20.0 + (95.0 - 15.0)  # its step call, and the main thread's CPU outside it
-    assert mine["consuming_side"] == pytest.approx(256 / (t_ms / 1000))
+    assert mine["consuming_side"] == pytest.approx(256 / (t_ms / 1000))  # the beside part's own model: T_beside
     assert mine["class"] == CONSUMING and mine["predicted"] == pytest.approx(2560.0)
-    assert row(df, "torchvision", "resnet50")["consuming_side"] == pytest.approx(256 / (t_ms * 18 / 15 / 1000))
+    assert row(df, "torchvision", "resnet50")["consuming_side"] == pytest.approx(256 / ((18 + t_ms - 15) / 1000))
     assert mine["lacks"] == ""
 
 
@@ -198,7 +200,7 @@ def test_without_host_times_the_consuming_term_is_unknown_never_zero():
     ]
     r = row(matrix(recs, gpus=(1,)), "torchvision")
     assert math.isnan(r["consuming_side"]) and r["class"] == LOADER and r["predicted"] == 3300.0
-    assert "mobilenet_v2's ceiling's host_step_ms (the consuming process's term unknown)" in r["lacks"]
+    assert "mobilenet_v2's ceiling's host_step_ms, mobilenet_v2's ceiling's main_cpu_ms (the consuming" in r["lacks"]
 
 
 def test_every_pair_is_a_row_measured_or_not_and_measured_rows_come_first():

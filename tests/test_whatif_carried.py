@@ -19,8 +19,8 @@ Y = {"host": 32, "run": "y"}
 
 def parts_of_x(torchvision_cores: float = 15.0, opencv_cores: float = 6.0) -> list[dict]:
     return [
-        record("synthetic", 8000.0, host_ms=10.0, **X),
-        record("synthetic", 3000.0, model="resnet50", host_ms=30.0, **X),
+        record("synthetic", 8000.0, host_ms=10.0, main_cpu_ms=9.0, **X),
+        record("synthetic", 3000.0, model="resnet50", host_ms=30.0, main_cpu_ms=14.0, **X),
         record("torchvision", 4000.0, model="none", util=0.0, cores=torchvision_cores, **X),
         record("opencv", 5000.0, model="none", util=0.0, cores=opencv_cores, **X),
         record("torchvision", 7000.0, beside=True, host_ms=12.0, main_cpu_ms=40.0, **X),
@@ -60,12 +60,21 @@ def test_the_rule_turns_on_the_cores_busy_not_on_the_loader():
     assert row(df, "opencv")["loader_part"] == pytest.approx(5000.0 * 31 / 15)
 
 
-def test_a_carried_beside_part_keeps_its_times_and_takes_the_host_time_ratio_of_its_own_host():
+def test_a_carried_beside_part_keeps_its_times_and_takes_its_own_hosts_ceiling_times():
+    """Y's ceilings hold no host times: X's beside part keeps its times, with X's reference step call (10 ms, not
+    another) and X's models' main-thread times (9 and 14 ms) where Y's ceilings lack them."""
     df = matrix(records_of_y(), gpus=(1,), parts_from=parts_of_x())
-    t_ms = 12.0 + (40.0 - 10.0)  # X's beside: its step call, and its main thread's CPU outside it (h0 = X's 10 ms)
-    assert row(df, "torchvision")["consuming_side"] == pytest.approx(256 / (t_ms / 1000))
-    assert row(df, "torchvision", "resnet50")["consuming_side"] == pytest.approx(256 / (t_ms * 30 / 10 / 1000))
+    extra = 12.0 + (40.0 - 10.0) - 10.0  # X's beside: its step call and its main thread outside it, less h0 = 10 ms
+    assert row(df, "torchvision")["consuming_side"] == pytest.approx(256 / ((9.0 + extra) / 1000))
+    assert row(df, "torchvision", "resnet50")["consuming_side"] == pytest.approx(256 / ((14.0 + extra) / 1000))
     assert "its main thread's times as measured" in row(df, "torchvision")["consuming_basis"]
+
+
+def test_the_runs_own_ceiling_gives_the_models_main_thread_time_where_it_holds_it():
+    recs = records_of_y()
+    recs[1] = record("synthetic", 3500.0, model="resnet50", host_ms=25.0, main_cpu_ms=20.0, **Y)
+    df = matrix(recs, gpus=(1,), parts_from=parts_of_x())
+    assert row(df, "torchvision", "resnet50")["consuming_side"] == pytest.approx(256 / ((20.0 + 32.0) / 1000))
 
 
 def test_a_rank_part_is_carried_for_the_n_gpu_rows_and_the_runs_own_parts_win():

@@ -5,8 +5,8 @@ The cores rule, fixed before it is scored: a part whose processes kept its pool 
 CORES_BOUND of the host's cores less the part's launch cores) was bound by the cores, and delivers pool_to / pool_from
 times its rate on the other host, its core-seconds and GPU seconds a sample unchanged; a part that left cores idle
 (bound by its main thread, a GPU decoder or a read rate) delivers its own rate. A beside part's main-thread times are
-carried unchanged (one thread: the clock, not the cores, sets them), with the host times of its own host's ceilings
-for the host-time ratio. The half-widths are the parts' own."""
+carried unchanged (one thread: the clock, not the cores, sets them), with its own host's ceilings' times: the
+reference model's step call, and the model's main-thread time where the run's ceiling does not hold it. The half-widths are the parts' own."""
 
 from __future__ import annotations
 
@@ -32,18 +32,18 @@ def carry(parts: list[Configuration], into: list[Configuration]) -> list[Configu
     the cores rule to the run's host (the first run of `parts` that holds a part gives it)."""
     out = list(into)
     given = [c for run in by_run(parts).values() for c in run if is_loader_part(c)]
-    host_ms = _ceiling_host_ms(parts)
+    times = _ceiling_times(parts)
     for run, mine in by_run(into).items():
         have = {c.key(*KEY) for c in mine}
         cores = next((c.host_cores for c in mine if c.host_cores), None)
         for part in given:
             if part.key(*KEY) not in have and cores:
                 have.add(part.key(*KEY))
-                out.append(_carried(part, run, cores, host_ms.get(part.run, {})))
+                out.append(_carried(part, run, cores, times.get(part.run, {})))
     return out
 
 
-def _carried(part: Configuration, run: str, cores: int, host_ms: dict[tuple, float]) -> Configuration:
+def _carried(part: Configuration, run: str, cores: int, times: dict[tuple, tuple]) -> Configuration:
     """`part` as run `run` on a host of `cores` cores would measure it, by the cores rule."""
     scale, why = cores_scale(part, cores)
     c = replace(
@@ -56,7 +56,7 @@ def _carried(part: Configuration, run: str, cores: int, host_ms: dict[tuple, flo
         spec=copy.deepcopy(part.spec),
     )
     c.carried = f"{CARRIED_FROM} the {part.host_cores}-core host of run '{part.run}': {why}"
-    c.reference_host_ms = host_ms
+    c.reference_times = times
     return c
 
 
@@ -72,11 +72,11 @@ def cores_scale(part: Configuration, cores: int) -> tuple[float, str]:
     return pool_to / pool_from, f"x {pool_to}/{pool_from} cores (it kept {part.cores_busy:.1f} of {pool_from} busy)"
 
 
-def _ceiling_host_ms(parts: list[Configuration]) -> dict[str, dict[tuple, float]]:
-    """Each run of `parts` -> its 1-GPU ceilings' host times (ms a step) by (model, batch size, precision), where the
-    records hold them."""
-    out: dict[str, dict[tuple, float]] = {}
+def _ceiling_times(parts: list[Configuration]) -> dict[str, dict[tuple, tuple]]:
+    """Each run of `parts` -> its 1-GPU ceilings' (host_step_ms, main_cpu_ms) a step by (model, batch size,
+    precision), where the records hold the host time."""
+    out: dict[str, dict[tuple, tuple]] = {}
     for c in parts:
         if c.loader == CEILING and field_of(c.spec, "gpus") == 1 and c.host_step_ms:
-            out.setdefault(c.run, {})[c.key("model", "batch_size", "precision")] = c.host_step_ms
+            out.setdefault(c.run, {})[c.key("model", "batch_size", "precision")] = (c.host_step_ms, c.main_cpu_ms)
     return out

@@ -25,7 +25,7 @@ class Found:
     sides: Sides | None = None
     loader_part: float = math.nan  # the loader part's own rate (samples/s)
     ceiling: float = math.nan  # the model's 1-GPU ceiling (samples/s)
-    consuming_ms: float = math.nan  # t_cons: the main thread's time a step beside the loader, carried to the model
+    consuming_ms: float = math.nan  # t_cons: the main thread's time a step, the model's work and the loader's consuming
     basis: dict[str, str] = field(default_factory=dict)  # loader, step, consuming: what each side was taken from
     lacks: list[str] = field(default_factory=list)
 
@@ -164,30 +164,29 @@ def _inferred(index: Index, rep: Configuration, mode: str, pipelines: int, found
 
 
 def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, found: Found):
-    """The consuming term (samples/s, half-width) from the loader's beside part carried to `model` by the host-time
-    ratio; (None, 0) where it is unknown, said in `lacks`."""
+    """The consuming term (samples/s, half-width): `model`'s own main-thread work plus the loader's consuming work
+    from its beside part; (None, 0) where it is unknown, said in `lacks`."""
     at = rep.fields(*AT)
     beside = index.find(of=rep, loader=rep.loader, gpus=1, beside=True, **at)
     if beside is None:
         found.lacks.append("a beside part of the loader (the consuming process's term unknown)")
         return None, 0.0
-    h = _host_ms(index, rep, beside, model)
+    h0, cm = _main_thread_ms(index, rep, beside, model)
     known = {
         "the beside part's host_step_ms": beside.host_step_ms,
         "the beside part's main_cpu_ms": beside.main_cpu_ms,
-        f"{beside.model}'s ceiling's host_step_ms": h[beside.model],
-        f"{model}'s ceiling's host_step_ms": h[model],
+        f"{beside.model}'s ceiling's host_step_ms": h0,
+        f"{model}'s ceiling's main_cpu_ms": cm,
     }
     missing = [name for name, v in known.items() if not v]
     if missing:
         found.lacks.append(f"{', '.join(missing)} (the consuming process's term unknown)")
         return None, 0.0
-    h0, hm = h[beside.model], h[model]
-    t_ms = consuming_ms(beside_ms(beside.host_step_ms, beside.main_cpu_ms, h0), hm, h0)
+    t_ms = consuming_ms(beside_ms(beside.host_step_ms, beside.main_cpu_ms, h0), cm, h0)
     per_step = rep.spec["batch_size"] * (n if mode == "ddp" else 1)  # ddp: a main thread per rank; dp: one for all
     found.consuming_ms = t_ms
     found.basis["consuming"] = _told(
-        f"the loader's beside part (with {beside.model}) x h(model)/h({beside.model})", beside
+        f"{model}'s main thread + the loader's consuming work beside {beside.model}", beside
     )
     if n > 1:
         found.basis["consuming"] += (
@@ -196,16 +195,22 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
     return 1000.0 * per_step / t_ms, beside.halfwidth
 
 
-def _host_ms(index: Index, rep: Configuration, beside: Configuration, model: str) -> dict[str, float | None]:
-    """h(.) of the beside part's model and of `model`: the run's 1-GPU ceilings' host times; for a beside part carried
-    from another host, that host's where it holds both (one host's ratio), else the run's."""
+def _main_thread_ms(index: Index, rep: Configuration, beside: Configuration, model: str) -> tuple:
+    """h(M0), the beside part's model's 1-GPU ceiling's host time, and c(M), `model`'s ceiling's main-thread CPU time
+    a step: the run's; for a beside part carried from another host, h(M0) of that host where it holds it (one host's
+    times with its beside part), and c(M) of that host where the run's ceiling does not hold it. None where unknown."""
     at = rep.fields("batch_size", "precision")
-    models = (beside.model, model)
-    own = beside.reference_host_ms
-    if beside.carried and all(own.get((m, at["batch_size"], at["precision"])) for m in models):
-        return {m: own[(m, at["batch_size"], at["precision"])] for m in models}
-    ceilings = {m: index.find(of=rep, loader=CEILING, model=m, gpus=1, **at) for m in models}
-    return {m: c.host_step_ms if c else None for m, c in ceilings.items()}
+
+    def run_ceiling(m: str) -> Configuration | None:
+        return index.find(of=rep, loader=CEILING, model=m, gpus=1, **at)
+
+    own = beside.reference_times if beside.carried else {}
+    h_own, _ = own.get((beside.model, at["batch_size"], at["precision"]), (None, None))
+    ref = run_ceiling(beside.model)
+    h0 = h_own or (ref.host_step_ms if ref else None)
+    ceiling = run_ceiling(model)
+    cm = ceiling.main_cpu_ms if ceiling else None
+    return h0, cm or own.get((model, at["batch_size"], at["precision"]), (None, None))[1]
 
 
 def _told(basis: str, part: Configuration) -> str:

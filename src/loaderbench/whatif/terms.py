@@ -8,9 +8,11 @@ slowest sets the rate (docs/method.md, "Predicted samples/s"):
     consuming        K     = B / t_cons                          the one main thread's work per step
     P = min(L_eff, C_eff, K),  naive = min(L, C)
 
-with t_cons(X, M) = T_beside(X) * h(M)/h(M0) and T_beside(X) = s + max(0, m - h(M0)): s is X's beside part's step
-call on the host (`host_step_ms`), m its main thread's CPU time per step (`main_cpu_ms`), h(.) a ceiling's step call
-on the host and M0 the beside part's model. Nothing is fitted.
+with t_cons(X, M) = c(M) + max(0, T_beside(X) - h(M0)) and T_beside(X) = s + max(0, m - h(M0)): s is X's beside
+part's step call on the host (`host_step_ms`), m its main thread's CPU time per step (`main_cpu_ms`), h(.) a ceiling's
+step call on the host, c(.) a ceiling's main-thread CPU time per step and M0 the beside part's model. The loader's
+consuming work adds to the model's own main-thread work; the GPU's time, which h(.) holds and c(.) does not, is the
+GPU side's. Nothing is fitted.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def beside_ms(host_step_ms: float, main_cpu_ms: float, reference_host_ms: float)
     return host_step_ms + max(0.0, main_cpu_ms - reference_host_ms)
 
 
-def consuming_ms(beside: float, model_host_ms: float, reference_host_ms: float) -> float:
-    """t_cons(X, M) = T_beside(X) * h(M)/h(M0): the beside part carried to model M by the host-time ratio."""
-    return beside * model_host_ms / reference_host_ms
+def consuming_ms(beside: float, model_cpu_ms: float, reference_host_ms: float) -> float:
+    """t_cons(X, M) = c(M) + max(0, T_beside(X) - h(M0)): model M's own main-thread work plus the loader's consuming
+    work, what the beside part's main thread spent beyond the reference model's step alone."""
+    return model_cpu_ms + max(0.0, beside - reference_host_ms)
