@@ -200,7 +200,7 @@ def test_without_host_times_the_consuming_term_is_unknown_never_zero():
     ]
     r = row(matrix(recs, gpus=(1,)), "torchvision")
     assert math.isnan(r["consuming_side"]) and r["class"] == LOADER and r["predicted"] == 3300.0
-    assert "mobilenet_v2's ceiling's host_step_ms, mobilenet_v2's ceiling's main_cpu_ms (the consuming" in r["lacks"]
+    assert "mobilenet_v2's ceiling's host_step_ms, mobilenet_v2's ceiling's host side" in r["lacks"]
 
 
 def test_every_pair_is_a_row_measured_or_not_and_measured_rows_come_first():

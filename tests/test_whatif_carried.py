@@ -19,8 +19,8 @@ Y = {"host": 32, "run": "y"}
 
 def parts_of_x(torchvision_cores: float = 15.0, opencv_cores: float = 6.0) -> list[dict]:
     return [
-        record("synthetic", 8000.0, host_ms=10.0, main_cpu_ms=9.0, **X),
-        record("synthetic", 3000.0, model="resnet50", host_ms=30.0, main_cpu_ms=14.0, **X),
+        record("synthetic", 8000.0, host_ms=10.0, main_cpu_ms=9.0, util=100.0, **X),
+        record("synthetic", 3000.0, model="resnet50", host_ms=30.0, main_cpu_ms=14.0, util=100.0, **X),
         record("torchvision", 4000.0, model="none", util=0.0, cores=torchvision_cores, **X),
         record("opencv", 5000.0, model="none", util=0.0, cores=opencv_cores, **X),
         record("torchvision", 7000.0, beside=True, host_ms=12.0, main_cpu_ms=40.0, **X),
@@ -62,7 +62,7 @@ def test_the_rule_turns_on_the_cores_busy_not_on_the_loader():
 
 def test_a_carried_beside_part_keeps_its_times_and_takes_its_own_hosts_ceiling_times():
     """Y's ceilings hold no host times: X's beside part keeps its times, with X's reference step call (10 ms, not
-    another) and X's models' main-thread times (9 and 14 ms) where Y's ceilings lack them."""
+    another) and X's models' host sides (GPU-bound ceilings: their main threads' 9 and 14 ms) where Y's lack them."""
     df = matrix(records_of_y(), gpus=(1,), parts_from=parts_of_x())
     extra = 12.0 + (40.0 - 10.0) - 10.0  # X's beside: its step call and its main thread outside it, less h0 = 10 ms
     assert row(df, "torchvision")["consuming_side"] == pytest.approx(256 / ((9.0 + extra) / 1000))
@@ -70,9 +70,9 @@ def test_a_carried_beside_part_keeps_its_times_and_takes_its_own_hosts_ceiling_t
     assert "its main thread's times as measured" in row(df, "torchvision")["consuming_basis"]
 
 
-def test_the_runs_own_ceiling_gives_the_models_main_thread_time_where_it_holds_it():
+def test_the_runs_own_ceiling_gives_the_models_host_side_where_it_holds_it():
     recs = records_of_y()
-    recs[1] = record("synthetic", 3500.0, model="resnet50", host_ms=25.0, main_cpu_ms=20.0, **Y)
+    recs[1] = record("synthetic", 3500.0, model="resnet50", host_ms=25.0, main_cpu_ms=20.0, util=100.0, **Y)
     df = matrix(recs, gpus=(1,), parts_from=parts_of_x())
     assert row(df, "torchvision", "resnet50")["consuming_side"] == pytest.approx(256 / ((20.0 + 32.0) / 1000))
 

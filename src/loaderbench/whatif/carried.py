@@ -6,7 +6,7 @@ CORES_BOUND of the host's cores less the part's launch cores) was bound by the c
 times its rate on the other host, its core-seconds and GPU seconds a sample unchanged; a part that left cores idle
 (bound by its main thread, a GPU decoder or a read rate) delivers its own rate. A beside part's main-thread times are
 carried unchanged (one thread: the clock, not the cores, sets them), with its own host's ceilings' times: the
-reference model's step call, and the model's main-thread time where the run's ceiling does not hold it. The half-widths are the parts' own."""
+reference model's step call, and the model's host side where the run's ceiling does not hold it. The half-widths are the parts' own."""
 
 from __future__ import annotations
 
@@ -73,10 +73,14 @@ def cores_scale(part: Configuration, cores: int) -> tuple[float, str]:
 
 
 def _ceiling_times(parts: list[Configuration]) -> dict[str, dict[tuple, tuple]]:
-    """Each run of `parts` -> its 1-GPU ceilings' (host_step_ms, main_cpu_ms) a step by (model, batch size,
+    """Each run of `parts` -> its 1-GPU ceilings' (host_step_ms, main_cpu_ms, GPU share) by (model, batch size,
     precision), where the records hold the host time."""
     out: dict[str, dict[tuple, tuple]] = {}
     for c in parts:
         if c.loader == CEILING and field_of(c.spec, "gpus") == 1 and c.host_step_ms:
-            out.setdefault(c.run, {})[c.key("model", "batch_size", "precision")] = (c.host_step_ms, c.main_cpu_ms)
+            out.setdefault(c.run, {})[c.key("model", "batch_size", "precision")] = (
+                c.host_step_ms,
+                c.main_cpu_ms,
+                c.gpu_share,
+            )
     return out

@@ -38,7 +38,7 @@ class Configuration:
     host_gpus: int | None = None  # GPUs on the run's host
     records: list[dict] = field(repr=False, default_factory=list)
     carried: str = ""  # a loader part of another host carried here (`carried`): from where, and by what rule
-    # carried: its host's 1-GPU ceilings' (host_step_ms, main_cpu_ms) by (model, batch size, precision)
+    # carried: its host's 1-GPU ceilings' (host_step_ms, main_cpu_ms, GPU share) by (model, batch size, precision)
     reference_times: dict = field(repr=False, default_factory=dict)
 
     @property

@@ -13,7 +13,7 @@ from loaderbench.core.uncertainty import quotient
 
 from .measured import CEILING, Configuration, Index
 from .ratios import RATIO_GPUS, CeilingRatio, ratio_for
-from .terms import Sides, beside_ms, consuming_ms, cores_cap
+from .terms import Sides, beside_ms, consuming_ms, cores_cap, host_side_ms
 
 AT = ("tier", "batch_size", "precision")  # the fields a loader's part and its row share
 
@@ -25,7 +25,7 @@ class Found:
     sides: Sides | None = None
     loader_part: float = math.nan  # the loader part's own rate (samples/s)
     ceiling: float = math.nan  # the model's 1-GPU ceiling (samples/s)
-    consuming_ms: float = math.nan  # t_cons: the main thread's time a step, the model's work and the loader's consuming
+    consuming_ms: float = math.nan  # t_cons: the model's host side a step plus the loader's consuming work
     basis: dict[str, str] = field(default_factory=dict)  # loader, step, consuming: what each side was taken from
     lacks: list[str] = field(default_factory=list)
 
@@ -176,7 +176,7 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
         "the beside part's host_step_ms": beside.host_step_ms,
         "the beside part's main_cpu_ms": beside.main_cpu_ms,
         f"{beside.model}'s ceiling's host_step_ms": h0,
-        f"{model}'s ceiling's main_cpu_ms": cm,
+        f"{model}'s ceiling's host side (host_step_ms, main_cpu_ms, GPU share)": cm,
     }
     missing = [name for name, v in known.items() if not v]
     if missing:
@@ -185,9 +185,7 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
     t_ms = consuming_ms(beside_ms(beside.host_step_ms, beside.main_cpu_ms, h0), cm, h0)
     per_step = rep.spec["batch_size"] * (n if mode == "ddp" else 1)  # ddp: a main thread per rank; dp: one for all
     found.consuming_ms = t_ms
-    found.basis["consuming"] = _told(
-        f"{model}'s main thread + the loader's consuming work beside {beside.model}", beside
-    )
+    found.basis["consuming"] = _told(f"{model}'s host side + the loader's consuming work beside {beside.model}", beside)
     if n > 1:
         found.basis["consuming"] += (
             f", {n} ranks' main threads" if mode == "ddp" else f", one main thread for {n} GPUs' batches"
@@ -196,21 +194,28 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
 
 
 def _main_thread_ms(index: Index, rep: Configuration, beside: Configuration, model: str) -> tuple:
-    """h(M0), the beside part's model's 1-GPU ceiling's host time, and c(M), `model`'s ceiling's main-thread CPU time
-    a step: the run's; for a beside part carried from another host, h(M0) of that host where it holds it (one host's
-    times with its beside part), and c(M) of that host where the run's ceiling does not hold it. None where unknown."""
+    """h(M0), the beside part's model's 1-GPU ceiling's host time, and a(M), `model`'s ceiling's host side a step
+    (`terms.host_side_ms`): the run's; for a beside part carried from another host, h(M0) of that host where it holds
+    it (one host's times with its beside part), and a(M) of that host where the run's ceiling does not give it. None
+    where unknown."""
     at = rep.fields("batch_size", "precision")
 
     def run_ceiling(m: str) -> Configuration | None:
         return index.find(of=rep, loader=CEILING, model=m, gpus=1, **at)
 
     own = beside.reference_times if beside.carried else {}
-    h_own, _ = own.get((beside.model, at["batch_size"], at["precision"]), (None, None))
+    h_own = own.get((beside.model, at["batch_size"], at["precision"]), (None,))[0]
     ref = run_ceiling(beside.model)
     h0 = h_own or (ref.host_step_ms if ref else None)
     ceiling = run_ceiling(model)
-    cm = ceiling.main_cpu_ms if ceiling else None
-    return h0, cm or own.get((model, at["batch_size"], at["precision"]), (None, None))[1]
+    am = (
+        host_side_ms(ceiling.host_step_ms, ceiling.main_cpu_ms, ceiling.gpu_share)
+        if ceiling and ceiling.host_step_ms
+        else None
+    )
+    if am is None and (model, at["batch_size"], at["precision"]) in own:
+        am = host_side_ms(*own[(model, at["batch_size"], at["precision"])])
+    return h0, am
 
 
 def _told(basis: str, part: Configuration) -> str:

@@ -8,11 +8,12 @@ slowest sets the rate (docs/method.md, "Predicted samples/s"):
     consuming        K     = B / t_cons                          the one main thread's work per step
     P = min(L_eff, C_eff, K),  naive = min(L, C)
 
-with t_cons(X, M) = c(M) + max(0, T_beside(X) - h(M0)) and T_beside(X) = s + max(0, m - h(M0)): s is X's beside
+with t_cons(X, M) = a(M) + max(0, T_beside(X) - h(M0)) and T_beside(X) = s + max(0, m - h(M0)): s is X's beside
 part's step call on the host (`host_step_ms`), m its main thread's CPU time per step (`main_cpu_ms`), h(.) a ceiling's
-step call on the host, c(.) a ceiling's main-thread CPU time per step and M0 the beside part's model. The loader's
-consuming work adds to the model's own main-thread work; the GPU's time, which h(.) holds and c(.) does not, is the
-GPU side's. Nothing is fitted.
+step call on the host and M0 the beside part's model. a(M) is model M's host side: its step call h(M) where its
+ceiling left the GPU idle part of the time (GPU share under GPU_BOUND: the host set the step's pace), else its main
+thread's CPU time c(M) (the step call waited for the GPU, which the GPU side holds). The loader's consuming work adds
+to the host side. Nothing is fitted.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ CONSUMING = "consuming process"  # the main thread's consuming of the batches an
 CLASSES = (LOADER, GPU_SHARED, MODEL, CONSUMING)
 # the loader's device work names the GPU side `gpu-shared` where it adds more than this share to the step's GPU time
 DEVICE_SHARE_NOTABLE = 0.10
+# a ceiling whose GPU was busy at least this share of its window was paced by its GPU: its step call waited for it
+GPU_BOUND = 0.95
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,15 @@ def beside_ms(host_step_ms: float, main_cpu_ms: float, reference_host_ms: float)
     return host_step_ms + max(0.0, main_cpu_ms - reference_host_ms)
 
 
-def consuming_ms(beside: float, model_cpu_ms: float, reference_host_ms: float) -> float:
-    """t_cons(X, M) = c(M) + max(0, T_beside(X) - h(M0)): model M's own main-thread work plus the loader's consuming
-    work, what the beside part's main thread spent beyond the reference model's step alone."""
-    return model_cpu_ms + max(0.0, beside - reference_host_ms)
+def host_side_ms(host_ms: float, cpu_ms: float | None, gpu_share: float | None) -> float | None:
+    """a(M), a ceiling's host side a step: its step call where its GPU idled part of the window (the host set the
+    pace), else its main thread's CPU time (the step call waited for the GPU); None where that is unknown."""
+    if gpu_share is not None and gpu_share < GPU_BOUND:
+        return host_ms
+    return cpu_ms
+
+
+def consuming_ms(beside: float, model_host_side_ms: float, reference_host_ms: float) -> float:
+    """t_cons(X, M) = a(M) + max(0, T_beside(X) - h(M0)): model M's host side plus the loader's consuming work, what
+    the beside part's main thread spent beyond the reference model's step alone."""
+    return model_host_side_ms + max(0.0, beside - reference_host_ms)
