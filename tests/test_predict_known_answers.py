@@ -275,6 +275,8 @@ def _records(folder) -> list[dict]:
 PUBLISHED = (  # each scores block docs/method.md prints: its records, the GPU counts of its command, its first class
     (WHATIF / "bundle", (1, 2, 4), "loader", None),  # one H100 with beside and rank parts: `predict`'s default
     (WHATIF.parent / "whatif-classes/bundle", (1, 2, 4), "loader", None),  # another H100: the consuming checks
+    (REPO / "docs/results/2026-12-07-h200/whatif-b64/bundle", (1,), "loader", None),  # batch 64: host-paced
+    (WHATIF.parent / "whatif-b128/bundle", (1,), "loader", None),  # batch 128: scored after the rule
     (MODELS / "bundle", (1,), "loader", None),
     (STUDY, (1, 2), "loader", None),
     (STUDY, (1, 2), "loader", WHATIF / "bundle/cells"),  # the 2 x H200 records from the H100's loader parts
@@ -292,7 +294,15 @@ def _scores_block(folder, gpus, parts_from=None) -> list[str]:
 @pytest.mark.parametrize(
     ("folder", "gpus", "first", "parts_from"),
     PUBLISHED,
-    ids=["h100-whatif", "h100-whatif-classes", "h200-models", "h200x2-study", "h200x2-from-h100-parts"],
+    ids=[
+        "h100-whatif",
+        "h100-whatif-classes",
+        "h200-b64",
+        "h100-b128",
+        "h200-models",
+        "h200x2-study",
+        "h200x2-from-h100-parts",
+    ],
 )
 def test_the_published_scores_are_what_their_records_give(folder, gpus, first, parts_from):
     """docs/method.md prints the per-class scores of the kept records (the H100 what-if run, the models run at 1 GPU,
