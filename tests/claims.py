@@ -4,7 +4,8 @@ A measured number in README.md or docs/FINDINGS.md carries an invisible marker r
 space (so it adds no word): `57.5x<!--c:seed.hdd-opencv-b256-->`, `1.77x [1.67, 1.87]<!--c:seed.sc-tv-b128-->`.
 A claims file (tests/doc_claims.yaml) names, for each marker's id, what to compute: `expr`, a Python expression over
 the runs it declares (`runs:` alias -> a folder of cell records, optionally one code commit of it) and the helpers
-below. `check_document` reads the number stated before each marker, recomputes it and compares at the stated rounding;
+below. `check_document` reads the number stated before each marker, recomputes it and compares at the stated rounding
+(a bound, "within 2%" or ">= 95%", and an "about 100" only as tight as they are written: one unit of the last digit);
 `unmarked` lists the numbers of a text that carry no marker and match no allowed (non-measurement) pattern.
 
 The tables come from the package's own code: records read with `records.read_record`, tabulated with
@@ -364,6 +365,7 @@ STATED = [
     ("interval", re.compile(rf"(?P<v>{NUM})x?\s*\[(?P<lo>{NUM}),\s*(?P<hi>{NUM})\]$")),
     ("halfwidth", re.compile(rf"(?P<v>{NUM})\s*[\[(]\+-(?P<hw>{NUM})%[\])]$")),
     ("bound", re.compile(rf"(?P<op>>=|<=|<|>|under |over |within )\s*(?P<v>{NUM})(?:x|%)?$")),
+    ("about", re.compile(rf"(?<![\w])about\s+(?P<v>{NUM})(?:x|%)?$")),
     ("range", re.compile(rf"(?<![\w.-])(?P<lo>{NUM})(?:x|%)?-(?P<hi>{NUM})(?:x|%)?$")),
     ("signed", re.compile(rf"(?:(?<=[\s(])|^)(?P<sign>[+-])(?P<v>{NUM})(?:x|%)?$")),
     ("number", re.compile(rf"(?<![\w.])(?P<v>{NUM})(?:x|%)?$")),
@@ -396,66 +398,80 @@ def _decimals(s: str) -> int:
     return len(s.split(".")[1]) if "." in s else 0
 
 
-def _agrees(written: str, computed: float, unit: float | None, about: float | None) -> bool:
-    """Whether `computed` reads as `written` at the rounding it is written to (or a stated unit: round: 10), or
-    within a relative `about` for a number the document gives as approximate."""
+def _step(written: str, unit: float | None) -> float:
+    """One unit of the written number's last digit (or the claim's stated unit: round: 10)."""
+    return unit if unit else 10.0 ** -_decimals(written)
+
+
+def _agrees(written: str, computed: float, unit: float | None) -> bool:
+    """Whether `computed` reads as `written` at the rounding it is written to (or a stated unit: round: 10)."""
     w = _num(written)
     if math.isnan(computed):
         return False
-    if about is not None:
-        return abs(computed - w) <= about * abs(w)
-    step = unit if unit else 10.0 ** -_decimals(written)
-    return abs(computed - w) <= step / 2 * (1 + 1e-9) + 1e-12
+    return abs(computed - w) <= _step(written, unit) / 2 * (1 + 1e-9) + 1e-12
+
+
+# A bound is as tight as it is written: an upper bound B holds a value at most B and above B less one unit of B's last
+# digit ("within 2%": (1, 2]), a lower bound one at least B and below B plus that unit (">= 95%": [95, 96)).
+UPPER = {"within": False, "<=": False, "under": True, "<": True}  # the operator and whether it is strict
+LOWER = {">=": False, "over": True, ">": True}
+
+
+def _bound_holds(op: str, written: str, value: float, unit: float | None) -> bool:
+    w, step = _num(written), _step(written, unit)
+    eps = step * 1e-9
+    if op in UPPER:
+        return (value < w if UPPER[op] else value <= w + eps) and value > w - step - eps
+    return (value > w if LOWER[op] else value >= w - eps) and value < w + step + eps
 
 
 def _fmt(x: float, like: str) -> str:
     return f"{x:.{max(_decimals(like), 0)}f}" if not math.isnan(x) else "nan"
 
 
-def compare(s: Stated, computed, unit: float | None = None, about: float | None = None) -> str | None:
+def compare(s: Stated, computed, unit: float | None = None) -> str | None:
     """None when the stated number is what `computed` gives, else what the records give instead (a comparison with
-    an interval stated without it is wrong too: every comparison carries its interval)."""
+    an interval stated without it is wrong too: every comparison carries its interval; a bound or an "about V" holds
+    only as tight as it is written: see `_bound_holds`, and "about V" within one unit of V's last digit)."""
     p = s.parts
     if s.kind == "range":
         got = computed if isinstance(computed, Span) else None
         if got is None:
             return f"states a range, the claim computes {type(computed).__name__}"
-        ok = _agrees(p["lo"], got.lo, unit, about) and _agrees(p["hi"], got.hi, unit, about)
+        ok = _agrees(p["lo"], got.lo, unit) and _agrees(p["hi"], got.hi, unit)
         return None if ok else f"records give {_fmt(got.lo, p['lo'])}-{_fmt(got.hi, p['hi'])}"
     if isinstance(computed, Span):  # one number for several values ("29x at batch 128 and 256"): each reads as it
         if s.kind != "number":
             return "the claim computes a range; the document states one value with an interval or a bound"
-        ok = _agrees(p["v"], computed.lo, unit, about) and _agrees(p["v"], computed.hi, unit, about)
+        ok = _agrees(p["v"], computed.lo, unit) and _agrees(p["v"], computed.hi, unit)
         return None if ok else f"records give {_fmt(computed.lo, p['v'])}-{_fmt(computed.hi, p['v'])}"
     v = Value.of(computed)
     if s.kind == "signed":  # the sign is stated: it must be the computed one's (a zero at the rounding takes either)
         signed = -_num(p["v"]) if p["sign"] == "-" else _num(p["v"])
-        if not _agrees(p["v"], abs(v.value), unit, about) or (signed * v.value < 0):
+        if not _agrees(p["v"], abs(v.value), unit) or (signed * v.value < 0):
             return f"records give {v.value:+.{_decimals(p['v'])}f}"
         return None
     if s.kind == "bound":
-        w, op = _num(p["v"]), p["op"].strip()
-        ok = {
-            ">=": v.value >= w,
-            "over": v.value > w,
-            ">": v.value > w,
-            "<=": v.value <= w,
-            "<": v.value < w,
-            "under": v.value < w,
-            "within": v.value <= w,
-        }[op]
-        return None if ok else f"records give {v.value:.4g}, not {op} {p['v']}"
-    if not _agrees(p["v"], v.value, unit, about):
+        op = p["op"].strip()
+        if _bound_holds(op, p["v"], v.value, unit):
+            return None
+        side = "below" if op in UPPER else "above"
+        return f"records give {v.value:.4g}, not {op} {p['v']} (at most one unit of its last digit {side} it)"
+    if s.kind == "about":
+        if math.isnan(v.value) or abs(v.value - _num(p["v"])) > _step(p["v"], unit) * (1 + 1e-9):
+            return f"records give {v.value:.4g}, not about {p['v']} (within one unit of its last digit)"
+        return None
+    if not _agrees(p["v"], v.value, unit):
         return f"records give {_fmt(v.value, p['v'])}"
     if s.kind == "interval":
         if not v.has_interval:
             return "states an interval; the records give this comparison none"
-        if not (_agrees(p["lo"], v.low, None, None) and _agrees(p["hi"], v.high, None, None)):
+        if not (_agrees(p["lo"], v.low, None) and _agrees(p["hi"], v.high, None)):
             return f"records give [{_fmt(v.low, p['lo'])}, {_fmt(v.high, p['hi'])}]"
     elif s.kind == "halfwidth":
         if not v.has_interval:
             return "states an interval; the records give this cell none"
-        if not _agrees(p["hw"], 100 * v.halfwidth, None, None):
+        if not _agrees(p["hw"], 100 * v.halfwidth, None):
             return f"records give +-{_fmt(100 * v.halfwidth, p['hw'])}%"
     elif v.comparison and v.has_interval:
         return (
@@ -469,7 +485,7 @@ def compare(s: Stated, computed, unit: float | None = None, about: float | None 
 
 
 class Claims:
-    """tests/doc_claims.yaml: `runs` (alias -> {records, commit, probes}), `claims` (id -> {expr, round, about}),
+    """tests/doc_claims.yaml: `runs` (alias -> {records, commit, probes}), `claims` (id -> {expr, round}),
     evaluated against the tree at `root`."""
 
     def __init__(self, spec: dict, root: Path):
@@ -523,7 +539,7 @@ class Claims:
             try:
                 s = stated_before(text, m.start())
                 c = self.claims.get(cid) or {}
-                why = compare(s, self.value(cid), c.get("round"), c.get("about"))
+                why = compare(s, self.value(cid), c.get("round"))
             except Exception as e:  # noqa: BLE001 (reported with the marker it belongs to)
                 s, why = None, f"{type(e).__name__}: {e}"
             seen.append(cid)

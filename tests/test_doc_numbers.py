@@ -159,3 +159,28 @@ def test_a_changed_what_if_score_or_its_sign_is_caught(claims):
     assert len(wrong) == 1 and "records give 2.1" in wrong[0], wrong
     _, wrong = claims.check_document(text.replace(worst, worst.replace("+8.7%", "-8.7%")), doc)
     assert len(wrong) == 1 and "records give +8.7" in wrong[0], wrong
+
+
+def test_a_loosened_or_broken_bound_is_caught(claims):
+    """A bound holds only as tight as it is written: loosening "within 2%" to 5%, "about 100" to 104 or ">= 95%" to
+    90% fails, as does a bound the records break; the bounds as written pass."""
+    cases = {
+        "README.md": [
+            ("within 2%<!--c:seed.spread-gpu-bound-->", "within 5%", "records give 1.612, not within 5"),
+            ("within 2%<!--c:seed.spread-gpu-bound-->", "within 1%", "records give 1.612, not within 1"),
+            ("about 100<!--c:seed.hdd-about-->", "about 104", "records give 99.51, not about 104"),
+        ],
+        "docs/FINDINGS.md": [
+            (">= 95%<!--c:seed.cold-share-->", ">= 90%", "records give 95.81, not >= 90"),
+            ("within 22<!--c:x2.commit-minutes-->", "within 30", "records give 21.14, not within 30"),
+        ],
+    }
+    for doc, edits in cases.items():
+        text = (REPO / doc).read_text()
+        for good, loose, why in edits:
+            assert good in text, (doc, good)
+            cid = MARKER.search(good).group(1)
+            _, wrong = claims.check_document(text.replace(good, f"{loose}<!--c:{cid}-->"), doc)
+            assert len(wrong) == 1 and why in wrong[0], (doc, loose, wrong)
+        _, wrong = claims.check_document(text, doc)
+        assert not wrong, wrong
