@@ -6,7 +6,8 @@ A claims file (tests/doc_claims.yaml) names, for each marker's id, what to compu
 the runs it declares (`runs:` alias -> a folder of cell records, optionally one code commit of it) and the helpers
 below. `check_document` reads the number stated before each marker, recomputes it and compares at the stated rounding
 (a bound, "within 2%" or ">= 95%", and an "about 100" only as tight as they are written: one unit of the last digit);
-`unmarked` lists the numbers of a text that carry no marker and match no allowed (non-measurement) pattern.
+`unmarked` lists the numbers of a text that carry no marker and match no allowed (non-measurement) pattern. A claim's
+`subject` words (its loader, direction, run) must stand in the sentence of each of its markers (`sentence_at`).
 
 The tables come from the package's own code: records read with `records.read_record`, tabulated with
 `aggregate.repeats_table` and `aggregate.cells_table` (a cell's median and the interval `uncertainty` gives it); a
@@ -481,11 +482,79 @@ def compare(s: Stated, computed, unit: float | None = None) -> str | None:
     return None
 
 
+# --- what a number is about: its subject words ---------------------------------------------------------------------
+
+# A sentence ends at . ! or ? (after any closing bracket, quote or bold) before white space; a paragraph, a list item
+# and a heading end one too. A marker inside a table reads its cell, the row's first cell and its column's header.
+SENTENCE_END = re.compile(r"[.!?](?:\*\*|[\"')\]])*(?=\s|\Z)")
+BLOCK_START = re.compile(r"\n[ \t]*\n|\n(?=[ \t]*(?:[-*+] |\d+\. |#|\|))")
+
+
+def _without_comments(s: str) -> str:
+    return re.sub(r"<!--.*?-->", "", s, flags=re.DOTALL)
+
+
+def _table_context(text: str, pos: int) -> str | None:
+    """For a position in a table row: its cell, the row's first cell and its column's header; else None."""
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    end = len(text) if end < 0 else end
+    row = text[start:end]
+    if not row.lstrip().startswith("|"):
+        return None
+    header = start
+    while header > 0:
+        prev = text.rfind("\n", 0, header - 1) + 1
+        if not text[prev : header - 1].lstrip().startswith("|"):
+            break
+        header = prev
+    head_line = text[header : text.find("\n", header)].split("|")
+    cells = row.split("|")
+    col = row[: pos - start].count("|")
+    parts = [cells[1], cells[col]]
+    if header != start and col < len(head_line):
+        parts.append(head_line[col])
+    return " | ".join(_without_comments(c).strip() for c in parts)
+
+
+def sentence_at(text: str, pos: int) -> str:
+    """The sentence of `text` that holds position `pos` (after the bold lead of its paragraph or list item, where it
+    has one), its comments (markers) removed; in a table, the cell, its row's first cell and its column's header."""
+    table = _table_context(text, pos)
+    if table is not None:
+        return table
+    starts = [m.end() for m in BLOCK_START.finditer(text, 0, pos)]
+    lo = max(starts, default=0)
+    nxt = BLOCK_START.search(text, pos)
+    hi = nxt.start() if nxt else len(text)
+    block = lo
+    for m in SENTENCE_END.finditer(text, lo, hi):
+        if m.end() <= pos:
+            lo = m.end()
+        else:
+            hi = m.end()
+            break
+    sentence = text[lo:hi]
+    lead = re.match(r"\s*(?:[-*+] +)?\*\*(.+?)\*\*", text[block:hi], flags=re.DOTALL)
+    if lead and block + lead.end() > lo:  # a sentence that ends inside the bold lead: the lead is its start
+        sentence = text[block:hi]
+    elif lead:  # the paragraph's bold lead says what its sentences are about
+        sentence = f"{lead.group(1)} ... {sentence}"
+    return " ".join(_without_comments(sentence).split())
+
+
+def has_word(sentence: str, word: str) -> bool:
+    """Whether `word` (or a phrase: its spaces match any white space) stands in `sentence` as a whole word, in any
+    case: "dali" is not found in "dali-sc", nor "sc" in it."""
+    rx = r"\s+".join(re.escape(w) for w in word.split())
+    return re.search(rf"(?<![\w-]){rx}(?![\w-])", sentence, flags=re.IGNORECASE) is not None
+
+
 # --- a claims file -------------------------------------------------------------------------------------------------
 
 
 class Claims:
-    """tests/doc_claims.yaml: `runs` (alias -> {records, commit, probes}), `claims` (id -> {expr, round}),
+    """tests/doc_claims.yaml: `runs` (alias -> {records, commit, probes}), `claims` (id -> {expr, round, subject}),
     evaluated against the tree at `root`."""
 
     def __init__(self, spec: dict, root: Path):
@@ -531,7 +600,8 @@ class Claims:
         return out
 
     def check_document(self, text: str, name: str) -> tuple[list[str], list[str]]:
-        """(the markers checked, what is wrong): every marker's stated number against its recomputation."""
+        """(the markers checked, what is wrong): every marker's stated number against its recomputation, and its
+        sentence (`sentence_at`) against the claim's subject words."""
         seen, wrong = [], []
         for m in MARKER.finditer(text):
             cid = m.group(1)
@@ -545,7 +615,18 @@ class Claims:
             seen.append(cid)
             if why:
                 wrong.append(f"{name}:{line}: {s.text if s else '?'!r} <!--c:{cid}-->: {why}")
+            sentence = sentence_at(text, m.start())
+            missing = [w for w in self.subject(cid) if not has_word(sentence, w)]
+            if missing:
+                wrong.append(
+                    f"{name}:{line}: <!--c:{cid}-->: its sentence does not say {', '.join(map(repr, missing))} (the "
+                    f"claim's subject: {', '.join(self.subject(cid))}): {sentence[:200]!r}"
+                )
         return seen, wrong
+
+    def subject(self, cid: str) -> list[str]:
+        """The words the sentence of each of the claim's markers must say (what the number is about)."""
+        return [str(w) for w in (self.claims.get(cid) or {}).get("subject", [])]
 
 
 def claimed_spans(text: str) -> list[tuple[int, int]]:

@@ -1,6 +1,7 @@
 """The documents' numbers are the records': every measured number README.md and docs/FINDINGS.md state carries a
 marker (`<!--c:ID-->`, right after it) and tests/doc_claims.yaml says how to recompute it from the records it cites;
-this test recomputes each, compares at the stated rounding, and fails on a measured number without a marker."""
+this test recomputes each, compares at the stated rounding, checks that the number's sentence still says what the
+claim is about (its subject words), and fails on a measured number without a marker."""
 
 from __future__ import annotations
 
@@ -184,3 +185,78 @@ def test_a_loosened_or_broken_bound_is_caught(claims):
             assert len(wrong) == 1 and why in wrong[0], (doc, loose, wrong)
         _, wrong = claims.check_document(text, doc)
         assert not wrong, wrong
+
+
+def test_every_claim_names_its_subject(claims):
+    """Each claim declares the words its sentence must say (its loader, tier, direction, run): a number is checked
+    against what the sentence says it is about, not only against its value."""
+    bare = sorted(cid for cid in claims.claims if not claims.subject(cid))
+    assert not bare, f"claims with no subject words in {CLAIMS_FILE.name}: {bare}"
+
+
+# (document, the text as written, the text edited, the claim whose subject word the edit changes, that word)
+SUBJECT_EDITS = {
+    "a direction": (
+        "README.md",
+        "29-58x<!--c:seed.hdd-all--> faster",
+        "29-58x<!--c:seed.hdd-all--> slower",
+        "seed.hdd-all",
+        "faster",
+    ),
+    "a loader": ("README.md", "dali-sc\n  52.7x", "dali-mc\n  52.7x", "seed.hdd-sc-b256", "dali-sc"),
+    "a loader in FINDINGS": ("docs/FINDINGS.md", "and dali-sc 2.52x", "and dali-mc 2.52x", "seed.sc-tv-amp", "dali-sc"),
+    "a table's row": ("README.md", "| dali-sc | 5289", "| dali-mc | 5289", "seed.sc-local-b256", "dali-sc"),
+    "the order of a comparison": (
+        "docs/FINDINGS.md",
+        "where dali-cpu over dali-sc is",
+        "where dali-sc over dali-cpu is",
+        "seed.cpu-sc-amp",
+        "dali-cpu over dali-sc",
+    ),
+    "who led": (
+        "docs/FINDINGS.md",
+        "Under DDP\nmulti-card led:",
+        "Under DDP\nsingle-card led:",
+        "x2.o6-ddp",
+        "multi-card led",
+    ),
+    "the host": ("docs/FINDINGS.md", "One H100:\n", "One H200:\n", "whatif.h100-loader", "H100"),
+}
+
+
+@pytest.mark.parametrize("what", SUBJECT_EDITS)
+def test_a_changed_subject_word_is_caught(claims, what):
+    """Changing what a number is about (faster to slower, dali-sc to dali-mc, one host to another) fails the check,
+    though every number still reads as its records give it; the message names the claim and the missing word."""
+    doc, written, edited, cid, word = SUBJECT_EDITS[what]
+    text = (REPO / doc).read_text()
+    assert text.count(written) == 1, (doc, written)
+    _, wrong = claims.check_document(text.replace(written, edited), doc)
+    assert wrong and all("its sentence does not say" in w for w in wrong), wrong
+    assert any(f"<!--c:{cid}-->: its sentence does not say {word!r}" in w for w in wrong), wrong
+
+
+# (document, the text as written, the same with a typo): an edit outside every subject word
+TYPO_EDITS = [
+    ("README.md", "(HDD windows too short for an interval)", "(HDD windows to short for an interval)"),
+    (
+        "docs/FINDINGS.md",
+        "dali-sc 2.52x [2.20, 2.89]<!--c:seed.sc-tv-amp--> (same run)",
+        "dali-sc 2.52x [2.20, 2.89]<!--c:seed.sc-tv-amp--> (same rnu)",
+    ),
+    (
+        "docs/FINDINGS.md",
+        "1.40x [1.29, 1.51]<!--c:x2.o6-ddp--> (dali-sc's rank 0",
+        "1.40x [1.29, 1.51]<!--c:x2.o6-ddp--> (dali-sc's rank O",
+    ),
+]
+
+
+@pytest.mark.parametrize(("doc", "written", "typo"), TYPO_EDITS)
+def test_an_edit_outside_the_subject_words_passes(claims, doc, written, typo):
+    """A typo made in a sentence's other words changes nothing the check reads (nor does its fix: the document as
+    written passes)."""
+    text = (REPO / doc).read_text()
+    assert text.count(written) == 1, (doc, written)
+    _, wrong = claims.check_document(text.replace(written, typo), doc)
+    assert not wrong, wrong
