@@ -251,6 +251,44 @@ class Run:
             raise KeyError(f"{self.folder}: no cell matches {want}")
         return out
 
+    @cached_property
+    def labels(self) -> dict[str, str]:
+        """Each cell's bottleneck as the run labelled it: the Bottleneck column of the folder's committed
+        `tables/diagnosis.csv` (beside the records folder), by cell name."""
+        path = self.root / self.folder.parent / "tables/diagnosis.csv"
+        if not path.is_file():
+            raise FileNotFoundError(f"{self.folder}: no committed diagnosis ({path.relative_to(self.root)})")
+        d = pd.read_csv(path)
+        cols = {"Dataloader": "loader", "Model": "model", "Disk": "tier", "GPU": "gpus", "Batch size": "batch_size"}
+        d = d.rename(columns={**cols, "Precision": "precision", "Parallel": "parallel"})
+        if "model" not in d:
+            d["model"] = DEFAULT_MODEL
+        return {cell_name(r): str(r["Bottleneck"]) for _, r in d.iterrows()}
+
+    def label(self, sel: str) -> str:
+        """The cell's bottleneck label in the run's diagnosis.csv (GPU-bound, CPU-prep-bound, I/O-bound, ...)."""
+        name = cell_name(dict(zip(KEYS, parse_cell(sel), strict=True)))
+        if name not in self.labels:
+            raise KeyError(f"{self.folder}: {sel!r} has no row in the run's diagnosis.csv")
+        return self.labels[name]
+
+    def labelled(self, label: str, **want) -> list[str]:
+        """The cells the run labelled `label` in its diagnosis.csv, of those whose keys match `want` (as `select`):
+        a statement about "the GPU-bound cells" reads the run's own labels, not a list of loaders."""
+        out = [c for c in self.select(**want) if self.label(c) == label]
+        if not out:
+            raise KeyError(f"{self.folder}: no cell {want or ''} labelled {label!r} in its diagnosis.csv")
+        return out
+
+    def all_labelled(self, label: str, **want) -> list[str]:
+        """The cells whose keys match `want`, each of which the run labelled `label` (a statement about all of them:
+        "on an HDD the disk is the limit"); a cell labelled otherwise is an error that names it and its label."""
+        cells = self.select(**want)
+        other = {c: self.label(c) for c in cells if self.label(c) != label}
+        if other:
+            raise ValueError(f"{self.folder}: not every cell {want} is {label} in its diagnosis.csv: {other}")
+        return cells
+
     def raw(self, sel: str) -> list[dict]:
         """The records of the cell (every repeat), for what the tables do not carry."""
         key = parse_cell(sel)

@@ -167,8 +167,8 @@ def test_a_loosened_or_broken_bound_is_caught(claims):
     90% fails, as does a bound the records break; the bounds as written pass."""
     cases = {
         "README.md": [
-            ("within 2%<!--c:seed.spread-gpu-bound-->", "within 5%", "records give 1.612, not within 5"),
-            ("within 2%<!--c:seed.spread-gpu-bound-->", "within 1%", "records give 1.612, not within 1"),
+            ("within 2%<!--c:seed.spread-ceiling-dali-fp32-->", "within 5%", "records give 1.612, not within 5"),
+            ("within 2%<!--c:seed.spread-ceiling-dali-fp32-->", "within 1%", "records give 1.612, not within 1"),
             ("about 100<!--c:seed.hdd-about-->", "about 104", "records give 99.51, not about 104"),
         ],
         "docs/FINDINGS.md": [
@@ -260,3 +260,22 @@ def test_an_edit_outside_the_subject_words_passes(claims, doc, written, typo):
     assert text.count(written) == 1, (doc, written)
     _, wrong = claims.check_document(text.replace(written, typo), doc)
     assert not wrong, wrong
+
+
+def test_a_group_statement_reads_the_runs_own_labels():
+    """ "On an HDD the disk is the limit" and "the fix for a CPU-bound loader" hold only while the run's committed
+    diagnosis.csv labels those cells so: a cell labelled otherwise fails the claims that group by it, naming the cell."""
+    fresh = load_claims()
+    seed = fresh.runs["seed"]
+    assert seed.label("torchvision/hdd/b128") == "I/O-bound"
+    assert seed.label("torchvision/ram/b256/amp") == "CPU-prep-bound"
+    seed.labels["torchvision/hdd/g1/b128/fp32/dp"] = "CPU-prep-bound"
+    seed.labels["torchvision/ram/g1/b256/amp/dp"] = "transfer-bound"
+    for doc, cids in {
+        "README.md": {"seed.hdd-about", "seed.hdd-wait", "seed.cpu-tv-amp"},
+        "docs/FINDINGS.md": {"seed.hdd-about", "seed.hdd-rates", "seed.hdd-wait", "seed.cpu-tv-amp", "seed.sc-tv-amp"},
+    }.items():
+        _, wrong = fresh.check_document((REPO / doc).read_text(), doc)
+        failed = {MARKER.search(w).group(1) for w in wrong}
+        assert failed == cids, (doc, wrong)
+        assert all("torchvision/hdd/g1/b128/fp32/dp" in w or "torchvision/ram/g1/b256/amp/dp" in w for w in wrong)
