@@ -1,13 +1,14 @@
 """The numbers the documents state about measurements, recomputed from the records they cite.
 
-A measured number in README.md or docs/FINDINGS.md carries an invisible marker right after it, attached without a
-space (so it adds no word): `57.5x<!--c:seed.hdd-opencv-b256-->`, `1.77x [1.67, 1.87]<!--c:seed.sc-tv-b128-->`.
-A claims file (tests/doc_claims.yaml) names, for each marker's id, what to compute: `expr`, a Python expression over
-the runs it declares (`runs:` alias -> a folder of cell records, optionally one code commit of it) and the helpers
-below. `check_document` reads the number stated before each marker, recomputes it and compares at the stated rounding
-(a bound, "within 2%" or ">= 95%", and an "about 100" only as tight as they are written: one unit of the last digit);
-`unmarked` lists the numbers of a text that carry no marker and match no allowed (non-measurement) pattern. A claim's
-`subject` words (its loader, direction, run) must stand in the sentence of each of its markers (`sentence_at`).
+A measured number in README.md, docs/FINDINGS.md or docs/results/README.md carries an invisible marker right after it,
+attached without a space (so it adds no word): `57.5x<!--c:seed.hdd-opencv-b256-->`,
+`1.77x [1.67, 1.87]<!--c:seed.sc-tv-b128-->`. A claims file (tests/doc_claims.yaml) names, for each marker's id, what to
+compute: `expr`, a Python expression over the runs it declares (`runs:` alias -> a folder of cell records, optionally
+one code commit of it) and the helpers below. `check_document` reads the number stated before each marker, recomputes it
+and compares at the stated rounding (a bound, "within 2%" or ">= 95%", and an "about 100" only as tight as they are
+written: one unit of the last digit); `unmarked` lists the numbers of a text that carry no marker and match no allowed
+(non-measurement) pattern. A claim's `subject` words (its loader, direction, run) must stand in the sentence of each of
+its markers (`sentence_at`).
 
 The tables come from the package's own code: records read with `records.read_record`, tabulated with
 `aggregate.repeats_table` and `aggregate.cells_table` (a cell's median and the interval `uncertainty` gives it); a
@@ -35,7 +36,7 @@ from loaderbench.core.uncertainty import Ratio, quotient, ratio
 from loaderbench.report.aggregate import add_tier_rates, cells_table, repeats_table
 from loaderbench.whatif.predictions import matrix
 
-MARKER = re.compile(r"<!--c:([A-Za-z0-9_.\-]+)-->")
+MARKER = re.compile(r"(?<!`)<!--c:([A-Za-z0-9_.\-]+)-->")  # not one quoted in a code span
 NUM = r"\d[\d,]*(?:\.\d+)?"
 
 
@@ -654,17 +655,22 @@ class Claims:
             if why:
                 wrong.append(f"{name}:{line}: {s.text if s else '?'!r} <!--c:{cid}-->: {why}")
             sentence = sentence_at(text, m.start())
-            missing = [w for w in self.subject(cid) if not has_word(sentence, w)]
+            subject = self.subject(cid, name)
+            missing = [w for w in subject if not has_word(sentence, w)]
             if missing:
                 wrong.append(
                     f"{name}:{line}: <!--c:{cid}-->: its sentence does not say {', '.join(map(repr, missing))} (the "
-                    f"claim's subject: {', '.join(self.subject(cid))}): {sentence[:200]!r}"
+                    f"claim's subject: {', '.join(subject)}): {sentence[:200]!r}"
                 )
         return seen, wrong
 
-    def subject(self, cid: str) -> list[str]:
-        """The words the sentence of each of the claim's markers must say (what the number is about)."""
-        return [str(w) for w in (self.claims.get(cid) or {}).get("subject", [])]
+    def subject(self, cid: str, doc: str | None = None) -> list[str]:
+        """The words the sentence of each of the claim's markers in `doc` must say (what the number is about): the
+        claim's `subject` list, or where it maps documents to lists (each words the number in another), `doc`'s."""
+        words = (self.claims.get(cid) or {}).get("subject") or []
+        if isinstance(words, dict):
+            words = words.get(doc) or []
+        return [str(w) for w in words]
 
 
 def claimed_spans(text: str) -> list[tuple[int, int]]:

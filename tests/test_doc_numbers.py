@@ -1,11 +1,14 @@
-"""The documents' numbers are the records': every measured number README.md and docs/FINDINGS.md state carries a
-marker (`<!--c:ID-->`, right after it) and tests/doc_claims.yaml says how to recompute it from the records it cites;
-this test recomputes each, compares at the stated rounding, checks that the number's sentence still says what the
-claim is about (its subject words), and fails on a measured number without a marker."""
+"""The documents' numbers are the records': every measured number README.md and docs/FINDINGS.md state (and the results
+index, docs/results/README.md, in the entries SECTIONS names) carries a marker (`<!--c:ID-->`, right after it) and
+tests/doc_claims.yaml says how to recompute it from the records it cites; this test recomputes each, compares at the
+stated rounding, checks that the number's sentence still says what the claim is about (its subject words), and fails on
+a measured number without a marker."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,7 +17,7 @@ from conftest import REPO
 from tests.claims import MARKER, Claims, unmarked
 
 CLAIMS_FILE = REPO / "tests/doc_claims.yaml"
-DOCS = ["README.md", "docs/FINDINGS.md"]
+DOCS = ["README.md", "docs/FINDINGS.md", "docs/results/README.md"]
 FINDINGS_MAX_WORDS = 2000
 
 # The parts of each document that state results (each match of its pattern): every number there is a marked claim or
@@ -22,6 +25,8 @@ FINDINGS_MAX_WORDS = 2000
 SECTIONS = {
     "README.md": r"^## (?:The answer on one H200|Predicting the cells you did not measure)\n.*?(?=^## )",
     "docs/FINDINGS.md": r"\A.*\Z",
+    # the index: the entries of the runs whose numbers it states and checks (the others are not checked yet)
+    "docs/results/README.md": r"^- \[2026-12-02-h200/(?:seed-1gpu|peers)\]\(.*?(?=^- |^\*\*|^$)",
 }
 
 # Numbers that are not measurements: settings, counts of things, names, dates, the interval's level.
@@ -60,6 +65,8 @@ NOT_MEASURED = [
     r"\bcard [01]\b",
     r"\b1-GPU\b",
     r"\bat 1 GPU\b",
+    r"\b\d+ cells in one run\b",  # a grid's size
+    r"\bAll \d+ cold cells\b",
 ]
 
 
@@ -113,7 +120,7 @@ def test_every_claim_is_marked_in_a_document_and_cites_a_folder_it_links(claims)
     for doc, ids in used.items():
         for cid in sorted(ids & set(claims.claims)):
             for folder in claims.sources(cid):
-                run = "/".join(folder.split("/")[1:4])  # results/<date-kind>/<run>
+                run = os.path.relpath("/".join(folder.split("/")[:4]), Path(doc).parent)  # docs/results/<date>/<run>
                 if run not in texts[doc]:
                     unlinked.append(f"{doc}: c:{cid} reads {folder}, which {doc} does not cite")
     assert not unlinked, "\n".join(unlinked)
@@ -134,7 +141,8 @@ def test_findings_stay_short():
 
 
 def test_a_changed_or_unmarked_number_is_caught(claims):
-    """The check itself: one marked number changed, a marked interval dropped, and a new unmarked claim each fail."""
+    """The check itself: one marked number changed (in FINDINGS and in the results index), a marked interval
+    dropped, and a new unmarked claim each fail."""
     doc = "docs/FINDINGS.md"
     text = (REPO / doc).read_text()
     good = "1.77x [1.67, 1.87]<!--c:seed.sc-tv-b128-->"
@@ -145,6 +153,10 @@ def test_a_changed_or_unmarked_number_is_caught(claims):
     assert len(wrong) == 1 and "stated without it" in wrong[0], wrong
     _, wrong = claims.check_document(text.replace("29x<!--c:seed.hdd-tv-->", "31x<!--c:seed.hdd-tv-->"), doc)
     assert len(wrong) == 1 and "records give 29" in wrong[0], wrong
+    index = "docs/results/README.md"
+    fp32 = "0.990 [0.969, 1.011]<!--c:seed.xc-mc-fp32-->"
+    _, wrong = claims.check_document((REPO / index).read_text().replace(fp32, fp32.replace("0.990", "0.995")), index)
+    assert len(wrong) == 1 and "records give 0.990" in wrong[0], wrong
     added = text.replace("(Same run.)", "(Same run; opencv at batch 256 is 2.04x torchvision.)", 1)
     assert any("2.04x" in line for line in unmarked(added, NOT_MEASURED))
 
@@ -188,10 +200,15 @@ def test_a_loosened_or_broken_bound_is_caught(claims):
 
 
 def test_every_claim_names_its_subject(claims):
-    """Each claim declares the words its sentence must say (its loader, tier, direction, run): a number is checked
-    against what the sentence says it is about, not only against its value."""
-    bare = sorted(cid for cid in claims.claims if not claims.subject(cid))
-    assert not bare, f"claims with no subject words in {CLAIMS_FILE.name}: {bare}"
+    """Each claim declares the words its sentence must say in each document that marks it (its loader, tier,
+    direction, run): a number is checked against what the sentence says it is about, not only against its value."""
+    bare = sorted(
+        f"{doc}: {cid}"
+        for doc in DOCS
+        for cid in set(MARKER.findall((REPO / doc).read_text()))
+        if not claims.subject(cid, doc)
+    )
+    assert not bare, f"claims with no subject words in {CLAIMS_FILE.name} for a document that marks them: {bare}"
 
 
 # (document, the text as written, the text edited, the claim whose subject word the edit changes, that word)
@@ -219,6 +236,13 @@ SUBJECT_EDITS = {
         "Under DDP\nsingle-card led:",
         "x2.o6-ddp",
         "multi-card led",
+    ),
+    "a loader in the index": (
+        "docs/results/README.md",
+        "dali-mc 1.011",
+        "dali-sc 1.011",
+        "seed.xc-mc-amp",
+        "dali-mc",
     ),
     "the host": ("docs/FINDINGS.md", "One H100:\n", "One H200:\n", "whatif.h100-loader", "H100"),
 }
@@ -263,8 +287,9 @@ def test_an_edit_outside_the_subject_words_passes(claims, doc, written, typo):
 
 
 def test_a_group_statement_reads_the_runs_own_labels():
-    """ "On an HDD the disk is the limit" and "the fix for a CPU-bound loader" hold only while the run's committed
-    diagnosis.csv labels those cells so: a cell labelled otherwise fails the claims that group by it, naming the cell."""
+    """A group statement ("on an HDD the disk is the limit", "the fix for a CPU-bound loader") holds only while the
+    run's committed diagnosis.csv labels those cells so: a cell labelled otherwise fails the claims that group by it,
+    naming the cell."""
     fresh = load_claims()
     seed = fresh.runs["seed"]
     assert seed.label("torchvision/hdd/b128") == "I/O-bound"
