@@ -557,8 +557,9 @@ def _table_context(text: str, pos: int) -> str | None:
 
 
 def sentence_at(text: str, pos: int) -> str:
-    """The sentence of `text` that holds position `pos` (after the bold lead of its paragraph or list item, where it
-    has one), its comments (markers) removed; in a table, the cell, its row's first cell and its column's header."""
+    """The sentence of `text` that holds position `pos` (after the lead of its paragraph or list item, where it has
+    one: bold text, or the link it opens with), its comments (markers) removed; in a table, the cell, its row's first
+    cell and its column's header."""
     table = _table_context(text, pos)
     if table is not None:
         return table
@@ -574,11 +575,11 @@ def sentence_at(text: str, pos: int) -> str:
             hi = m.end()
             break
     sentence = text[lo:hi]
-    lead = re.match(r"\s*(?:[-*+] +)?\*\*(.+?)\*\*", text[block:hi], flags=re.DOTALL)
-    if lead and block + lead.end() > lo:  # a sentence that ends inside the bold lead: the lead is its start
+    lead = re.match(r"\s*(?:[-*+] +)?(?:\*\*(.+?)\*\*|(\[[^\]\n]+\]\([^)\s]*\)))", text[block:hi], flags=re.DOTALL)
+    if lead and block + lead.end() > lo:  # a sentence that ends inside the lead: the lead is its start
         sentence = text[block:hi]
-    elif lead:  # the paragraph's bold lead says what its sentences are about
-        sentence = f"{lead.group(1)} ... {sentence}"
+    elif lead:  # the lead of the paragraph or list item (bold, or the link it opens with) says what it is about
+        sentence = f"{lead.group(1) or lead.group(2)} ... {sentence}"
     return " ".join(_without_comments(sentence).split())
 
 
