@@ -422,7 +422,9 @@ class Stated:
 
 def stated_before(doc: str, end: int) -> Stated:
     """The number the document states right before position `end` (a marker's start)."""
-    before = doc[max(0, end - 80) : end]
+    # earlier markers blanked (their "-->" is no ">"), the positions kept
+    near = re.sub(r"<!--.*?-->", lambda m: " " * len(m.group(0)), doc[max(0, end - 400) : end], flags=re.DOTALL)
+    before = near[-80:]
     for kind, rx in STATED:
         m = rx.search(before)
         if m:
