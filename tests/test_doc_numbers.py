@@ -26,7 +26,7 @@ SECTIONS = {
     "README.md": r"^## (?:The answer on one H200|Predicting the cells you did not measure)\n.*?(?=^## )",
     "docs/FINDINGS.md": r"\A.*\Z",
     # the index: the entries of the runs whose numbers it states and checks (the others are not checked yet)
-    "docs/results/README.md": r"^- \[(?:2026-12-02-h200/(?:seed-1gpu|peers)|2026-12-03-h200/shards|2026-12-07-h100/whatif|2026-12-04-h200/models)\]\(.*?(?=^- |^\*\*|^$)",
+    "docs/results/README.md": r"^- \[(?:2026-12-02-h200/(?:seed-1gpu|peers)|2026-12-03-h200/shards|2026-12-07-h100/whatif|2026-12-04-h200/models|2026-12-02-h200/harness)\]\(.*?(?=^- |^\*\*|^$)",
 }
 
 # Numbers that are not measurements: settings, counts of things, names, dates, the interval's level.
@@ -69,6 +69,7 @@ NOT_MEASURED = [
     r"\bAll \d+ cold cells\b",
     r"\bas \d+ ranks\b",
     r"\bEfficientNet-B0\b",
+    r"\b\d+ rounds\b",
     r"\b\d+ part cells\b",
 ]
 
