@@ -1,12 +1,14 @@
 """The numbers the documents state about measurements, recomputed from the records they cite.
 
-A measured number in README.md or docs/FINDINGS.md carries an invisible marker right after it, attached without a
-space (so it adds no word): `57.5x<!--c:seed.hdd-opencv-b256-->`, `1.77x [1.67, 1.87]<!--c:seed.sc-tv-b128-->`.
-A claims file (tests/doc_claims.yaml) names, for each marker's id, what to compute: `expr`, a Python expression over
-the runs it declares (`runs:` alias -> a folder of cell records, optionally one code commit of it) and the helpers
-below. `check_document` reads the number stated before each marker, recomputes it and compares at the stated rounding
-(a bound, "within 2%" or ">= 95%", and an "about 100" only as tight as they are written: one unit of the last digit);
-`unmarked` lists the numbers of a text that carry no marker and match no allowed (non-measurement) pattern.
+A measured number in README.md, docs/FINDINGS.md or docs/results/README.md carries an invisible marker right after it,
+attached without a space (so it adds no word): `57.5x<!--c:seed.hdd-opencv-b256-->`,
+`1.77x [1.67, 1.87]<!--c:seed.sc-tv-b128-->`. A claims file (tests/doc_claims.yaml) names, for each marker's id, what to
+compute: `expr`, a Python expression over the runs it declares (`runs:` alias -> a folder of cell records, optionally
+one code commit of it) and the helpers below. `check_document` reads the number stated before each marker, recomputes it
+and compares at the stated rounding (a bound, "within 2%" or ">= 95%", and an "about 100" only as tight as they are
+written: one unit of the last digit); `unmarked` lists the numbers of a text that carry no marker and match no allowed
+(non-measurement) pattern. A claim's `subject` words (its loader, direction, run) must stand in the sentence of each of
+its markers (`sentence_at`).
 
 The tables come from the package's own code: records read with `records.read_record`, tabulated with
 `aggregate.repeats_table` and `aggregate.cells_table` (a cell's median and the interval `uncertainty` gives it); a
@@ -34,7 +36,7 @@ from loaderbench.core.uncertainty import Ratio, quotient, ratio
 from loaderbench.report.aggregate import add_tier_rates, cells_table, repeats_table
 from loaderbench.whatif.predictions import matrix
 
-MARKER = re.compile(r"<!--c:([A-Za-z0-9_.\-]+)-->")
+MARKER = re.compile(r"(?<!`)<!--c:([A-Za-z0-9_.\-]+)-->")  # not one quoted in a code span
 NUM = r"\d[\d,]*(?:\.\d+)?"
 
 
@@ -250,6 +252,44 @@ class Run:
             raise KeyError(f"{self.folder}: no cell matches {want}")
         return out
 
+    @cached_property
+    def labels(self) -> dict[str, str]:
+        """Each cell's bottleneck as the run labelled it: the Bottleneck column of the folder's committed
+        `tables/diagnosis.csv` (beside the records folder), by cell name."""
+        path = self.root / self.folder.parent / "tables/diagnosis.csv"
+        if not path.is_file():
+            raise FileNotFoundError(f"{self.folder}: no committed diagnosis ({path.relative_to(self.root)})")
+        d = pd.read_csv(path)
+        cols = {"Dataloader": "loader", "Model": "model", "Disk": "tier", "GPU": "gpus", "Batch size": "batch_size"}
+        d = d.rename(columns={**cols, "Precision": "precision", "Parallel": "parallel"})
+        if "model" not in d:
+            d["model"] = DEFAULT_MODEL
+        return {cell_name(r): str(r["Bottleneck"]) for _, r in d.iterrows()}
+
+    def label(self, sel: str) -> str:
+        """The cell's bottleneck label in the run's diagnosis.csv (GPU-bound, CPU-prep-bound, I/O-bound, ...)."""
+        name = cell_name(dict(zip(KEYS, parse_cell(sel), strict=True)))
+        if name not in self.labels:
+            raise KeyError(f"{self.folder}: {sel!r} has no row in the run's diagnosis.csv")
+        return self.labels[name]
+
+    def labelled(self, label: str, **want) -> list[str]:
+        """The cells the run labelled `label` in its diagnosis.csv, of those whose keys match `want` (as `select`):
+        a statement about "the GPU-bound cells" reads the run's own labels, not a list of loaders."""
+        out = [c for c in self.select(**want) if self.label(c) == label]
+        if not out:
+            raise KeyError(f"{self.folder}: no cell {want or ''} labelled {label!r} in its diagnosis.csv")
+        return out
+
+    def all_labelled(self, label: str, **want) -> list[str]:
+        """The cells whose keys match `want`, each of which the run labelled `label` (a statement about all of them:
+        "on an HDD the disk is the limit"); a cell labelled otherwise is an error that names it and its label."""
+        cells = self.select(**want)
+        other = {c: self.label(c) for c in cells if self.label(c) != label}
+        if other:
+            raise ValueError(f"{self.folder}: not every cell {want} is {label} in its diagnosis.csv: {other}")
+        return cells
+
     def raw(self, sel: str) -> list[dict]:
         """The records of the cell (every repeat), for what the tables do not carry."""
         key = parse_cell(sel)
@@ -382,7 +422,9 @@ class Stated:
 
 def stated_before(doc: str, end: int) -> Stated:
     """The number the document states right before position `end` (a marker's start)."""
-    before = doc[max(0, end - 80) : end]
+    # earlier markers blanked (their "-->" is no ">"), the positions kept
+    near = re.sub(r"<!--.*?-->", lambda m: " " * len(m.group(0)), doc[max(0, end - 400) : end], flags=re.DOTALL)
+    before = near[-80:]
     for kind, rx in STATED:
         m = rx.search(before)
         if m:
@@ -481,11 +523,80 @@ def compare(s: Stated, computed, unit: float | None = None) -> str | None:
     return None
 
 
+# --- what a number is about: its subject words ---------------------------------------------------------------------
+
+# A sentence ends at . ! or ? (after any closing bracket, quote or bold) before white space; a paragraph, a list item
+# and a heading end one too. A marker inside a table reads its cell, the row's first cell and its column's header.
+SENTENCE_END = re.compile(r"[.!?](?:\*\*|[\"')\]])*(?=\s|\Z)")
+BLOCK_START = re.compile(r"\n[ \t]*\n|\n(?=[ \t]*(?:[-*+] |\d+\. |#|\|))")
+
+
+def _without_comments(s: str) -> str:
+    return re.sub(r"<!--.*?-->", "", s, flags=re.DOTALL)
+
+
+def _table_context(text: str, pos: int) -> str | None:
+    """For a position in a table row: its cell, the row's first cell and its column's header; else None."""
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    end = len(text) if end < 0 else end
+    row = text[start:end]
+    if not row.lstrip().startswith("|"):
+        return None
+    header = start
+    while header > 0:
+        prev = text.rfind("\n", 0, header - 1) + 1
+        if not text[prev : header - 1].lstrip().startswith("|"):
+            break
+        header = prev
+    head_line = text[header : text.find("\n", header)].split("|")
+    cells = row.split("|")
+    col = row[: pos - start].count("|")
+    parts = [cells[1], cells[col]]
+    if header != start and col < len(head_line):
+        parts.append(head_line[col])
+    return " | ".join(_without_comments(c).strip() for c in parts)
+
+
+def sentence_at(text: str, pos: int) -> str:
+    """The sentence of `text` that holds position `pos` (after the lead of its paragraph or list item, where it has
+    one: bold text, or the link it opens with), its comments (markers) removed; in a table, the cell, its row's first
+    cell and its column's header."""
+    table = _table_context(text, pos)
+    if table is not None:
+        return table
+    starts = [m.end() for m in BLOCK_START.finditer(text, 0, pos)]
+    lo = max(starts, default=0)
+    nxt = BLOCK_START.search(text, pos)
+    hi = nxt.start() if nxt else len(text)
+    block = lo
+    for m in SENTENCE_END.finditer(text, lo, hi):
+        if m.end() <= pos:
+            lo = m.end()
+        else:
+            hi = m.end()
+            break
+    sentence = text[lo:hi]
+    lead = re.match(r"\s*(?:[-*+] +)?(?:\*\*(.+?)\*\*|(\[[^\]\n]+\]\([^)\s]*\)))", text[block:hi], flags=re.DOTALL)
+    if lead and block + lead.end() > lo:  # a sentence that ends inside the lead: the lead is its start
+        sentence = text[block:hi]
+    elif lead:  # the lead of the paragraph or list item (bold, or the link it opens with) says what it is about
+        sentence = f"{lead.group(1) or lead.group(2)} ... {sentence}"
+    return " ".join(_without_comments(sentence).split())
+
+
+def has_word(sentence: str, word: str) -> bool:
+    """Whether `word` (or a phrase: its spaces match any white space) stands in `sentence` as a whole word, in any
+    case: "dali" is not found in "dali-sc", nor "sc" in it."""
+    rx = r"\s+".join(re.escape(w) for w in word.split())
+    return re.search(rf"(?<![\w-]){rx}(?![\w-])", sentence, flags=re.IGNORECASE) is not None
+
+
 # --- a claims file -------------------------------------------------------------------------------------------------
 
 
 class Claims:
-    """tests/doc_claims.yaml: `runs` (alias -> {records, commit, probes}), `claims` (id -> {expr, round}),
+    """tests/doc_claims.yaml: `runs` (alias -> {records, commit, probes}), `claims` (id -> {expr, round, subject}),
     evaluated against the tree at `root`."""
 
     def __init__(self, spec: dict, root: Path):
@@ -531,7 +642,8 @@ class Claims:
         return out
 
     def check_document(self, text: str, name: str) -> tuple[list[str], list[str]]:
-        """(the markers checked, what is wrong): every marker's stated number against its recomputation."""
+        """(the markers checked, what is wrong): every marker's stated number against its recomputation, and its
+        sentence (`sentence_at`) against the claim's subject words."""
         seen, wrong = [], []
         for m in MARKER.finditer(text):
             cid = m.group(1)
@@ -545,7 +657,23 @@ class Claims:
             seen.append(cid)
             if why:
                 wrong.append(f"{name}:{line}: {s.text if s else '?'!r} <!--c:{cid}-->: {why}")
+            sentence = sentence_at(text, m.start())
+            subject = self.subject(cid, name)
+            missing = [w for w in subject if not has_word(sentence, w)]
+            if missing:
+                wrong.append(
+                    f"{name}:{line}: <!--c:{cid}-->: its sentence does not say {', '.join(map(repr, missing))} (the "
+                    f"claim's subject: {', '.join(subject)}): {sentence[:200]!r}"
+                )
         return seen, wrong
+
+    def subject(self, cid: str, doc: str | None = None) -> list[str]:
+        """The words the sentence of each of the claim's markers in `doc` must say (what the number is about): the
+        claim's `subject` list, or where it maps documents to lists (each words the number in another), `doc`'s."""
+        words = (self.claims.get(cid) or {}).get("subject") or []
+        if isinstance(words, dict):
+            words = words.get(doc) or []
+        return [str(w) for w in words]
 
 
 def claimed_spans(text: str) -> list[tuple[int, int]]:
