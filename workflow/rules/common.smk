@@ -114,8 +114,10 @@ def apptainer_args(cfg, existing):
 # (and spec fields) are rerun triggers, and these settings must not re-measure cells.
 HOST = CFG["host"]
 HOST_LOCK_ARGS = f"--lock-wait-s {shlex.quote(str(HOST['lock_wait_s']))}"
-if HOST["lock_dir"]:
-    HOST_LOCK_ARGS += f" --lock-dir {shlex.quote(str(Path(HOST['lock_dir']).resolve()))}"
+if HOST["lock_dir"] or USE_CONTAINER:  # a container need not see the host's LOADERBENCH_LOCK_DIR (--cleanenv)
+    from loaderbench.engine.runner.hostlock import lock_directory
+
+    HOST_LOCK_ARGS += f" --lock-dir {shlex.quote(str(lock_directory(HOST['lock_dir']).resolve()))}"
 HOST_ARGS = (
     f"{HOST_LOCK_ARGS} --contention-cpu-cores {shlex.quote(str(HOST['contention_cpu_cores']))} "
     f"--contention-gpu-processes {shlex.quote(str(HOST['contention_gpu_processes']))}"
