@@ -74,23 +74,36 @@ def lock_dir_to_bind(cfg):
     return None if str(locks.resolve()).startswith("/tmp/") else locks
 
 
-def apptainer_args(cfg, existing):
-    """`existing` plus --nv and one --bind per host path a cell needs: tiers, dataset source, project, extras."""
-    have = shlex.split(existing)
+def bind_paths(cfg):
+    """The host paths a cell container needs bound, each once and parents first: tiers, the emulated tiers' mount
+    points' folders, the dataset source, the project, extras and the lock directory. A path under another one is left
+    out (the runtimes bind recursively); so is an emulated tier's mount point itself: bound, it would be a mount point
+    inside the container already (of the host's filesystem), which the cell refuses to mount its tier over, so its
+    folder is bound instead where no other bind holds it."""
     tiers = cfg["storage"].values()
     paths = [
         *(t["path"] for t in tiers),
-        *(t["mount"] for t in tiers if t["mount"]),
+        *(Path(t["mount"]).resolve().parent for t in tiers if t["mount"]),
         workflow.basedir,
         *cfg["container"]["binds"],
     ]
     if cfg["dataset"]["source"] == "path":
         paths.append(cfg["dataset"]["path"])
     locks = lock_dir_to_bind(cfg)
-    if locks:  # made by make_bound_lock_dir before a cell runs, not here (parsing changes nothing)
+    if locks:  # made by make_bound_dirs before a cell runs, not here (parsing changes nothing)
         paths.append(locks)
+    kept = []
+    for p in sorted({Path(p).resolve() for p in paths}, key=lambda p: p.parts):
+        if p != Path("/") and not any(p.is_relative_to(k) for k in kept):
+            kept.append(p)
+    return kept
+
+
+def apptainer_args(cfg, existing):
+    """`existing` plus --nv and one --bind per host path a cell needs (bind_paths)."""
+    have = shlex.split(existing)
     add = ["--nv"] if cfg["container"]["nv"] and "--nv" not in have else []
-    for p in dict.fromkeys(str(Path(p).resolve()) for p in paths):
+    for p in map(str, bind_paths(cfg)):
         if p not in have:
             add += ["--bind", p]
     return " ".join([*map(shlex.quote, have), *map(shlex.quote, add)])
@@ -101,8 +114,10 @@ def apptainer_args(cfg, existing):
 # (and spec fields) are rerun triggers, and these settings must not re-measure cells.
 HOST = CFG["host"]
 HOST_LOCK_ARGS = f"--lock-wait-s {shlex.quote(str(HOST['lock_wait_s']))}"
-if HOST["lock_dir"]:
-    HOST_LOCK_ARGS += f" --lock-dir {shlex.quote(str(Path(HOST['lock_dir']).resolve()))}"
+if HOST["lock_dir"] or USE_CONTAINER:  # a container need not see the host's LOADERBENCH_LOCK_DIR (--cleanenv)
+    from loaderbench.engine.runner.hostlock import lock_directory
+
+    HOST_LOCK_ARGS += f" --lock-dir {shlex.quote(str(lock_directory(HOST['lock_dir']).resolve()))}"
 HOST_ARGS = (
     f"{HOST_LOCK_ARGS} --contention-cpu-cores {shlex.quote(str(HOST['contention_cpu_cores']))} "
     f"--contention-gpu-processes {shlex.quote(str(HOST['contention_gpu_processes']))}"
@@ -111,7 +126,7 @@ HOST_ARGS = (
 
 onstart:
     set_aside_unreadable_records()
-    make_bound_lock_dir()
+    make_bound_dirs()
     # SIGINT/SIGTERM to Snakemake's pid alone: stop the measuring job now instead of letting it finish
     from loaderbench.engine.runner.hostlock import stop_measurements_on_signals
 
@@ -124,10 +139,25 @@ onstart:
         start_server(reuse=HOST["reuse_processes"])
 
 
+# Records name the commit even where the job's tree has no .git (a container, a copied tree).
+if "LOADERBENCH_GIT_COMMIT" not in os.environ:
+    from loaderbench.core.provenance import git_commit
+
+    if git_commit()["commit"]:
+        os.environ.update(LOADERBENCH_GIT_COMMIT=git_commit()["commit"])
 if USE_CONTAINER:
     workflow.deployment_settings.apptainer_args = apptainer_args(CFG, workflow.deployment_settings.apptainer_args)
-    # Inside the container the checkout's code runs (bound above) with the image's Python.
-    CELL_LB = f"PYTHONPATH={shlex.quote(SRC)} python3 -m loaderbench"
+    # Inside the container the checkout's code runs (bound above) with the image's Python. What a cell needs from
+    # the host's environment is set in its command, not inherited: runtimes differ in what they pass (`--cleanenv`
+    # passes nothing), and Singularity 2.x names the image by its file name only.
+    _image = CFG["container"]["image"]
+    CELL_ENV = {
+        "PYTHONPATH": SRC,
+        "LOADERBENCH_RUN_ID": run_id(),
+        "LOADERBENCH_GIT_COMMIT": os.environ.get("LOADERBENCH_GIT_COMMIT", ""),
+        "LOADERBENCH_CONTAINER_IMAGE": _image if "://" in _image else str(Path(_image).resolve()),
+    }
+    CELL_LB = " ".join(f"{k}={shlex.quote(v)}" for k, v in CELL_ENV.items()) + " python3 -m loaderbench"
     print(
         f"loaderbench: the {len(CELLS)} cell jobs run in the container {CFG['container']['image']} "
         f"(apptainer exec {workflow.deployment_settings.apptainer_args}); other jobs run on the host",
@@ -135,12 +165,6 @@ if USE_CONTAINER:
     )
 else:
     CELL_LB = SNAKEMAKE_LB
-# Records name the commit even where the job's tree has no .git (a container, a copied tree).
-if "LOADERBENCH_GIT_COMMIT" not in os.environ:
-    from loaderbench.core.provenance import git_commit
-
-    if git_commit()["commit"]:
-        os.environ.update(LOADERBENCH_GIT_COMMIT=git_commit()["commit"])
 
 
 # How a cell is run, not what it measures: passed outside the rule's params so that changing them re-measures
@@ -266,17 +290,23 @@ def set_aside_unreadable_records():
     load_records(sorted(UNREADABLE_RECORDS))
 
 
-def make_bound_lock_dir():
-    """Make the host lock directory that cell containers have bound (apptainer binds only what exists)."""
-    locks = lock_dir_to_bind(CFG)
-    if USE_CONTAINER and locks:
-        locks.mkdir(parents=True, exist_ok=True)
+def make_bound_dirs():
+    """Make the folders cell containers have bound that do not exist yet (a runtime refuses to bind a missing path,
+    and a tier's folder is made by its staging job, which may run after another tier's cells): the host lock
+    directory, tier paths, mount points' folders. The extra binds and a dataset source must exist already."""
+    theirs = {Path(p).resolve() for p in CFG["container"]["binds"]}
+    if CFG["dataset"]["source"] == "path":
+        theirs.add(Path(CFG["dataset"]["path"]).resolve())
+    if USE_CONTAINER:
+        for path in bind_paths(CFG):
+            if path not in theirs:
+                path.mkdir(parents=True, exist_ok=True)
 
 
 # A cluster job's Snakemake parses this file only to run that one job (its cell, in the container), calls no onstart
 # and may run on a node that does not see the submit host's directory: it makes the directory itself.
 if not workflow.is_main_process:
-    make_bound_lock_dir()
+    make_bound_dirs()
 
 
 def get_crosscheck():

@@ -94,9 +94,20 @@ def code_sha256() -> str:
     return tree_sha256(Path(__file__).resolve().parents[1])
 
 
+# What a runtime sets inside its containers: Apptainer APPTAINER_CONTAINER (the image's path; SINGULARITY_CONTAINER
+# too), SingularityCE 3.x SINGULARITY_CONTAINER (the path), Singularity 2.x SINGULARITY_CONTAINER and SINGULARITY_NAME
+# as the image's file name only. The workflow names the image itself (CONTAINER_IMAGE_ENV, absolute), so a record says
+# which file ran whatever the runtime sets.
+CONTAINER_ENV = ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER", "APPTAINER_NAME", "SINGULARITY_NAME")
+CONTAINER_IMAGE_ENV = "LOADERBENCH_CONTAINER_IMAGE"
+
+
 def container() -> dict:
-    image = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
-    return {"in_container": bool(image), "image": image}
+    """Whether this runs in a container, its image as the workflow named it (else as the runtime did), and what the
+    runtime itself set (`runtime_env`)."""
+    runtime = [(v, os.environ[v]) for v in CONTAINER_ENV if os.environ.get(v)]
+    image = os.environ.get(CONTAINER_IMAGE_ENV) or next((value for _, value in runtime), None)
+    return {"in_container": bool(image), "image": image, "runtime_env": " ".join(f"{v}={x}" for v, x in runtime)}
 
 
 def scheduler() -> dict:

@@ -110,4 +110,6 @@ def _mount_namespace() -> str:
 
 
 def in_container() -> bool:
-    return any(v in os.environ for v in ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"))
+    from loaderbench.core.provenance import CONTAINER_ENV, CONTAINER_IMAGE_ENV
+
+    return any(v in os.environ for v in (*CONTAINER_ENV, CONTAINER_IMAGE_ENV))
