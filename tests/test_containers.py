@@ -194,7 +194,7 @@ def test_use_singularity_runs_each_cell_in_the_container_with_nv_binds_and_image
         assert cell_env["LOADERBENCH_CONTAINER_IMAGE"] == str(image)
         assert re.fullmatch(r"[0-9a-f]{40}", cell_env["LOADERBENCH_GIT_COMMIT"])
         run_ids.add(cell_env["LOADERBENCH_RUN_ID"])
-        # the host's lock directory (this session's LOADERBENCH_LOCK_DIR), named
+        # the host's lock directory (the test run's LOADERBENCH_LOCK_DIR), named
         assert f"--lock-dir {Path(os.environ['LOADERBENCH_LOCK_DIR']).resolve()}" in lb_cell[2]
         assert "lb_cell run-cell --spec" in inner
         if runtime_args:  # the stand-in's --cleanenv: nothing of the host's environment but PATH and HOME
