@@ -38,6 +38,7 @@ from loaderbench.whatif.predictions import matrix
 
 MARKER = re.compile(r"(?<!`)<!--c:([A-Za-z0-9_.\-]+)-->")  # not one quoted in a code span
 NUM = r"\d[\d,]*(?:\.\d+)?"
+COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)  # a marker, or any other comment of the Markdown
 
 
 @dataclass(frozen=True)
@@ -423,7 +424,7 @@ class Stated:
 def stated_before(doc: str, end: int) -> Stated:
     """The number the document states right before position `end` (a marker's start)."""
     # earlier markers blanked (their "-->" is no ">"), the positions kept
-    near = re.sub(r"<!--.*?-->", lambda m: " " * len(m.group(0)), doc[max(0, end - 400) : end], flags=re.DOTALL)
+    near = COMMENT.sub(lambda m: " " * len(m.group(0)), doc[max(0, end - 400) : end])
     before = near[-80:]
     for kind, rx in STATED:
         m = rx.search(before)
@@ -532,7 +533,7 @@ BLOCK_START = re.compile(r"\n[ \t]*\n|\n(?=[ \t]*(?:[-*+] |\d+\. |#|\|))")
 
 
 def _without_comments(s: str) -> str:
-    return re.sub(r"<!--.*?-->", "", s, flags=re.DOTALL)
+    return COMMENT.sub("", s)
 
 
 def _table_context(text: str, pos: int) -> str | None:

@@ -69,10 +69,11 @@ def hold_lock(lock_dir: Path, seconds: float, release: Path | None = None) -> su
     code = textwrap.dedent(f"""
         import os, sys, time
         from loaderbench.engine.runner.hostlock import exclusive
+        release = {str(release) if release else ""!r}
         with exclusive("test holder", [], {str(lock_dir)!r}, 5):
             print("held", flush=True)
             end = time.time() + {seconds}
-            while time.time() < end and not ({str(release) if release else ""!r} and os.path.exists({str(release) if release else ""!r})):
+            while time.time() < end and not (release and os.path.exists(release)):
                 time.sleep(0.1)
         print("released", time.time(), flush=True)
     """)

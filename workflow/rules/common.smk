@@ -143,8 +143,9 @@ onstart:
 if "LOADERBENCH_GIT_COMMIT" not in os.environ:
     from loaderbench.core.provenance import git_commit
 
-    if git_commit()["commit"]:
-        os.environ.update(LOADERBENCH_GIT_COMMIT=git_commit()["commit"])
+    _commit = git_commit()["commit"]
+    if _commit:
+        os.environ.update(LOADERBENCH_GIT_COMMIT=_commit)
 if USE_CONTAINER:
     workflow.deployment_settings.apptainer_args = apptainer_args(CFG, workflow.deployment_settings.apptainer_args)
     # Inside the container the checkout's code runs (bound above) with the image's Python. What a cell needs from

@@ -171,18 +171,18 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
     if beside is None:
         found.lacks.append("a beside part of the loader (the consuming process's term unknown)")
         return None, 0.0
-    h0, cm = _main_thread_ms(index, rep, beside, model)
+    h0, am = _main_thread_ms(index, rep, beside, model)
     known = {
         "the beside part's host_step_ms": beside.host_step_ms,
         "the beside part's main_cpu_ms": beside.main_cpu_ms,
         f"{beside.model}'s ceiling's host_step_ms": h0,
-        f"{model}'s ceiling's host side (host_step_ms, main_cpu_ms, GPU share)": cm,
+        f"{model}'s ceiling's host side (host_step_ms, main_cpu_ms, GPU share)": am,
     }
     missing = [name for name, v in known.items() if not v]
     if missing:
         found.lacks.append(f"{', '.join(missing)} (the consuming process's term unknown)")
         return None, 0.0
-    t_ms = consuming_ms(beside_ms(beside.host_step_ms, beside.main_cpu_ms, h0), cm, h0)
+    t_ms = consuming_ms(beside_ms(beside.host_step_ms, beside.main_cpu_ms, h0), am, h0)
     per_step = rep.spec["batch_size"] * (n if mode == "ddp" else 1)  # ddp: a main thread per rank; dp: one for all
     found.consuming_ms = t_ms
     found.basis["consuming"] = _told(f"{model}'s host side + the loader's consuming work beside {beside.model}", beside)
