@@ -202,6 +202,35 @@ def test_the_host_side_is_the_step_call_only_where_the_gpu_idled(util, expected_
         assert mine["class"] == MODEL and mine["predicted"] == pytest.approx(2316.0)
     else:
         assert mine["class"] == CONSUMING and mine["predicted"] == pytest.approx(256 / expected_ms * 1000)
+    # the interval's low end takes the host side at its longest, the step call (110.4 + 30.9 ms): a busy GPU hid
+    # how long the host took, and the consuming work beside the step may turn it host-paced (every part here has
+    # one half-width: the binding term's high end gives it)
+    hw = mine["parts_hi"] / min(2316.0, 256 / expected_ms * 1000) - 1
+    assert mine["parts_lo"] == pytest.approx(256 / (110.4 + 30.9) * 1000 / (1 + hw))
+
+
+def test_a_step_paced_by_its_gpu_alone_can_be_paced_by_its_host_beside_the_loader():
+    """Batch 64 on an H100: ConvNeXt-T's ceiling kept its GPU busy (28.8 ms a step, 14.6 ms of main-thread CPU) and
+    torchvision's consuming work beside MobileNetV2 (h0 = 26.8 ms) was 9.7 ms: 14.6 + 9.7 < 28.8, so the prediction
+    is the ceiling; beside torchvision the step ran 42.4 ms (1,511 samples/s, GPU busy 70%). Its interval reaches
+    down to the step call plus the consuming work (38.5 ms) and holds it; with the CPU time as the host side at the
+    low end too, the parts' low end would be the ceiling's (2,199) and the measured rate far below it."""
+    recs = [
+        record("synthetic", 2372.0, host_ms=26.8, main_cpu_ms=15.5, util=37.0, batch=64, host=16),
+        record(
+            "synthetic", 2221.0, model="convnext_tiny", host_ms=28.8, main_cpu_ms=14.6, util=100.0, batch=64, host=16
+        ),
+        record("torchvision", 2666.0, model="none", util=0.0, cores=15.0, batch=64, host=16),
+        record("torchvision", 1712.0, beside=True, host_ms=36.5, main_cpu_ms=18.3, batch=64, host=16),
+        record("torchvision", 1511.0, model="convnext_tiny", cores=15.0, batch=64, host=16),
+        record("torchvision", 1627.0, model="resnet50", cores=15.0, batch=64, host=16),
+        record("synthetic", 2739.0, model="resnet50", host_ms=23.2, main_cpu_ms=12.7, util=63.0, batch=64, host=16),
+    ]
+    mine = row(matrix(recs, gpus=(1,)), "torchvision", "convnext_tiny")
+    assert mine["class"] == MODEL and mine["predicted"] == pytest.approx(2221.0)
+    hw = mine["parts_hi"] / 2221.0 - 1  # every part has one half-width: the binding ceiling's high end gives it
+    assert mine["parts_lo"] == pytest.approx(64 / (28.8 + 9.7) * 1000 / (1 + hw))
+    assert mine["predicted_lo"] <= 1511.0 <= mine["predicted_hi"]
 
 
 # ---- intervals
@@ -277,6 +306,7 @@ PUBLISHED = (  # each scores block docs/method.md prints: its records, the GPU c
     (WHATIF.parent / "whatif-classes/bundle", (1, 2, 4), "loader", None),  # another H100: the consuming checks
     (REPO / "docs/results/2026-12-07-h200/whatif-b64/bundle", (1,), "loader", None),  # batch 64: host-paced
     (WHATIF.parent / "whatif-b128/bundle", (1,), "loader", None),  # batch 128: scored after the rule
+    (WHATIF.parent / "whatif-b64/bundle", (1,), "model", None),  # batch 64 on another H100: out of sample
     (MODELS / "bundle", (1,), "loader", None),
     (STUDY, (1, 2), "loader", None),
     (STUDY, (1, 2), "loader", WHATIF / "bundle/cells"),  # the 2 x H200 records from the H100's loader parts
@@ -299,6 +329,7 @@ def _scores_block(folder, gpus, parts_from=None) -> list[str]:
         "h100-whatif-classes",
         "h200-b64",
         "h100-b128",
+        "h100-b64",
         "h200-models",
         "h200x2-study",
         "h200x2-from-h100-parts",

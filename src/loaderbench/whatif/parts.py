@@ -37,8 +37,8 @@ def one_gpu(index: Index, alone: Configuration, ceil: Configuration) -> Found:
     loader_core_s, device_s = _alone(alone, found.lacks)
     pool = alone.host_cores - alone.launch if alone.host_cores else None
     cap = cores_cap(pool, loader_core_s, _step_core_s(ceil, found.lacks))
-    consuming, hw = _consuming(index, alone, ceil.model, 1, alone.spec.get("parallel", "dp"), found)
-    found.sides = Sides(alone.rate, alone.halfwidth, cap, ceil.rate, ceil.halfwidth, device_s, consuming, hw)
+    consuming, low, hw = _consuming(index, alone, ceil.model, 1, alone.spec.get("parallel", "dp"), found)
+    found.sides = Sides(alone.rate, alone.halfwidth, cap, ceil.rate, ceil.halfwidth, device_s, consuming, hw, low)
     return found
 
 
@@ -69,9 +69,9 @@ def n_gpu(index: Index, rep: Configuration, model: str, n: int, mode: str, ratio
     if pool is None:
         found.lacks.append("the host's cores (provenance.host.cpus_usable)")
     cap = cores_cap(pool, loader_core_s, _step_core_s(ceil, found.lacks))
-    consuming, c_hw = _consuming(index, rep, model, n, mode, found)
+    consuming, low, c_hw = _consuming(index, rep, model, n, mode, found)
     spread = n if pipelines == n else 1  # each GPU decodes its own share, or one pipeline's work lands on one GPU
-    found.sides = Sides(rate, hw, cap, step[0], step[1], device_s / spread, consuming, c_hw)
+    found.sides = Sides(rate, hw, cap, step[0], step[1], device_s / spread, consuming, c_hw, low)
     return found
 
 
@@ -164,14 +164,15 @@ def _inferred(index: Index, rep: Configuration, mode: str, pipelines: int, found
 
 
 def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, found: Found):
-    """The consuming term (samples/s, half-width): `model`'s own main-thread work plus the loader's consuming work
-    from its beside part; (None, 0) where it is unknown, said in `lacks`."""
+    """The consuming term (samples/s), again with `model`'s host side at its longest (the interval's low end), and its
+    half-width: `model`'s own main-thread work plus the loader's consuming work from its beside part; (None, None, 0)
+    where it is unknown, said in `lacks`."""
     at = rep.fields(*AT)
     beside = index.find(of=rep, loader=rep.loader, gpus=1, beside=True, **at)
     if beside is None:
         found.lacks.append("a beside part of the loader (the consuming process's term unknown)")
-        return None, 0.0
-    h0, am = _main_thread_ms(index, rep, beside, model)
+        return None, None, 0.0
+    h0, am, am_longest = _main_thread_ms(index, rep, beside, model)
     known = {
         "the beside part's host_step_ms": beside.host_step_ms,
         "the beside part's main_cpu_ms": beside.main_cpu_ms,
@@ -181,8 +182,10 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
     missing = [name for name, v in known.items() if not v]
     if missing:
         found.lacks.append(f"{', '.join(missing)} (the consuming process's term unknown)")
-        return None, 0.0
-    t_ms = consuming_ms(beside_ms(beside.host_step_ms, beside.main_cpu_ms, h0), am, h0)
+        return None, None, 0.0
+    t_beside = beside_ms(beside.host_step_ms, beside.main_cpu_ms, h0)
+    t_ms = consuming_ms(t_beside, am, h0)
+    t_longest = consuming_ms(t_beside, max(am, am_longest or am), h0)
     per_step = rep.spec["batch_size"] * (n if mode == "ddp" else 1)  # ddp: a main thread per rank; dp: one for all
     found.consuming_ms = t_ms
     found.basis["consuming"] = _told(f"{model}'s host side + the loader's consuming work beside {beside.model}", beside)
@@ -190,14 +193,14 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
         found.basis["consuming"] += (
             f", {n} ranks' main threads" if mode == "ddp" else f", one main thread for {n} GPUs' batches"
         )
-    return 1000.0 * per_step / t_ms, beside.halfwidth
+    return 1000.0 * per_step / t_ms, 1000.0 * per_step / t_longest, beside.halfwidth
 
 
 def _main_thread_ms(index: Index, rep: Configuration, beside: Configuration, model: str) -> tuple:
-    """h(M0), the beside part's model's 1-GPU ceiling's host time, and a(M), `model`'s ceiling's host side a step
-    (`terms.host_side_ms`): the run's; for a beside part carried from another host, h(M0) of that host where it holds
-    it (one host's times with its beside part), and a(M) of that host where the run's ceiling does not give it. None
-    where unknown."""
+    """h(M0), the beside part's model's 1-GPU ceiling's host time, a(M), `model`'s ceiling's host side a step
+    (`terms.host_side_ms`), and h(M), the longest that host side can be: the run's; for a beside part carried from
+    another host, h(M0) of that host where it holds it (one host's times with its beside part), and a(M), h(M) of that
+    host where the run's ceiling does not give them. None where unknown."""
     at = rep.fields("batch_size", "precision")
 
     def run_ceiling(m: str) -> Configuration | None:
@@ -208,14 +211,10 @@ def _main_thread_ms(index: Index, rep: Configuration, beside: Configuration, mod
     ref = run_ceiling(beside.model)
     h0 = h_own or (ref.host_step_ms if ref else None)
     ceiling = run_ceiling(model)
-    am = (
-        host_side_ms(ceiling.host_step_ms, ceiling.main_cpu_ms, ceiling.gpu_share)
-        if ceiling and ceiling.host_step_ms
-        else None
-    )
-    if am is None and (model, at["batch_size"], at["precision"]) in own:
-        am = host_side_ms(*own[(model, at["batch_size"], at["precision"])])
-    return h0, am
+    times = (ceiling.host_step_ms, ceiling.main_cpu_ms, ceiling.gpu_share) if ceiling and ceiling.host_step_ms else None
+    if times is None:
+        times = own.get((model, at["batch_size"], at["precision"]))
+    return h0, host_side_ms(*times) if times else None, times[0] if times else None
 
 
 def _told(basis: str, part: Configuration) -> str:

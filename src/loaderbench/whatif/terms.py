@@ -14,6 +14,11 @@ step call on the host and M0 the beside part's model. a(M) is model M's host sid
 ceiling left the GPU idle part of the time (GPU share under GPU_BOUND: the host set the step's pace), else its main
 thread's CPU time c(M) (the step call waited for the GPU, which the GPU side holds). The loader's consuming work adds
 to the host side. Nothing is fitted.
+
+Where the ceiling kept its GPU busy its host side is known only to lie between c(M) and h(M): the step call hides
+how long the host took to launch the step behind its wait for the GPU, and the main thread's CPU time counts neither
+the launches' waits nor, where the wait spins, leaves them out. The prediction takes c(M); the interval's low end
+takes h(M), where the loader's consuming work beside the step turns a GPU-paced step host-paced.
 """
 
 from __future__ import annotations
@@ -45,13 +50,16 @@ class Sides:
     device_s: float  # the loader's GPU seconds per sample on the GPU that carries the most of it
     consuming: float | None = None  # B / t_cons; None: unknown (no beside part, or its host times unknown)
     consuming_hw: float = 0.0
+    consuming_low: float | None = None  # B / t_cons with the host side at its longest, h(M); None: as `consuming`
 
     def terms(self, end: int = 0) -> dict[str, float]:
         """The three terms with every part at its interval's low end (end -1), its value (0) or its high end (+1);
-        an unknown consuming term is inf (it binds nowhere)."""
+        an unknown consuming term is inf (it binds nowhere); at the low end the consuming term takes the host side at
+        its longest."""
         loader = min(_at(self.loader, self.loader_hw, end), self.cores_cap)
         gpu = ceiling_eff(_at(self.step, self.step_hw, end), self.device_s)
-        consuming = math.inf if self.consuming is None else _at(self.consuming, self.consuming_hw, end)
+        low = self.consuming_low if end < 0 and self.consuming_low is not None else self.consuming
+        consuming = math.inf if low is None else _at(low, self.consuming_hw, end)
         return {"loader": loader, "gpu": gpu, "consuming": consuming}
 
     def predicted(self, end: int = 0) -> float:
