@@ -233,6 +233,40 @@ def test_a_step_paced_by_its_gpu_alone_can_be_paced_by_its_host_beside_the_loade
     assert mine["predicted_lo"] <= 1511.0 <= mine["predicted_hi"]
 
 
+@pytest.mark.parametrize(
+    ("launch", "expected_ms", "read_from"),
+    [
+        ((8, 25.0, 30.0), 25.0 + 9.7, "its launch time (its ceiling at batch 8"),  # the host's launch time
+        ((8, 31.0, 30.0), 28.8 + 9.7, "its launch time (its ceiling at batch 8"),  # never past the step call
+        ((8, 25.0, 99.0), 14.6 + 9.7, "its main thread's CPU time"),  # busy GPU at batch 8: no launch time
+        ((128, 25.0, 30.0), 14.6 + 9.7, "its main thread's CPU time"),  # a larger batch is no launch part
+        (None, 14.6 + 9.7, "its main thread's CPU time"),
+    ],
+)
+def test_a_launch_part_gives_the_host_side_of_a_gpu_paced_ceiling(launch, expected_ms, read_from):
+    """ConvNeXt-T's ceiling at batch 64 kept its GPU busy (28.8 ms a step, 14.6 ms of main-thread CPU); its ceiling
+    at a batch small enough for the host to set the pace (GPU busy 30%) gives the host's launch time a step, its
+    host side at batch 64: 25.0 + 9.7 ms of torchvision's consuming work = 34.7 ms, 1,844 samples/s, under the
+    ceiling's 2,221 (the consuming process binds). Without such a part the CPU time (14.6 ms) stands."""
+    recs = [
+        record("synthetic", 2372.0, host_ms=26.8, main_cpu_ms=15.5, util=37.0, batch=64, host=16),
+        record(
+            "synthetic", 2221.0, model="convnext_tiny", host_ms=28.8, main_cpu_ms=14.6, util=100.0, batch=64, host=16
+        ),
+        record("torchvision", 2666.0, model="none", util=0.0, cores=15.0, batch=64, host=16),
+        record("torchvision", 1712.0, beside=True, host_ms=36.5, main_cpu_ms=18.3, batch=64, host=16),
+        record("torchvision", 1511.0, model="convnext_tiny", cores=15.0, batch=64, host=16),
+    ]
+    if launch:
+        batch, host_ms, util = launch
+        recs.append(record("synthetic", 500.0, model="convnext_tiny", host_ms=host_ms, util=util, batch=batch, host=16))
+    mine = row(matrix(recs, gpus=(1,)), "torchvision", "convnext_tiny")
+    assert mine["consuming_ms"] == pytest.approx(expected_ms)
+    assert mine["predicted"] == pytest.approx(min(2221.0, 64 / expected_ms * 1000))
+    assert mine["class"] == (CONSUMING if 64 / expected_ms * 1000 < 2221.0 else MODEL)
+    assert read_from in mine["consuming_basis"]
+
+
 # ---- intervals
 
 

@@ -58,6 +58,11 @@ class Configuration:
         return model_of(self.spec)
 
     @property
+    def is_part(self) -> bool:
+        """A beside or rank part: never a row's training cell, never its loader-alone cell."""
+        return bool(self.spec.get("beside")) or int(self.spec.get("ranks") or 1) != 1
+
+    @property
     def host_step_ms(self) -> float | None:
         """The step call's wall time on the host (`metrics.host_step_ms`, its mean), median over the repeats; None
         where the records do not hold it (never 0)."""

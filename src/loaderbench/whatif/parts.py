@@ -13,7 +13,7 @@ from loaderbench.core.uncertainty import quotient
 
 from .measured import CEILING, Configuration, Index
 from .ratios import RATIO_GPUS, CeilingRatio, ratio_for
-from .terms import Sides, beside_ms, consuming_ms, cores_cap, host_side_ms
+from .terms import GPU_BOUND, Sides, beside_ms, consuming_ms, cores_cap, host_side_ms
 
 AT = ("tier", "batch_size", "precision")  # the fields a loader's part and its row share
 
@@ -172,7 +172,7 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
     if beside is None:
         found.lacks.append("a beside part of the loader (the consuming process's term unknown)")
         return None, None, 0.0
-    h0, am, am_longest = _main_thread_ms(index, rep, beside, model)
+    h0, am, am_longest, host_side = _main_thread_ms(index, rep, beside, model)
     known = {
         "the beside part's host_step_ms": beside.host_step_ms,
         "the beside part's main_cpu_ms": beside.main_cpu_ms,
@@ -188,7 +188,9 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
     t_longest = consuming_ms(t_beside, max(am, am_longest or am), h0)
     per_step = rep.spec["batch_size"] * (n if mode == "ddp" else 1)  # ddp: a main thread per rank; dp: one for all
     found.consuming_ms = t_ms
-    found.basis["consuming"] = _told(f"{model}'s host side + the loader's consuming work beside {beside.model}", beside)
+    found.basis["consuming"] = _told(
+        f"{model}'s host side, {host_side}, + the loader's consuming work beside {beside.model}", beside
+    )
     if n > 1:
         found.basis["consuming"] += (
             f", {n} ranks' main threads" if mode == "ddp" else f", one main thread for {n} GPUs' batches"
@@ -198,9 +200,10 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
 
 def _main_thread_ms(index: Index, rep: Configuration, beside: Configuration, model: str) -> tuple:
     """h(M0), the beside part's model's 1-GPU ceiling's host time, a(M), `model`'s ceiling's host side a step
-    (`terms.host_side_ms`), and h(M), the longest that host side can be: the run's; for a beside part carried from
-    another host, h(M0) of that host where it holds it (one host's times with its beside part), and a(M), h(M) of that
-    host where the run's ceiling does not give them. None where unknown."""
+    (`terms.host_side_ms`, with its launch part where the run has one), h(M), the longest that host side can be, and
+    what a(M) was read from: the run's; for a beside part carried from another host, h(M0) of that host where it
+    holds it (one host's times with its beside part), and a(M), h(M) of that host where the run's ceiling does not
+    give them. None where unknown."""
     at = rep.fields("batch_size", "precision")
 
     def run_ceiling(m: str) -> Configuration | None:
@@ -214,7 +217,35 @@ def _main_thread_ms(index: Index, rep: Configuration, beside: Configuration, mod
     times = (ceiling.host_step_ms, ceiling.main_cpu_ms, ceiling.gpu_share) if ceiling and ceiling.host_step_ms else None
     if times is None:
         times = own.get((model, at["batch_size"], at["precision"]))
-    return h0, host_side_ms(*times) if times else None, times[0] if times else None
+    if not times:
+        return h0, None, None, ""
+    launch = _launch_part(index, rep, model) if ceiling and ceiling.host_step_ms else None
+    am = host_side_ms(*times, launch_ms=launch.host_step_ms if launch else None)
+    return h0, am, times[0], _host_side_basis(times, launch)
+
+
+def _launch_part(index: Index, rep: Configuration, model: str) -> Configuration | None:
+    """`model`'s ceiling at the smallest batch below the row's where the host set its pace (GPU share under
+    GPU_BOUND): its step call is the host's launch time a step, which a GPU-paced ceiling hides. None where the run
+    has none."""
+    batch, precision = rep.spec["batch_size"], rep.spec["precision"]
+    small = [
+        c
+        for c in index.configs
+        if c.loader == CEILING and c.model == model and c.spec["gpus"] == 1 and not c.is_part
+        if c.spec["precision"] == precision and c.spec["batch_size"] < batch and c.host_step_ms
+        if c.gpu_share is not None and c.gpu_share < GPU_BOUND
+    ]
+    return min(small, key=lambda c: c.spec["batch_size"]) if small else None
+
+
+def _host_side_basis(times: tuple, launch: Configuration | None) -> str:
+    """What a(M) was read from, as the consuming basis says it."""
+    if times[2] is not None and times[2] < GPU_BOUND:
+        return "its step call (the host set its pace)"
+    if launch is not None:
+        return f"its launch time (its ceiling at batch {launch.spec['batch_size']}, host-paced)"
+    return "its main thread's CPU time (its GPU was busy; no launch part)"
 
 
 def _told(basis: str, part: Configuration) -> str:

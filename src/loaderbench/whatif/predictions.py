@@ -116,7 +116,7 @@ def _one_gpu_rows(index: Index) -> list[dict]:
     """Each loader-alone cell at 1 GPU x each model whose 1-GPU ceiling the run holds at its batch and precision."""
     rows = []
     for alone in index.configs:
-        if alone.model != NO_MODEL or alone.spec["gpus"] != 1 or _is_part(alone):
+        if alone.model != NO_MODEL or alone.spec["gpus"] != 1 or alone.is_part:
             continue
         same = alone.fields("batch_size", "precision", "parallel")
         for model in _models(index, alone, parallel=same["parallel"]):
@@ -131,7 +131,7 @@ def _n_gpu_rows(index: Index, more: list[int], ratios: dict) -> list[dict]:
     from its loader-alone cell where the run has one, else from its 1-GPU training cells."""
     reps: dict[tuple, Configuration] = {}
     for c in index.configs:
-        if c.spec["gpus"] != 1 or c.loader == CEILING or _is_part(c) or c.device == "cpu":
+        if c.spec["gpus"] != 1 or c.loader == CEILING or c.is_part or c.device == "cpu":
             continue
         key = (c.loader, *c.key(*AT), stable_hash(c.settings))
         if c.model == NO_MODEL or key not in reps:
@@ -148,15 +148,10 @@ def _n_gpu_rows(index: Index, more: list[int], ratios: dict) -> list[dict]:
     return rows
 
 
-def _is_part(c: Configuration) -> bool:
-    """A beside or rank part: never a row's training cell, never its loader-alone cell."""
-    return bool(c.spec.get("beside")) or int(c.spec.get("ranks") or 1) != 1
-
-
 def _models(index: Index, rep: Configuration, **same) -> list[str]:
     """The models whose 1-GPU ceiling the run holds at `rep`'s batch and precision (and `same`), in the run's order."""
     want = {**rep.fields("batch_size", "precision"), **same}
-    ceilings = [c for c in index.configs if c.loader == CEILING and c.spec["gpus"] == 1 and not _is_part(c)]
+    ceilings = [c for c in index.configs if c.loader == CEILING and c.spec["gpus"] == 1 and not c.is_part]
     return list(dict.fromkeys(c.model for c in ceilings if c.fields(*want) == want))
 
 

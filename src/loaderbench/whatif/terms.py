@@ -16,9 +16,11 @@ thread's CPU time c(M) (the step call waited for the GPU, which the GPU side hol
 to the host side. Nothing is fitted.
 
 Where the ceiling kept its GPU busy its host side is known only to lie between c(M) and h(M): the step call hides
-how long the host took to launch the step behind its wait for the GPU, and the main thread's CPU time counts neither
-the launches' waits nor, where the wait spins, leaves them out. The prediction takes c(M); the interval's low end
-takes h(M), where the loader's consuming work beside the step turns a GPU-paced step host-paced.
+how long the host took to launch the step behind its wait for the GPU, and the main thread's CPU time is not that
+launch time (it leaves out the launches' waits, and counts a spinning wait for the GPU). A launch part measures it:
+M's ceiling at a batch small enough that the host set its pace. The prediction takes that launch time where the run
+has one, else c(M); the interval's low end takes h(M), where the loader's consuming work beside the step turns a
+GPU-paced step host-paced.
 """
 
 from __future__ import annotations
@@ -107,11 +109,16 @@ def beside_ms(host_step_ms: float, main_cpu_ms: float, reference_host_ms: float)
     return host_step_ms + max(0.0, main_cpu_ms - reference_host_ms)
 
 
-def host_side_ms(host_ms: float, cpu_ms: float | None, gpu_share: float | None) -> float | None:
+def host_side_ms(
+    host_ms: float, cpu_ms: float | None, gpu_share: float | None, launch_ms: float | None = None
+) -> float | None:
     """a(M), a ceiling's host side a step: its step call where its GPU idled part of the window (the host set the
-    pace), else its main thread's CPU time (the step call waited for the GPU); None where that is unknown."""
+    pace); else its launch time where a launch part measured it (no longer than the step call), else its main thread's
+    CPU time (the step call waited for the GPU); None where that is unknown."""
     if gpu_share is not None and gpu_share < GPU_BOUND:
         return host_ms
+    if launch_ms is not None:
+        return min(launch_ms, host_ms)
     return cpu_ms
 
 
