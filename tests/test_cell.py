@@ -96,6 +96,20 @@ def test_a_process_that_runs_cell_after_cell_keeps_its_cpus(staged, tmp_path, mo
         assert os.sched_getaffinity(0) == before
 
 
+def test_a_cell_leaves_no_temporary_directory_behind(staged, tmp_path, monkeypatch):
+    """A cell whose loader starts workers makes multiprocessing's temporary directory (`pymp-*`), which its finalizer
+    removes at a normal exit; the measuring process ends with os._exit, so it removes it itself. A plain start (no
+    warm-start server) with its own TMPDIR, to see what it leaves there (torch's compile cache may stay: a cache)."""
+    tmp, cfg = staged
+    own = tmp_path / "tmp"
+    own.mkdir()
+    monkeypatch.setenv("TMPDIR", str(own))
+    spec = cell_spec(cfg, "torchvision_disk_g1_b4_fp32_dp_r0")
+    run_cell(spec, tmp / "disk.json", tmp_path / f"{spec.cell_id}.json")
+    assert json.loads((tmp_path / f"{spec.cell_id}.json").read_text())["status"] == "ok"
+    assert [p.name for p in own.iterdir() if p.name.startswith("pymp-")] == []
+
+
 def test_more_gpus_than_the_host_has_is_a_skip_record(staged, tmp_path):
     tmp, cfg = staged
     out = tmp_path / "c.json"

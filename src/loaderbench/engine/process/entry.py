@@ -106,6 +106,7 @@ def run(order: Order, heartbeat: Heartbeat | None = None) -> Outcome:
     spec = order.spec
     manifest = json.loads(order.manifest.read_text())
     allowed = Staged.from_manifest(manifest).allowed
+    _own_mp_tempdir()
     rank = env_rank()
     heartbeat = heartbeat or Heartbeat(None)
     steps: dict = {}
@@ -230,7 +231,35 @@ def exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     _kill_children()
+    _remove_own_mp_tempdir()
     os._exit(code)
+
+
+def forget_inherited_mp_tempdir() -> None:
+    """In a process forked from the warm-start server: the server's multiprocessing temporary directory is not this
+    process's to remove; it makes its own."""
+    import multiprocessing.process
+
+    multiprocessing.process.current_process()._config.pop("tempdir", None)  # where multiprocessing.util keeps it
+
+
+def _own_mp_tempdir() -> None:
+    """multiprocessing's temporary directory (`pymp-*`), made now where it is not yet: a loader's workers, forked after,
+    share it instead of each making one that its SIGKILL leaves behind (a worker sending a tensor's file descriptor
+    opens a listener there)."""
+    import multiprocessing.util
+
+    multiprocessing.util.get_temp_dir()
+
+
+def _remove_own_mp_tempdir() -> None:
+    """That directory, which multiprocessing's finalizer would remove at a normal exit (os._exit skips it)."""
+    import multiprocessing.process
+    import shutil
+
+    tempdir = multiprocessing.process.current_process()._config.get("tempdir")
+    if tempdir:
+        shutil.rmtree(tempdir, ignore_errors=True)
 
 
 def _kill_children() -> None:

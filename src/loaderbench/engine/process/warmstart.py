@@ -262,6 +262,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], ctl: socket.socke
     cpus = os.sched_getaffinity(0)
     from . import entry
 
+    entry.forget_inherited_mp_tempdir()
     while True:
         code = _run_cell(request, fds)
         if ctl is None or code != 0 or entry.LAST_STATUS[0] != "ok":
