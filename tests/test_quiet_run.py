@@ -119,3 +119,31 @@ def test_a_failed_job_reaches_the_terminal_with_its_rule_log_path_and_last_lines
     assert f"ERROR in rule broken; its log: {tmp_path / 'logs/broken.log'}" in out
     assert "    | reading the images\n    | the disk went away" in out
     assert "pipeline FAILED (Snakemake exit 1)" in out and "bundle:" not in out
+
+
+def test_a_driver_killed_outright_takes_its_pipeline_with_it(tmp_path):
+    """SIGKILL to `loaderbench run` (a closed terminal's session, an OOM kill): its Snakemake gets SIGTERM, stops its
+    jobs and lets go of its lock, instead of running on with nobody to tell; the next run takes the directory."""
+    import signal
+    import time
+
+    import psutil
+
+    work = tmp_path / "work"
+    work.mkdir()
+    config = write_config(work, tiny_config(work, window={"seconds": 30}))
+    cmd = [sys.executable, "-m", "loaderbench", "run", "--config", str(config), "--directory", str(work)]
+    cmd += ["--cores", "2", "--snakefile", str(REPO / "Snakefile")]
+    driver = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    smk = []
+    while time.time() < deadline and not smk:  # until Snakemake holds the directory
+        smk = [p for p in psutil.Process(driver.pid).children() if "snakemake" in " ".join(p.cmdline())]
+        smk = smk if smk and any((work / ".snakemake/locks").glob("*")) else []
+        time.sleep(0.2)
+    assert smk, "Snakemake never started"
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(10)
+    _, alive = psutil.wait_procs(smk, timeout=60)
+    assert not alive, f"Snakemake {alive[0].pid} outlived its driver"
+    assert not any((work / ".snakemake/locks").glob("*")), "the killed pipeline kept its lock"

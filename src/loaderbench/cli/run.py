@@ -9,8 +9,10 @@ are measured again in the same invocation. `snakemake` called directly is unchan
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from loaderbench.core.cells import cell_ids
 from loaderbench.core.layout import LOGS, RESULTS, Layout
+from loaderbench.core.util import die_with_parent
 from loaderbench.plan.predict import duration as human_duration
 
 from . import forcerun
@@ -108,7 +111,10 @@ def snakemake(command: list[str], log: Path, follower: Follower, started: float,
     """Run Snakemake with its output in `log`, saying what `follower` reads of it; its exit status."""
     with log.open("a" if append else "w") as out:
         start = out.tell()
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        # a driver killed outright (SIGKILL) takes Snakemake with it, as Ctrl-C does: SIGTERM, which stops its jobs
+        # and lets go of its lock, instead of a pipeline left running with no terminal
+        stop = functools.partial(die_with_parent, signal.SIGTERM)
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=stop)  # noqa: PLW1509 - prctl only
     with log.open() as text:
         text.seek(start)
         while True:

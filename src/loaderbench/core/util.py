@@ -183,14 +183,13 @@ class BackgroundSampler:
         raise NotImplementedError
 
 
-def die_with_parent() -> None:
-    """SIGKILL to this process when its parent dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG); for a child,
-    as `preexec_fn`."""
+def die_with_parent(sig: int = 9) -> None:
+    """`sig` (SIGKILL) to this process when its parent dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG); for a
+    child, as `preexec_fn`."""
     import ctypes
-    import signal
 
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)
     except OSError:
         pass
 
