@@ -23,6 +23,10 @@ FINDINGS_MAX_WORDS = 2000
 # The results index's entries whose numbers are checked (the runs they link); the others are not checked yet.
 INDEX_CHECKED = [
     "2026-12-07-h100/whatif",
+    "2026-12-07-h100/whatif-classes",
+    "2026-12-07-h200/whatif-b64",
+    "2026-12-07-h100/whatif-b128",
+    "2026-12-07-h100/whatif-b64",
     "2026-12-04-h200/models",
     "2026-12-03-h200/shards",
     "2026-12-02-h200/seed-1gpu",
@@ -51,7 +55,8 @@ NOT_MEASURED = [
     r"\b\d+-core\b",
     r"\b7200 rpm\b",
     r"\bMobileNetV2\b",
-    r"\bResNet-(?:18|50)\b",
+    r"\bResNet-(?:18|50|152)\b",
+    r"\b\d+ and \d+ ranks\b",
     r"\bViT-B/16\b",
     r"\bfp32\b",
     r"\bfloat(?:16|32)\b",
