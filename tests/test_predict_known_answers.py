@@ -209,13 +209,10 @@ def test_the_host_side_is_the_step_call_only_where_the_gpu_idled(util, expected_
     assert mine["parts_lo"] == pytest.approx(256 / (110.4 + 30.9) * 1000 / (1 + hw))
 
 
-def test_a_step_paced_by_its_gpu_alone_can_be_paced_by_its_host_beside_the_loader():
-    """Batch 64 on an H100: ConvNeXt-T's ceiling kept its GPU busy (28.8 ms a step, 14.6 ms of main-thread CPU) and
-    torchvision's consuming work beside MobileNetV2 (h0 = 26.8 ms) was 9.7 ms: 14.6 + 9.7 < 28.8, so the prediction
-    is the ceiling; beside torchvision the step ran 42.4 ms (1,511 samples/s, GPU busy 70%). Its interval reaches
-    down to the step call plus the consuming work (38.5 ms) and holds it; with the CPU time as the host side at the
-    low end too, the parts' low end would be the ceiling's (2,199) and the measured rate far below it."""
-    recs = [
+def _convnext_at_b64() -> list[dict]:
+    """The batch 64 H100 run's parts for torchvision + ConvNeXt-T (MobileNetV2's and ConvNeXt-T's ceilings, the loader
+    alone and beside MobileNetV2) and its check."""
+    return [
         record("synthetic", 2372.0, host_ms=26.8, main_cpu_ms=15.5, util=37.0, batch=64, host=16),
         record(
             "synthetic", 2221.0, model="convnext_tiny", host_ms=28.8, main_cpu_ms=14.6, util=100.0, batch=64, host=16
@@ -223,6 +220,17 @@ def test_a_step_paced_by_its_gpu_alone_can_be_paced_by_its_host_beside_the_loade
         record("torchvision", 2666.0, model="none", util=0.0, cores=15.0, batch=64, host=16),
         record("torchvision", 1712.0, beside=True, host_ms=36.5, main_cpu_ms=18.3, batch=64, host=16),
         record("torchvision", 1511.0, model="convnext_tiny", cores=15.0, batch=64, host=16),
+    ]
+
+
+def test_a_step_paced_by_its_gpu_alone_can_be_paced_by_its_host_beside_the_loader():
+    """Batch 64 on an H100: ConvNeXt-T's ceiling kept its GPU busy (28.8 ms a step, 14.6 ms of main-thread CPU) and
+    torchvision's consuming work beside MobileNetV2 (h0 = 26.8 ms) was 9.7 ms: 14.6 + 9.7 < 28.8, so the prediction
+    is the ceiling; beside torchvision the step ran 42.4 ms (1,511 samples/s, GPU busy 70%). Its interval reaches
+    down to the step call plus the consuming work (38.5 ms) and holds it; with the CPU time as the host side at the
+    low end too, the parts' low end would be the ceiling's (2,199) and the measured rate far below it."""
+    recs = [
+        *_convnext_at_b64(),
         record("torchvision", 1627.0, model="resnet50", cores=15.0, batch=64, host=16),
         record("synthetic", 2739.0, model="resnet50", host_ms=23.2, main_cpu_ms=12.7, util=63.0, batch=64, host=16),
     ]
@@ -248,15 +256,7 @@ def test_a_launch_part_gives_the_host_side_of_a_gpu_paced_ceiling(launch, expect
     at a batch small enough for the host to set the pace (GPU busy 30%) gives the host's launch time a step, its
     host side at batch 64: 25.0 + 9.7 ms of torchvision's consuming work = 34.7 ms, 1,844 samples/s, under the
     ceiling's 2,221 (the consuming process binds). Without such a part the CPU time (14.6 ms) stands."""
-    recs = [
-        record("synthetic", 2372.0, host_ms=26.8, main_cpu_ms=15.5, util=37.0, batch=64, host=16),
-        record(
-            "synthetic", 2221.0, model="convnext_tiny", host_ms=28.8, main_cpu_ms=14.6, util=100.0, batch=64, host=16
-        ),
-        record("torchvision", 2666.0, model="none", util=0.0, cores=15.0, batch=64, host=16),
-        record("torchvision", 1712.0, beside=True, host_ms=36.5, main_cpu_ms=18.3, batch=64, host=16),
-        record("torchvision", 1511.0, model="convnext_tiny", cores=15.0, batch=64, host=16),
-    ]
+    recs = _convnext_at_b64()
     if launch:
         batch, host_ms, util = launch
         recs.append(record("synthetic", 500.0, model="convnext_tiny", host_ms=host_ms, util=util, batch=batch, host=16))
