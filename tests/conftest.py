@@ -293,7 +293,7 @@ def cells_table(work: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="session")
-def finished_run(tmp_path_factory) -> tuple[Path, Path]:
+def finished_run(tmp_path_factory, warm_server) -> tuple[Path, Path]:
     """One complete run of the tiny grid with a third loader (synthetic), as (its folder, its config file): the
     session runs it once for every test that reads or re-plans it. Such a test may re-measure a cell, but leaves every
     record and table in place: the others read it in any order.
@@ -313,7 +313,9 @@ def finished_run(tmp_path_factory) -> tuple[Path, Path]:
         work, loaders=["torchvision", "opencv", "synthetic"], storage={"disk-a": str(work / "tier-a"), "disk-b": disk_b}
     )
     cfg_path = write_config(work, cfg)
-    snakemake(work, "--configfile", str(cfg_path))
+    from loaderbench.engine.contract import ENV_SOCKET
+
+    snakemake(work, "--configfile", str(cfg_path), env={**os.environ, ENV_SOCKET: str(warm_server)})
     return work, cfg_path
 
 
@@ -333,6 +335,40 @@ def warm_server(tmp_path_factory) -> Path:
     yield sock
     proc.terminate()
     proc.wait(timeout=30)
+
+
+def _shares_the_warm_server(node) -> bool:
+    return bool(node.get_closest_marker("slow")) and not node.get_closest_marker("own_processes")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def shared_warm_server_of_module(request):
+    """A slow module's runs - its module-scoped pipelines included - fork their measuring processes from the test
+    run's one warm-start server (see `shared_warm_server`)."""
+    if not _shares_the_warm_server(request.node):
+        yield
+        return
+    from loaderbench.engine.contract import ENV_SOCKET
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ENV_SOCKET, str(request.getfixturevalue("warm_server")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def shared_warm_server(request, monkeypatch):
+    """Every slow test's pipelines and cells fork their measuring processes from the test run's one warm-start server
+    (a Snakemake finds it in LOADERBENCH_WARM_SOCKET and starts none of its own), instead of each run importing torch
+    in a server of its own: seconds a pipeline, over a hundred pipelines. Not for a test marked `own_processes`: one
+    of which process starts what, or of a process tree (a pipeline killed with its descendants, Slurm jobs, cells in
+    a container), which needs a run's own server or none."""
+    from loaderbench.engine.contract import ENV_SOCKET
+
+    if request.node.get_closest_marker("own_processes"):
+        monkeypatch.delenv(ENV_SOCKET, raising=False)
+    elif _shares_the_warm_server(request.node):
+        monkeypatch.setenv(ENV_SOCKET, str(request.getfixturevalue("warm_server")))
+    yield
 
 
 @pytest.fixture

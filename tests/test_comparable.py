@@ -131,8 +131,10 @@ def test_a_run_measures_again_the_cells_of_its_models_that_another_group_measure
 
 
 def lb_run(work: Path, config: Path, *more: str, wait: bool = True):
+    """`loaderbench run` without its retry of contended cells (tests/test_retry.py tests it): on a busy 2-core host a
+    retry would measure a cell again for no part of what these tests check."""
     cmd = [sys.executable, "-m", "loaderbench", "run", "--config", str(config), "--directory", str(work)]
-    cmd += ["--snakefile", str(REPO / "Snakefile"), "--cores", "2", *more]
+    cmd += ["--snakefile", str(REPO / "Snakefile"), "--cores", "2", "--no-retry", *more]
     if not wait:
         return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=900)

@@ -25,7 +25,7 @@ from loaderbench.core.records import validate_record
 from loaderbench.engine.contract import ENTRY_MODULE
 from tests.conftest import REPO, staged_disk, tiny_config, write_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_processes]
 
 PY = sys.executable
 

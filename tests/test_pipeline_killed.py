@@ -17,7 +17,7 @@ from loaderbench.data.emulated import mount_entry
 from loaderbench.engine.contract import ENTRY_MODULE
 from tests.conftest import cell_record, cells_table, needs_fuse, snakemake, start_snakemake, tiny_config, write_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.own_processes]
 
 
 def measuring_children(root: psutil.Process) -> list[psutil.Process]:
@@ -43,6 +43,9 @@ def wait_until(condition, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
+GRID_CELLS = 2  # the killed run's grid: torchvision and opencv on one tier, fp32
+
+
 @dataclass
 class Killed:
     work: Path
@@ -56,7 +59,9 @@ def killed_then_rerun(request, tmp_path_factory) -> Killed:
     how = request.param
     work = tmp_path_factory.mktemp(f"killed-{how}")
     cells = work / "results/cells"
-    args = ["--configfile", str(write_config(work, tiny_config(work, window={"seconds": 4})))]
+    # two cells: one done and one killed mid-window, then measured by the rerun
+    cfg = tiny_config(work, precisions=["fp32"], window={"seconds": 4}, storage={"disk-a": str(work / "tier-a")})
+    args = ["--configfile", str(write_config(work, cfg))]
     proc = start_snakemake(work, *args)
     root = psutil.Process(proc.pid)
     # wait until one cell is done and the next one is measuring
@@ -78,7 +83,7 @@ def killed_then_rerun(request, tmp_path_factory) -> Killed:
 
 
 def test_a_run_killed_mid_cell_leaves_some_but_not_all_cells_done(killed_then_rerun):
-    assert 1 <= killed_then_rerun.done_before < 8
+    assert 1 <= killed_then_rerun.done_before < GRID_CELLS
 
 
 def test_no_cell_keeps_measuring_after_its_run_is_killed(killed_then_rerun):
@@ -87,7 +92,7 @@ def test_no_cell_keeps_measuring_after_its_run_is_killed(killed_then_rerun):
 
 def test_the_run_after_a_kill_finishes_every_cell_ok_with_no_record_truncated(killed_then_rerun):
     cells = sorted((killed_then_rerun.work / "results/cells").glob("*.json"))
-    assert len(cells) == 8
+    assert len(cells) == GRID_CELLS
     assert all(json.loads(p.read_text())["status"] == "ok" for p in cells)  # every file parses: none truncated
 
 
@@ -97,7 +102,7 @@ def test_the_run_after_a_kill_leaves_no_hidden_partial_record(killed_then_rerun)
 
 def test_the_run_after_a_kill_tables_every_cell_ok(killed_then_rerun):
     table = cells_table(killed_then_rerun.work)
-    assert len(table) == 8 and set(table["Status"]) == {"ok"}
+    assert len(table) == GRID_CELLS and set(table["Status"]) == {"ok"}
 
 
 @dataclass

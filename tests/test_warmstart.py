@@ -23,7 +23,7 @@ from loaderbench.engine.runner.runcell import run_cell
 from tests.conftest import cell_record, snakemake, staged_disk, tiny_config, write_config
 from tests.test_threads import host_default_threads
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_processes]
 
 
 @pytest.fixture(scope="module")
