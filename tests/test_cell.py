@@ -96,6 +96,7 @@ def test_a_process_that_runs_cell_after_cell_keeps_its_cpus(staged, tmp_path, mo
         assert os.sched_getaffinity(0) == before
 
 
+@pytest.mark.own_processes  # a plain start: the process that ends is the cell's own
 def test_a_cell_leaves_no_temporary_directory_behind(staged, tmp_path, monkeypatch):
     """A cell whose loader starts workers makes multiprocessing's temporary directory (`pymp-*`), which its finalizer
     removes at a normal exit; the measuring process ends with os._exit, so it removes it itself. A plain start (no
@@ -140,6 +141,7 @@ def test_a_timeout_is_a_failed_record(staged, tmp_path):
     assert rec["status"] == "failed" and rec["reason"] == "timed out after 0.5 s (cell_timeout_s)"
 
 
+@pytest.mark.own_processes  # looks for its measuring processes among this process's children
 def test_a_measurement_process_killed_by_a_signal_is_a_failed_record(staged, tmp_path):
     """As the kernel's OOM killer would: SIGKILL to the measuring process."""
     tmp, cfg = staged
@@ -301,6 +303,7 @@ def test_dp_cell_goes_through_dataparallel_and_needs_gpus_for_more_than_one(stag
     assert rec["status"] == "skipped" and "needs 2 GPUs" in rec["reason"]
 
 
+@pytest.mark.own_processes  # looks for its measuring processes among this process's children
 def test_a_killed_rank_fails_the_ddp_cell_and_stops_the_other_rank(staged, tmp_path):
     tmp, cfg = staged
     spec = replace(cell_spec(cfg, "opencv_disk_g2_b4_fp32_ddp_r0", in_grid=False), window_steps=None, window_s=120.0)
@@ -325,6 +328,7 @@ def test_a_killed_rank_fails_the_ddp_cell_and_stops_the_other_rank(staged, tmp_p
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
 
 
+@pytest.mark.own_processes  # looks for its measuring processes among this process's children
 def test_a_hanging_loader_ends_failed_as_stalled_with_its_stacks_within_the_watchdog_time(staged, tmp_path):
     """A real hang: every staged file is a FIFO with no writer, so the loader's worker blocks in open() forever."""
     import os
