@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -183,8 +184,8 @@ class BackgroundSampler:
         raise NotImplementedError
 
 
-def die_with_parent(sig: int = 9) -> None:
-    """`sig` (SIGKILL) to this process when its parent dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG); for a
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """`sig` to this process when its parent dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG); for a
     child, as `preexec_fn`."""
     import ctypes
 
@@ -197,8 +198,6 @@ def die_with_parent(sig: int = 9) -> None:
 def kill_tree(pid: int) -> None:
     """SIGKILL to `pid` and its descendants (a measuring process and its loader workers), listed first so that none
     escapes by being re-parented."""
-    import signal
-
     import psutil
 
     try:

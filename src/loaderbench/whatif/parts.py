@@ -185,7 +185,7 @@ def _consuming(index: Index, rep: Configuration, model: str, n: int, mode: str, 
         return None, None, 0.0
     t_beside = beside_ms(beside.host_step_ms, beside.main_cpu_ms, h0)
     t_ms = consuming_ms(t_beside, am, h0)
-    t_longest = consuming_ms(t_beside, max(am, am_longest or am), h0)
+    t_longest = consuming_ms(t_beside, max(am, am_longest), h0)
     per_step = rep.spec["batch_size"] * (n if mode == "ddp" else 1)  # ddp: a main thread per rank; dp: one for all
     found.consuming_ms = t_ms
     found.basis["consuming"] = _told(
@@ -214,14 +214,21 @@ def _main_thread_ms(index: Index, rep: Configuration, beside: Configuration, mod
     ref = run_ceiling(beside.model)
     h0 = h_own or (ref.host_step_ms if ref else None)
     ceiling = run_ceiling(model)
-    times = (ceiling.host_step_ms, ceiling.main_cpu_ms, ceiling.gpu_share) if ceiling and ceiling.host_step_ms else None
-    if times is None:
-        times = own.get((model, at["batch_size"], at["precision"]))
+    if ceiling and ceiling.host_step_ms:
+        times = (ceiling.host_step_ms, ceiling.main_cpu_ms, ceiling.gpu_share)
+        launch = _launch_part(index, rep, model)
+    else:
+        times, launch = own.get((model, at["batch_size"], at["precision"])), None
     if not times:
         return h0, None, None, ""
-    launch = _launch_part(index, rep, model) if ceiling and ceiling.host_step_ms else None
-    am = host_side_ms(*times, launch_ms=launch.host_step_ms if launch else None)
-    return h0, am, times[0], _host_side_basis(times, launch)
+    am, which = host_side_ms(*times, launch_ms=launch.host_step_ms if launch else None)
+    if which == "launch":
+        basis = f"its launch time (its ceiling at batch {launch.spec['batch_size']}, host-paced)"
+    elif which == "step call":
+        basis = "its step call (the host set its pace)"
+    else:
+        basis = "its main thread's CPU time (its GPU was busy; no launch part)"
+    return h0, am, times[0], basis
 
 
 def _launch_part(index: Index, rep: Configuration, model: str) -> Configuration | None:
@@ -237,15 +244,6 @@ def _launch_part(index: Index, rep: Configuration, model: str) -> Configuration 
         if c.gpu_share is not None and c.gpu_share < GPU_BOUND
     ]
     return min(small, key=lambda c: c.spec["batch_size"]) if small else None
-
-
-def _host_side_basis(times: tuple, launch: Configuration | None) -> str:
-    """What a(M) was read from, as the consuming basis says it."""
-    if times[2] is not None and times[2] < GPU_BOUND:
-        return "its step call (the host set its pace)"
-    if launch is not None:
-        return f"its launch time (its ceiling at batch {launch.spec['batch_size']}, host-paced)"
-    return "its main thread's CPU time (its GPU was busy; no launch part)"
 
 
 def _told(basis: str, part: Configuration) -> str:

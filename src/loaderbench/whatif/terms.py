@@ -111,15 +111,15 @@ def beside_ms(host_step_ms: float, main_cpu_ms: float, reference_host_ms: float)
 
 def host_side_ms(
     host_ms: float, cpu_ms: float | None, gpu_share: float | None, launch_ms: float | None = None
-) -> float | None:
-    """a(M), a ceiling's host side a step: its step call where its GPU idled part of the window (the host set the
-    pace); else its launch time where a launch part measured it (no longer than the step call), else its main thread's
-    CPU time (the step call waited for the GPU); None where that is unknown."""
+) -> tuple[float | None, str]:
+    """a(M), a ceiling's host side a step, and which it is ("step call", "launch" or "cpu"): its step call where its GPU idled part
+    of the window (the host set the pace); else its launch time where a launch part measured it (no longer than the
+    step call), else its main thread's CPU time (the step call waited for the GPU); None where that is unknown."""
     if gpu_share is not None and gpu_share < GPU_BOUND:
-        return host_ms
+        return host_ms, "step call"
     if launch_ms is not None:
-        return min(launch_ms, host_ms)
-    return cpu_ms
+        return min(launch_ms, host_ms), "launch"
+    return cpu_ms, "cpu"
 
 
 def consuming_ms(beside: float, model_host_side_ms: float, reference_host_ms: float) -> float:
